@@ -1,0 +1,422 @@
+"""A sOAP context: messages in display order, anchors, the content map and forks.
+
+Anchors are named end indices that partition the message list: appending at an anchor
+inserts the message at that anchor's index and moves it, and every anchor after it, one
+place on. Every append and every new anchor takes one value of the mutation counter,
+which becomes the message's ``_sequence_number`` (chronological order inside one
+context). Forks are new contexts that copy a selection of messages; the parent only
+gains the child's id in ``children``.
+
+The rules follow peteos' ``Context`` (see FORMATS.md §1.4-§1.7) with two deliberate
+differences in what we write: a fork records the parent's real mutation counter (peteos
+stores 0), and ``strip_thinking`` drops emptied messages *and* moves the anchors, so the
+file we write is consistent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from soap_core._errors import FormatError
+from soap_core._keyorder import in_file_order
+from soap_core._message import Message
+from soap_core._parts import ThinkingPart, ToolPart, ToolResultPart
+from soap_core._tokens import DEFAULT_ENCODING
+
+Anchor = tuple[str, int]
+
+SYSTEM_PROMPT_ANCHOR = "system_prompt"
+TOOLS_ANCHOR = "tools"
+MESSAGES_ANCHOR = "messages"
+DEFAULT_ANCHORS = (SYSTEM_PROMPT_ANCHOR, TOOLS_ANCHOR, MESSAGES_ANCHOR)
+TOOL_RESULT_SUFFIX = ":tool_result"
+
+_KEY_ORDER = (
+    "messages",
+    "id",
+    "content_map",
+    "anchor_points",
+    "message_sequence",
+    "_mutation_counter",
+    "children",
+    "origin_context_id",
+    "parent_mutation_counter",
+    "system_prompt_message_id",
+    "tool_definitions_message_id",
+)
+_FORK_KEYS = ("origin_context_id", "parent_mutation_counter")
+
+
+def content_hash(text: str) -> str:
+    """The content-map key of a hook output: sha256 of its UTF-8 text."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class Context:
+    """One conversation history; the list order is the order the model saw."""
+
+    def __init__(self, id: str | None = None) -> None:
+        self.id = id if id is not None else str(uuid.uuid4())
+        self.messages: list[Message] = []
+        self.content_map: dict[str, str] = {}
+        self.anchor_points: list[Anchor] = []
+        self.message_sequence = 0
+        self.mutation_counter = 0
+        self.children: list[str] = []
+        self.origin_context_id: str | None = None
+        self.parent_mutation_counter: int | None = None
+        self.system_prompt_message_id: str | None = None
+        self.tool_definitions_message_id: str | None = None
+        self.extra: dict[str, Any] = {}
+        self._key_order: tuple[str, ...] = _KEY_ORDER
+        self._file_keys: frozenset[str] = frozenset()
+
+    # -- building -----------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        system_prompt: Message | str | None = None,
+        tools: Sequence[ToolPart] | Message | None = None,
+    ) -> Context:
+        """A new root context with the default anchors, as ``Context.create()`` in peteos."""
+        context = cls()
+        for name in DEFAULT_ANCHORS:
+            context.add_anchor(name, 0)
+        if system_prompt is not None:
+            message = (
+                Message.system_prompt(system_prompt) if isinstance(system_prompt, str) else system_prompt
+            )
+            context.append(message, SYSTEM_PROMPT_ANCHOR)
+            context.system_prompt_message_id = message.id
+        if tools is not None:
+            message = tools if isinstance(tools, Message) else Message.tool_definitions_message(tools)
+            context.append(message, TOOLS_ANCHOR)
+            context.tool_definitions_message_id = message.id
+        return context
+
+    def _take_mutation(self) -> int:
+        value = self.mutation_counter
+        self.mutation_counter += 1
+        return value
+
+    def anchor_index(self, name: str) -> int:
+        for anchor_name, index in self.anchor_points:
+            if anchor_name == name:
+                return index
+        raise KeyError(f"context {self.id} has no anchor {name!r}")
+
+    def add_anchor(self, name: str, index: int | None = None, *, after_existing: bool = True) -> None:
+        """Add an anchor at ``index`` (default: the end); among equal indices it goes last,
+        or first with ``after_existing=False`` (how tool-result anchors precede ``messages``)."""
+        if any(existing == name for existing, _ in self.anchor_points):
+            raise ValueError(f"context {self.id} already has anchor {name!r}")
+        index = len(self.messages) if index is None else index
+        if not 0 <= index <= len(self.messages):
+            raise ValueError(f"anchor index {index} is outside 0..{len(self.messages)}")
+        position = 0
+        for position, (_, existing) in enumerate(self.anchor_points):  # noqa: B007
+            if existing > index or (existing == index and not after_existing):
+                break
+        else:
+            position = len(self.anchor_points)
+        self.anchor_points.insert(position, (name, index))
+        self._take_mutation()
+
+    def append(self, message: Message, anchor: str = MESSAGES_ANCHOR) -> Message:
+        """Insert ``message`` at ``anchor`` and give it the next sequence number."""
+        position = next((i for i, (name, _) in enumerate(self.anchor_points) if name == anchor), None)
+        if position is None:
+            raise KeyError(f"context {self.id} has no anchor {anchor!r}")
+        index = self.anchor_points[position][1]
+        self.messages.insert(index, message)
+        self.anchor_points[position:] = [(n, i + 1) for n, i in self.anchor_points[position:]]
+        message.sequence_number = self._take_mutation()
+        self.message_sequence += 1
+        return message
+
+    def append_tool_results(self, assistant: Message, results: Sequence[ToolResultPart]) -> Message:
+        """Record the results of an assistant's tool calls the way the sOAP runner does:
+        a ``<assistant_id>:tool_result`` anchor before ``messages``, then one
+        ``tool_result`` message appended at it."""
+        anchor = assistant.id + TOOL_RESULT_SUFFIX
+        self.add_anchor(anchor, self.anchor_index(MESSAGES_ANCHOR), after_existing=False)
+        return self.append(Message.create("tool_result", results), anchor)
+
+    def record_hook_output(self, output: str) -> str:
+        """Keep one dynamic-hook output in the content map (it only grows); return its key."""
+        key = content_hash(output)
+        self.content_map.setdefault(key, output)
+        return key
+
+    # -- reading ------------------------------------------------------------------------
+
+    def message_by_id(self, message_id: str) -> Message:
+        for message in self.messages:
+            if message.id == message_id:
+                return message
+        raise KeyError(f"context {self.id} has no message {message_id!r}")
+
+    @property
+    def system_prompt(self) -> Message | None:
+        return next((m for m in self.messages if m.message_type == "SystemPromptMessage"), None)
+
+    @property
+    def tool_definitions(self) -> Message | None:
+        return next((m for m in self.messages if m.message_type == "ToolDefinitionsMessage"), None)
+
+    def chronological(self) -> list[Message]:
+        """Messages by ``_sequence_number``: the order they happened in this context."""
+        return sorted(self.messages, key=lambda m: (m.sequence_number is None, m.sequence_number or 0))
+
+    def total_token_count(self, encoding: str = DEFAULT_ENCODING) -> int:
+        """Sum of the true counts of all messages, special ones included."""
+        return sum(m.count_tokens(encoding) for m in self.messages)
+
+    def stale_messages(self) -> list[Message]:
+        return [m for m in self.messages if m.token_count_is_stale]
+
+    @property
+    def is_fork(self) -> bool:
+        return self.origin_context_id is not None
+
+    def home_anchor(self, index: int) -> str:
+        """The anchor a message at display ``index`` belongs to: the first one past it."""
+        for name, end in self.anchor_points:
+            if end > index:
+                return name
+        return MESSAGES_ANCHOR
+
+    # -- forks --------------------------------------------------------------------------
+
+    def fork(self, selected: Iterable[int]) -> Context:
+        """A child holding copies of the messages at the selected display indices.
+
+        The child keeps the default anchors plus the home anchor of each selected
+        message, in the parent's order; messages are appended in display order at their
+        home anchors and renumbered, keeping their ids and cached token counts. The
+        parent gains the child's id in ``children`` and nothing else changes in it.
+        """
+        indices = sorted(set(selected))
+        homes = {i: self.home_anchor(i) for i in indices}
+        wanted = set(DEFAULT_ANCHORS) | set(homes.values())
+        child = Context()
+        child.content_map = dict(self.content_map)
+        child.origin_context_id = self.id
+        child.parent_mutation_counter = self.mutation_counter
+        for name, _ in self.anchor_points:
+            if name in wanted:
+                child.add_anchor(name, 0)
+        for name in DEFAULT_ANCHORS:
+            if all(name != existing for existing, _ in child.anchor_points):
+                child.add_anchor(name, 0)
+        for i in indices:
+            child.append(self.messages[i].copy(), homes[i])
+        ids = {m.id for m in child.messages}
+        child.system_prompt_message_id = (
+            self.system_prompt_message_id if self.system_prompt_message_id in ids else None
+        )
+        child.tool_definitions_message_id = (
+            self.tool_definitions_message_id if self.tool_definitions_message_id in ids else None
+        )
+        self.children.append(child.id)
+        return child
+
+    def _special_indices(self) -> list[int]:
+        return [i for i, m in enumerate(self.messages) if m.is_special]
+
+    def fork_insert_sequence(self, start: int | None = None, end: int | None = None) -> Context:
+        """Fork with the special messages and every message whose sequence number lies in
+        ``[start, end)`` (either bound may be left open)."""
+
+        def inside(m: Message) -> bool:
+            seq = m.sequence_number if m.sequence_number is not None else -1
+            return (start is None or seq >= start) and (end is None or seq < end)
+
+        chosen = [i for i, m in enumerate(self.messages) if m.is_special or inside(m)]
+        return self.fork(chosen)
+
+    def _tool_groups(self) -> list[list[int]]:
+        """Non-special display indices grouped so that a tool-result message stays with
+        the assistant message whose calls it answers."""
+        groups: list[list[int]] = []
+        call_owner: dict[str, int] = {}
+        for i, message in enumerate(self.messages):
+            if message.is_special:
+                continue
+            owners = {call_owner.get(p.call_id) for p in message.tool_results()} - {None}
+            if message.role == "tool_result" and owners:
+                first = min(o for o in owners if o is not None)
+                for group in groups:
+                    if first in group:
+                        group.append(i)
+                        break
+                continue
+            for part in message.tool_uses():
+                call_owner[part.call_id] = i
+            groups.append([i])
+        return groups
+
+    def rolling_sequence_window(self, n: int) -> Context | None:
+        """Fork keeping the special messages and the last ``n`` others (fewer when the
+        n-th from the end is a tool result whose call would be cut off); None when
+        nothing has to go."""
+        if n < 0:
+            raise ValueError("n must be >= 0")
+        kept: list[int] = []
+        for group in reversed(self._tool_groups()):
+            if len(kept) + len(group) > n:
+                break
+            kept.extend(group)
+        others = len(self.messages) - len(self._special_indices())
+        if len(kept) == others:
+            return None
+        return self.fork(self._special_indices() + kept)
+
+    def rolling_token_window(self, max_tokens: int, encoding: str = DEFAULT_ENCODING) -> Context | None:
+        """Fork keeping the special messages, then walking back from the end while the
+        running total (specials included) stays within ``max_tokens``; a tool result
+        never stays without its call. None when the whole context already fits."""
+        if self.total_token_count(encoding) <= max_tokens:
+            return None
+        specials = self._special_indices()
+        total = sum(self.messages[i].count_tokens(encoding) for i in specials)
+        kept: list[int] = []
+        for group in reversed(self._tool_groups()):
+            cost = sum(self.messages[i].count_tokens(encoding) for i in group)
+            if total + cost > max_tokens:
+                break
+            total += cost
+            kept.extend(group)
+        return self.fork(specials + kept)
+
+    def strip_thinking(self) -> Context:
+        """Fork of everything without thinking parts. Cached token counts are kept (and
+        so become stale, as in peteos); messages left empty are dropped and the anchors
+        moved back so that they still partition the messages."""
+        child = self.fork(range(len(self.messages)))
+        for message in child.messages:
+            if message.has_thinking():
+                message.content = [p for p in message.content if not isinstance(p, ThinkingPart)]
+        emptied = [
+            i
+            for i, m in enumerate(child.messages)
+            if m.has_content_key and not m.content and self.messages[i].content
+        ]
+        for i in reversed(emptied):
+            del child.messages[i]
+            child.anchor_points = [(n, e - 1 if e > i else e) for n, e in child.anchor_points]
+        return child
+
+    def transform_fork(self, transform: Callable[[list[Message]], list[Message]]) -> Context:
+        """Fork whose messages are ``transform(copies of all messages)``; for strategies
+        that rewrite rather than select (summaries). The result is appended at
+        ``messages`` after the default anchors."""
+        child = Context()
+        child.content_map = dict(self.content_map)
+        child.origin_context_id = self.id
+        child.parent_mutation_counter = self.mutation_counter
+        for name in DEFAULT_ANCHORS:
+            child.add_anchor(name, 0)
+        for message in transform([m.copy() for m in self.messages]):
+            anchor = {
+                "SystemPromptMessage": SYSTEM_PROMPT_ANCHOR,
+                "ToolDefinitionsMessage": TOOLS_ANCHOR,
+            }.get(message.message_type, MESSAGES_ANCHOR)
+            child.append(message, anchor)
+        child.system_prompt_message_id = child.system_prompt.id if child.system_prompt else None
+        child.tool_definitions_message_id = child.tool_definitions.id if child.tool_definitions else None
+        self.children.append(child.id)
+        return child
+
+    # -- codec --------------------------------------------------------------------------
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Context:
+        """Read a context file's dict; FormatError names the JSON path of a bad value."""
+        if not isinstance(data, dict):
+            raise FormatError(None, "$", f"a context must be an object, got {type(data).__name__}")
+        context_id = _typed(data, "id", str)
+        if context_id is None:
+            raise FormatError(None, "$", "missing key 'id'")
+        context = cls(context_id)
+        raw_messages = _typed(data, "messages", list) or []
+        context.messages = [Message.from_dict(m, f"$.messages[{i}]") for i, m in enumerate(raw_messages)]
+        context.content_map = _typed(data, "content_map", dict) or {}
+        context.anchor_points = _anchors(data.get("anchor_points"))
+        context.message_sequence = _typed(data, "message_sequence", int) or 0
+        context.mutation_counter = _typed(data, "_mutation_counter", int) or 0
+        context.children = _typed(data, "children", list) or []
+        if not all(isinstance(c, str) for c in context.children):
+            raise FormatError(None, "$.children", "expected a list of context ids (strings)")
+        context.origin_context_id = _typed(data, "origin_context_id", str)
+        context.parent_mutation_counter = _typed(data, "parent_mutation_counter", int)
+        context.system_prompt_message_id = _typed(data, "system_prompt_message_id", str)
+        context.tool_definitions_message_id = _typed(data, "tool_definitions_message_id", str)
+        context.extra = {k: v for k, v in data.items() if k not in _KEY_ORDER}
+        context._key_order = tuple(data)
+        context._file_keys = frozenset(data)
+        return context
+
+    def to_dict(self) -> dict[str, Any]:
+        values: dict[str, Any] = {
+            "messages": [m.to_dict() for m in self.messages],
+            "id": self.id,
+            "content_map": self.content_map,
+            "anchor_points": [[name, index] for name, index in self.anchor_points],
+            "message_sequence": self.message_sequence,
+            "_mutation_counter": self.mutation_counter,
+            "children": self.children,
+            "origin_context_id": self.origin_context_id,
+            "parent_mutation_counter": self.parent_mutation_counter,
+            "system_prompt_message_id": self.system_prompt_message_id,
+            "tool_definitions_message_id": self.tool_definitions_message_id,
+        }
+        return in_file_order(
+            values,
+            self.extra,
+            self._key_order,
+            _KEY_ORDER,
+            self._file_keys,
+            lambda key, _value: key not in _FORK_KEYS or self.is_fork,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Context) and self.to_dict() == other.to_dict()
+
+    def __repr__(self) -> str:
+        return f"Context(id={self.id!r}, messages={len(self.messages)}, origin={self.origin_context_id!r})"
+
+
+def _typed(data: dict[str, Any], key: str, kind: type) -> Any:
+    value = data.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise FormatError(None, f"$.{key}", f"expected {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def _anchors(raw: Any) -> list[Anchor]:
+    """Anchors as stored. Indices past the end are accepted: peteos' strip_thinking
+    leaves them so."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise FormatError(None, "$.anchor_points", f"expected a list, got {type(raw).__name__}")
+    anchors: list[Anchor] = []
+    for i, item in enumerate(raw):
+        ok = (
+            isinstance(item, list)
+            and len(item) == 2
+            and isinstance(item[0], str)
+            and isinstance(item[1], int)
+            and not isinstance(item[1], bool)
+        )
+        if not ok:
+            raise FormatError(None, f"$.anchor_points[{i}]", "expected [name, end index]")
+        anchors.append((item[0], item[1]))
+    return anchors

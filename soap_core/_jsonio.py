@@ -1,0 +1,102 @@
+"""Reading and writing the JSON files of a store.
+
+Reading is lenient: peteos reads with json5/jsonc, so hand-edited files with comments or
+trailing commas load too (stdlib json is tried first because it is fast and exact).
+Writing is strict: ``json.dumps(obj, indent=2)`` with ASCII escapes and no trailing
+newline, exactly what peteos' ``json.dump(obj, f, indent=2)`` writes, replaced
+atomically so that a crash never leaves half a file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import json5
+
+from soap_core._errors import FormatError, StoreError
+
+
+def read_json(path: Path) -> Any:
+    """The JSON value in ``path``; FormatError saying where and why if it is not JSON."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise StoreError(path, f"cannot read: {exc.strerror or exc}") from exc
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise FormatError(path, "$", f"not UTF-8 text (byte {exc.start})") from exc
+    if not text.strip():
+        raise FormatError(path, "$", "empty file (truncated?)")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as strict_error:
+        try:
+            return json5.loads(text)
+        except Exception:  # json5 raises ValueError and, on some inputs, others
+            raise FormatError(
+                path,
+                "$",
+                f"not valid JSON or JSON5: {strict_error.msg} at line {strict_error.lineno}"
+                f" column {strict_error.colno}",
+            ) from strict_error
+
+
+def dump_json(value: Any) -> str:
+    """The text peteos writes for ``value``."""
+    return json.dumps(value, indent=2)
+
+
+def write_json_atomic(path: Path, value: Any) -> bool:
+    """Write ``value`` to ``path`` unless the file already holds it; True if written.
+
+    A file whose parsed content already equals ``value`` is left alone, so loading and
+    saving never rewrites a file (hand-edited comments and all) that nothing changed.
+    """
+    text = dump_json(value)
+    if path.exists():
+        try:
+            if path.read_text("utf-8") == text or read_json(path) == value:
+                return False
+        except (OSError, UnicodeDecodeError, FormatError, StoreError):
+            pass  # unreadable or broken: replacing it is the point of this write
+    write_text_atomic(path, text)
+    return True
+
+
+def _mode_for(path: Path) -> int:
+    """Keep an existing file's permissions; a new file gets 0o666 less the umask."""
+    try:
+        return path.stat().st_mode & 0o777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text``: temp file in the same folder, fsync, rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, _mode_for(path))
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp_name)
+        raise
+    with contextlib.suppress(OSError):  # not every file system lets a folder be fsynced
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)

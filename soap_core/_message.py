@@ -1,0 +1,303 @@
+"""A sOAP message: role, typed content parts, identity, sequence and token count.
+
+The message knows nothing about files. :func:`Message.from_dict` and
+:meth:`Message.to_dict` are its one codec: every key read from a file is written back in
+its place (unknown keys too), and keys set later are appended after them, as Python's
+dict does in peteos. So a message that was loaded and not changed gives back exactly the
+dict it came from.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any, Literal, TypeAlias
+
+from soap_core._errors import FormatError
+from soap_core._keyorder import in_file_order
+from soap_core._parts import (
+    Part,
+    TextPart,
+    ThinkingPart,
+    ToolPart,
+    ToolResultPart,
+    ToolUsePart,
+    part_from_dict,
+    part_to_dict,
+)
+from soap_core._tokens import DEFAULT_ENCODING, count_text, message_token_text
+
+Role: TypeAlias = Literal["user", "assistant", "system", "tool", "tool_result"]
+MessageType: TypeAlias = Literal["Message", "SystemPromptMessage", "ToolDefinitionsMessage"]
+MESSAGE_TYPES: tuple[MessageType, ...] = ("Message", "SystemPromptMessage", "ToolDefinitionsMessage")
+
+_KNOWN_KEYS = (
+    "_static_text",
+    "role",
+    "content",
+    "_type",
+    "id",
+    "_hook_ids",
+    "creation_timestamp",
+    "metadata",
+    "_sequence_number",
+    "token_count",
+)
+# The order in which peteos creates the keys of a new message of each class.
+_NEW_KEY_ORDER: dict[str, tuple[str, ...]] = {
+    "Message": (
+        "role",
+        "content",
+        "_type",
+        "id",
+        "_hook_ids",
+        "creation_timestamp",
+        "metadata",
+        "_sequence_number",
+        "token_count",
+    ),
+    "SystemPromptMessage": (
+        "_static_text",
+        "role",
+        "_type",
+        "id",
+        "_hook_ids",
+        "creation_timestamp",
+        "content",
+        "_sequence_number",
+        "token_count",
+    ),
+    "ToolDefinitionsMessage": (
+        "role",
+        "_type",
+        "id",
+        "_hook_ids",
+        "creation_timestamp",
+        "_sequence_number",
+        "content",
+        "token_count",
+    ),
+}
+
+
+class Message:
+    """One message of a context, in display order there.
+
+    ``token_count`` is the count cached in the file, kept and written back as it was;
+    :meth:`count_tokens` is the true count of the current content. Where the two
+    differ the message is :attr:`token_count_is_stale`.
+    """
+
+    def __init__(
+        self,
+        role: str,
+        content: Sequence[Part] | None,
+        *,
+        message_type: MessageType = "Message",
+        id: str | None = None,
+        hook_ids: Sequence[str] | None = None,
+        creation_timestamp: str | None = None,
+        sequence_number: int | None = None,
+        token_count: int | None = None,
+        metadata: dict[str, Any] | None = None,
+        static_text: str | None = None,
+    ) -> None:
+        self.role = role
+        self._content: tuple[Part, ...] | None = tuple(content) if content is not None else None
+        self.message_type: MessageType = message_type
+        self.id = id if id is not None else str(uuid.uuid4())
+        self.hook_ids: list[str] | None = list(hook_ids) if hook_ids is not None else []
+        self.creation_timestamp: str | None = (
+            creation_timestamp if creation_timestamp is not None else datetime.now().isoformat()
+        )
+        self.sequence_number = sequence_number
+        self.token_count = token_count
+        self.metadata = metadata
+        self.static_text = static_text
+        self.extra: dict[str, Any] = {}
+        self._key_order: tuple[str, ...] = _NEW_KEY_ORDER[message_type]
+        self._file_keys: frozenset[str] = frozenset()
+        self._token_cache: dict[str, int] = {}
+
+    # -- content and tokens -------------------------------------------------------------
+
+    @property
+    def content(self) -> tuple[Part, ...]:
+        """The content parts; empty when the file has no content key."""
+        return self._content or ()
+
+    @content.setter
+    def content(self, parts: Iterable[Part]) -> None:
+        self._content = tuple(parts)
+        self._token_cache.clear()
+
+    @property
+    def has_content_key(self) -> bool:
+        return self._content is not None
+
+    def raw_content(self) -> list[dict[str, Any]] | None:
+        """The content as the list of dicts that is stored and tokenized."""
+        if self._content is None:
+            return None
+        return [part_to_dict(p) for p in self._content]
+
+    def count_tokens(self, encoding: str = DEFAULT_ENCODING) -> int:
+        """True token count of the current content with peteos' formula, cached per encoding."""
+        cached = self._token_cache.get(encoding)
+        if cached is None:
+            cached = count_text(message_token_text(self.role, self.raw_content()), encoding)
+            self._token_cache[encoding] = cached
+        return cached
+
+    @property
+    def token_count_is_stale(self) -> bool:
+        """The file's cached count differs from the true cl100k_base count."""
+        return self.token_count is not None and self.token_count != self.count_tokens()
+
+    def record_token_count(self) -> int:
+        """Store the true cl100k_base count as the cached count, as peteos does on use."""
+        self.token_count = self.count_tokens()
+        return self.token_count
+
+    # -- views --------------------------------------------------------------------------
+
+    @property
+    def is_special(self) -> bool:
+        """System prompt and tool definitions: kept by every fork and compaction."""
+        return self.message_type != "Message"
+
+    def text(self) -> str:
+        """The text parts joined by blank lines (thinking and tool traffic left out)."""
+        return "\n\n".join(p.text for p in self.content if isinstance(p, TextPart))
+
+    def parts_of(self, kind: type[Part]) -> list[Part]:
+        return [p for p in self.content if isinstance(p, kind)]
+
+    def tool_uses(self) -> list[ToolUsePart]:
+        return [p for p in self.content if isinstance(p, ToolUsePart)]
+
+    def tool_results(self) -> list[ToolResultPart]:
+        return [p for p in self.content if isinstance(p, ToolResultPart)]
+
+    def tool_definitions(self) -> list[ToolPart]:
+        return [p for p in self.content if isinstance(p, ToolPart)]
+
+    def has_thinking(self) -> bool:
+        return any(isinstance(p, ThinkingPart) for p in self.content)
+
+    @property
+    def created_at(self) -> datetime | None:
+        try:
+            return datetime.fromisoformat(self.creation_timestamp) if self.creation_timestamp else None
+        except ValueError:
+            return None
+
+    # -- construction -------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls, role: Role, content: Sequence[Part], *, metadata: dict[str, Any] | None = None
+    ) -> Message:
+        """A new plain message with a fresh id and the local creation time, as peteos."""
+        return cls(role, content, metadata=metadata)
+
+    @classmethod
+    def system_prompt(cls, static_text: str, hook_outputs: Sequence[str] = ()) -> Message:
+        """A SystemPromptMessage whose text is the static prompt plus hook outputs."""
+        text = "\n\n".join([static_text, *hook_outputs])
+        return cls("system", [TextPart(text)], message_type="SystemPromptMessage", static_text=static_text)
+
+    @classmethod
+    def tool_definitions_message(cls, tools: Sequence[ToolPart]) -> Message:
+        return cls("tool", list(tools), message_type="ToolDefinitionsMessage")
+
+    def copy(self) -> Message:
+        """A copy that shares nothing mutable with this message (parts are immutable)."""
+        clone = Message.from_dict(self.to_dict())
+        clone._token_cache = dict(self._token_cache)
+        return clone
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Message) and self.to_dict() == other.to_dict()
+
+    def __repr__(self) -> str:
+        return f"Message(role={self.role!r}, id={self.id!r}, seq={self.sequence_number}, parts={len(self.content)})"
+
+    # -- codec --------------------------------------------------------------------------
+
+    @classmethod
+    def from_dict(cls, data: Any, path: str = "$") -> Message:
+        """Read one message dict; raise FormatError naming the JSON path of a bad value."""
+        if not isinstance(data, dict):
+            raise FormatError(None, path, f"a message must be an object, got {type(data).__name__}")
+        message_type = data.get("_type", "Message")
+        if message_type not in MESSAGE_TYPES:
+            raise FormatError(None, f"{path}._type", f"unknown message _type {message_type!r}")
+        role = _get(data, "role", str, path, "system" if message_type == "SystemPromptMessage" else None)
+        raw_content = _get(data, "content", list, path, None)
+        content = (
+            None
+            if raw_content is None
+            else [part_from_dict(p, f"{path}.content[{i}]") for i, p in enumerate(raw_content)]
+        )
+        message_id = _get(data, "id", str, path, None)
+        if message_id is None:
+            raise FormatError(None, path, "missing key 'id'")
+        hook_ids = _get(data, "_hook_ids", list, path, None)
+        message = cls(
+            role,
+            content,
+            message_type=message_type,
+            id=message_id,
+            hook_ids=hook_ids,
+            creation_timestamp=_get(data, "creation_timestamp", str, path, None),
+            sequence_number=_get(data, "_sequence_number", int, path, None),
+            token_count=_get(data, "token_count", int, path, None),
+            metadata=_get(data, "metadata", dict, path, None),
+            static_text=_get(data, "_static_text", str, path, None),
+        )
+        message.hook_ids = hook_ids
+        message.creation_timestamp = data.get("creation_timestamp")
+        message.extra = {k: v for k, v in data.items() if k not in _KNOWN_KEYS}
+        message._key_order = tuple(data)
+        message._file_keys = frozenset(data)
+        return message
+
+    def _known_values(self) -> dict[str, Any]:
+        return {
+            "_static_text": self.static_text,
+            "role": self.role,
+            "content": self.raw_content(),
+            "_type": self.message_type,
+            "id": self.id,
+            "_hook_ids": self.hook_ids,
+            "creation_timestamp": self.creation_timestamp,
+            "metadata": self.metadata,
+            "_sequence_number": self.sequence_number,
+            "token_count": self.token_count,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """The message dict: file keys in file order (None written as null), new keys after."""
+        values = self._known_values()
+        if "role" not in self._file_keys and self._file_keys and self.message_type == "SystemPromptMessage":
+            values["role"] = None  # old SystemPromptMessage dicts have no role key: keep it so
+        return in_file_order(
+            values,
+            self.extra,
+            self._key_order,
+            _NEW_KEY_ORDER[self.message_type],
+            self._file_keys,
+            lambda _key, value: value is not None,
+        )
+
+
+def _get(data: dict[str, Any], key: str, kind: type, path: str, default: Any) -> Any:
+    """A typed optional value of a message dict; null counts as absent."""
+    value = data.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise FormatError(None, f"{path}.{key}", f"expected {kind.__name__}, got {type(value).__name__}")
+    return value

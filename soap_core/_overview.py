@@ -1,0 +1,138 @@
+"""Summaries of sessions and messages, as listings (CLI and pages) show them.
+
+These are plain values computed from the model, so a command, a page and a test all
+get the same figures from one function.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from soap_core._context import Context
+from soap_core._errors import SoapError
+from soap_core._message import Message
+from soap_core._parts import TextPart, ThinkingPart, ToolPart, ToolResultPart, ToolUsePart
+from soap_core._store import SessionSummary, Store
+
+
+@dataclass(frozen=True)
+class SessionOverview:
+    """One row of the session listing: the summary plus figures of the active context."""
+
+    role: str
+    uuid: str
+    thread_id: str | None
+    is_active: bool
+    contexts: int
+    messages: int | None
+    tokens: int | None
+    first_timestamp: str | None
+    last_timestamp: str | None
+    error: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def session_overview(store: Store, summary: SessionSummary) -> SessionOverview:
+    """The listing row of one session; reads its active context file only."""
+    figures: dict[str, Any] = {
+        "messages": None,
+        "tokens": None,
+        "first_timestamp": None,
+        "last_timestamp": None,
+    }
+    error = summary.error
+    if error is None:
+        try:
+            context = store.load_active_context(summary)
+        except SoapError as exc:
+            error = str(exc)
+        else:
+            stamps = sorted(m.creation_timestamp for m in context.messages if m.creation_timestamp)
+            figures = {
+                "messages": len(context.messages),
+                "tokens": context.total_token_count(),
+                "first_timestamp": stamps[0] if stamps else None,
+                "last_timestamp": stamps[-1] if stamps else None,
+            }
+    return SessionOverview(
+        role=summary.role,
+        uuid=summary.uuid,
+        thread_id=summary.thread_id,
+        is_active=summary.is_active,
+        contexts=summary.context_files,
+        error=error,
+        **figures,
+    )
+
+
+@dataclass(frozen=True)
+class MessageRow:
+    """One message as a listing shows it."""
+
+    index: int
+    sequence_number: int | None
+    id: str
+    role: str
+    message_type: str
+    parts: tuple[str, ...]
+    tokens: int
+    cached_tokens: int | None
+    stale: bool
+    anchors_after: tuple[str, ...]
+    preview: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def part_kinds(message: Message) -> tuple[str, ...]:
+    return tuple(str(part.type) for part in message.content)
+
+
+def preview(message: Message, width: int = 80) -> str:
+    """A one-line glimpse of a message: its text, else its tool traffic."""
+    pieces: list[str] = []
+    for part in message.content:
+        if isinstance(part, TextPart):
+            pieces.append(part.text)
+        elif isinstance(part, ThinkingPart):
+            pieces.append(f"(thinking) {part.text}")
+        elif isinstance(part, ToolUsePart):
+            pieces.append(f"{part.name}({part.arguments})")
+        elif isinstance(part, ToolResultPart):
+            pieces.append(f"-> {part.content!s}" if part.content != "" else "-> (empty)")
+        elif isinstance(part, ToolPart):
+            pieces.append(f"tool {part.name}")
+        else:
+            pieces.append(f"[{part.type}]")
+    line = " ".join(" ".join(pieces).split())
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def message_rows(context: Context, *, chronological: bool = False) -> list[MessageRow]:
+    """Rows for every message, in display order (or by sequence number)."""
+    ends: dict[int, list[str]] = {}
+    for name, end in context.anchor_points:
+        ends.setdefault(end, []).append(name)
+    rows = [
+        MessageRow(
+            index=i,
+            sequence_number=m.sequence_number,
+            id=m.id,
+            role=m.role,
+            message_type=m.message_type,
+            parts=part_kinds(m),
+            tokens=m.count_tokens(),
+            cached_tokens=m.token_count,
+            stale=m.token_count_is_stale,
+            anchors_after=tuple(ends.get(i + 1, ())),
+            preview=preview(m),
+        )
+        for i, m in enumerate(context.messages)
+    ]
+    if chronological:
+        rows.sort(key=lambda r: (r.sequence_number is None, r.sequence_number or 0))
+    return rows

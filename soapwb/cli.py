@@ -1,0 +1,50 @@
+"""``soapwb``: the workbench's command line.
+
+Each command parses its arguments, calls library functions and lays out what they
+return, as a table or, with ``--json``, as JSON. Errors the library raises on purpose
+become one line on stderr and exit status 1; there is no user-facing traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from soap_core import SoapError
+from soapwb import store_commands
+from soapwb.common import UsageError
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="soapwb", description="Inspect, replay and compare LLM agent contexts stored in sOAP format."
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    store_commands.register(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except UsageError as exc:
+        parser.error(str(exc))
+    except SoapError as exc:
+        print(f"soapwb: error: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        return 0
+    except KeyboardInterrupt:
+        print("soapwb: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

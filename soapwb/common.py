@@ -1,0 +1,44 @@
+"""Pieces every ``soapwb`` command shares: the store options, JSON and table output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from soap_core import Store
+
+
+class UsageError(Exception):
+    """A command was called in a way that cannot work (no store given, ...)."""
+
+
+def add_store_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--store",
+        metavar="DIR",
+        default=os.environ.get("SOAPWB_STORE"),
+        help="the sOAP config dir (default: $SOAPWB_STORE)",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def open_store(args: argparse.Namespace) -> Store:
+    if not args.store:
+        raise UsageError("no store given: pass --store DIR or set SOAPWB_STORE")
+    return Store(args.store)
+
+
+def emit_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Plain left-aligned columns; None shows as '-'."""
+    cells = [[("-" if v is None else str(v)) for v in row] for row in rows]
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+    return "\n".join(lines)

@@ -1,0 +1,146 @@
+"""``soapwb ls``, ``show`` and ``tree``: reading a store."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from soap_core import fork_tree, message_rows, session_overview
+from soapwb.common import add_store_options, emit_json, format_table, open_store
+
+
+def register(commands: Any) -> None:
+    ls = commands.add_parser("ls", help="list the sessions of a store")
+    add_store_options(ls)
+    ls.set_defaults(handler=cmd_ls)
+
+    show = commands.add_parser("show", help="show the messages of a session's context")
+    show.add_argument("session", metavar="SESSION", help="session uuid or a unique prefix of one")
+    show.add_argument("--context", metavar="ID", help="context id or prefix (default: the active one)")
+    show.add_argument(
+        "--chronological", action="store_true", help="order by sequence number instead of display order"
+    )
+    add_store_options(show)
+    show.set_defaults(handler=cmd_show)
+
+    tree = commands.add_parser("tree", help="show a session's fork tree")
+    tree.add_argument("session", metavar="SESSION", help="session uuid or a unique prefix of one")
+    add_store_options(tree)
+    tree.set_defaults(handler=cmd_tree)
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    store = open_store(args)
+    rows = [session_overview(store, summary) for summary in store.sessions()]
+    if args.json:
+        emit_json([row.as_dict() for row in rows])
+        return 0
+    if not rows:
+        print(f"no sessions in {store.agents_dir}")
+        return 0
+    table = [
+        (
+            r.role,
+            r.uuid,
+            r.thread_id,
+            "yes" if r.is_active else "no",
+            r.contexts,
+            r.messages,
+            r.tokens,
+            r.first_timestamp,
+            r.last_timestamp,
+        )
+        for r in rows
+    ]
+    print(
+        format_table(
+            ("ROLE", "SESSION", "THREAD", "ACTIVE", "CONTEXTS", "MESSAGES", "TOKENS", "FIRST", "LAST"), table
+        )
+    )
+    for r in rows:
+        if r.error:
+            print(f"broken: {r.role}/{r.uuid}: {r.error}")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    store = open_store(args)
+    session = store.load_session(args.session, require_active=args.context is None)
+    context = session.context(args.context) if args.context else session.active_context
+    rows = message_rows(context, chronological=args.chronological)
+    header: dict[str, Any] = {
+        "role": session.role,
+        "session": session.uuid,
+        "thread_id": session.thread_id,
+        "context": context.id,
+        "active": context.id == session.active_context_id,
+        "origin_context_id": context.origin_context_id,
+        "anchor_points": [list(a) for a in context.anchor_points],
+        "tokens": context.total_token_count(),
+    }
+    if args.json:
+        emit_json(
+            {
+                **header,
+                "messages": [r.as_dict() for r in rows],
+                "load_errors": {k: str(v) for k, v in session.load_errors.items()},
+            }
+        )
+        return 0
+    origin = f"  fork of {context.origin_context_id}" if context.origin_context_id else ""
+    print(f"{session.role}/{session.uuid}  context {context.id}{origin}")
+    print(f"{len(rows)} messages, {header['tokens']} tokens (cl100k_base)")
+    table = []
+    for r in rows:
+        tokens = f"{r.tokens} (cached {r.cached_tokens}, stale)" if r.stale else str(r.tokens)
+        table.append((r.index, r.sequence_number, r.role, ",".join(r.parts) or "-", tokens, r.preview))
+        if not args.chronological:
+            table.extend(("", "", "", "", "", f"── anchor {name}") for name in r.anchors_after)
+    print(format_table(("#", "SEQ", "ROLE", "PARTS", "TOKENS", "CONTENT"), table))
+    for name, error in session.load_errors.items():
+        print(f"unreadable: {name}: {error}")
+    return 0
+
+
+def cmd_tree(args: argparse.Namespace) -> int:
+    store = open_store(args)
+    session = store.load_session(args.session, require_active=False)
+    nodes = fork_tree(session)
+    if args.json:
+        emit_json(
+            {
+                "role": session.role,
+                "session": session.uuid,
+                "active_context_id": session.active_context_id,
+                "contexts": [
+                    {
+                        "id": n.id,
+                        "parent_id": n.parent_id,
+                        "children": list(n.children),
+                        "kind": n.kind,
+                        "depth": n.depth,
+                        "active": n.active,
+                        "messages": n.messages,
+                        "file": n.file,
+                        "parent_missing": n.parent_missing,
+                    }
+                    for n in nodes
+                ],
+                "unreadable_files": {k: str(v) for k, v in session.load_errors.items()},
+            }
+        )
+        return 0
+    print(f"{session.role}/{session.uuid}")
+    for i, n in enumerate(nodes):
+        last = not any(m.depth == n.depth for m in nodes[i + 1 :] if m.parent_id == n.parent_id)
+        indent = "    " * max(n.depth - 1, 0) + (("└── " if last else "├── ") if n.depth else "")
+        if n.kind == "discarded":
+            detail = "discarded (listed in its parent's children, no file)"
+        else:
+            detail = f"{n.kind}, {n.messages} messages"
+        flags = "  [active]" if n.active else ""
+        flags += "  (origin not in this session)" if n.parent_missing else ""
+        print(f"{indent}{n.id}  {detail}{flags}")
+    for name, error in session.load_errors.items():
+        print(f"unreadable: {name}: {error}")
+    return 0
