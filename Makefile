@@ -19,6 +19,7 @@ $(STAMP): pyproject.toml
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 typecheck: install
 	$(BIN)/mypy
