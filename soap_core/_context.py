@@ -365,11 +365,11 @@ class Context:
         values: dict[str, Any] = {
             "messages": [m.to_dict() for m in self.messages],
             "id": self.id,
-            "content_map": self.content_map,
+            "content_map": dict(self.content_map),
             "anchor_points": [[name, index] for name, index in self.anchor_points],
             "message_sequence": self.message_sequence,
             "_mutation_counter": self.mutation_counter,
-            "children": self.children,
+            "children": list(self.children),
             "origin_context_id": self.origin_context_id,
             "parent_mutation_counter": self.parent_mutation_counter,
             "system_prompt_message_id": self.system_prompt_message_id,

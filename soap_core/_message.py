@@ -271,7 +271,7 @@ class Message:
             "content": self.raw_content(),
             "_type": self.message_type,
             "id": self.id,
-            "_hook_ids": self.hook_ids,
+            "_hook_ids": None if self.hook_ids is None else list(self.hook_ids),
             "creation_timestamp": self.creation_timestamp,
             "metadata": self.metadata,
             "_sequence_number": self.sequence_number,

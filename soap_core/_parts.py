@@ -193,7 +193,7 @@ def part_from_dict(data: Any, path: str = "$") -> Part:
 def part_to_dict(part: Part) -> dict[str, Any]:
     """The dict for one part: the original one if unchanged, else peteos' layout."""
     if part._raw is not None:
-        return part._raw
+        return dict(part._raw)
     out: dict[str, Any]
     if isinstance(part, UnknownPart):
         return dict(part.data)

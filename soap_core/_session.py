@@ -120,8 +120,8 @@ class Session:
         values: dict[str, Any] = {
             "uuid": self.uuid,
             "active_context_id": self.active_context_id,
-            "auto_approve_tools": self.auto_approve_tools,
-            "state_data": self.state_data,
+            "auto_approve_tools": list(self.auto_approve_tools),
+            "state_data": dict(self.state_data),
             "is_active": self.is_active,
         }
         # Older files lack state_data and is_active: they stay absent while unused.

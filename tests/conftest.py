@@ -1,0 +1,42 @@
+"""Shared fixtures: the sample sOAP store and copies of it that tests may change."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from soap_core import Context, Store
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SOAP_FIXTURE = FIXTURES / "soap"
+SESSION_UUID = "20250611-3f0c2b6e-8a41-4d8e-9c1a-5b7d2e9f4a10"
+SESSION_DIR = SOAP_FIXTURE / "agents" / "HelloPete" / SESSION_UUID
+PARENT_ID = "b1d6e0a2-7c3f-4e59-a0b8-2f6d91c4e7a3"
+CHILD_ID = "e7c40f19-2a6b-4d35-8e91-7b03a5c6d2f4"
+DISCARDED_ID = "5e2a9c71-0b4d-4f8e-b36a-c9d71e02f5b8"
+
+
+@pytest.fixture
+def store_copy(tmp_path: Path) -> Path:
+    """A writable copy of the sample store (the config dir)."""
+    target = tmp_path / "store"
+    shutil.copytree(SOAP_FIXTURE, target)
+    for path in target.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return target
+
+
+@pytest.fixture
+def fixture_store() -> Store:
+    return Store(SOAP_FIXTURE)
+
+
+def load_fixture_context(context_id: str) -> Context:
+    return Store(SOAP_FIXTURE).read_context(SESSION_DIR / f"{context_id}.json")
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` with its bytes, to prove nothing was rewritten."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
