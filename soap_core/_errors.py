@@ -24,6 +24,9 @@ class FormatError(SoapError):
         where = str(self.path) if self.path is not None else "<memory>"
         super().__init__(f"{where}: at {json_path}: {problem}")
 
+    def __reduce__(self) -> tuple[type[FormatError], tuple[Path | None, str, str]]:
+        return (type(self), (self.path, self.json_path, self.problem))  # picklable for caches
+
     def at(self, path: Path | str) -> FormatError:
         """The same error, now naming the file it was found in."""
         return FormatError(path, self.json_path, self.problem)
@@ -36,6 +39,9 @@ class StoreError(SoapError):
         self.path = Path(path)
         self.problem = problem
         super().__init__(f"{self.path}: {problem}")
+
+    def __reduce__(self) -> tuple[type[StoreError], tuple[Path, str]]:
+        return (type(self), (self.path, self.problem))
 
 
 class SessionNotFoundError(StoreError):

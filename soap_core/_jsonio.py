@@ -35,16 +35,19 @@ def read_json(path: Path) -> Any:
         raise FormatError(path, "$", "empty file (truncated?)")
     try:
         return json.loads(text)
-    except json.JSONDecodeError as strict_error:
+    except (ValueError, RecursionError) as strict_error:  # also nesting and int-size limits
         try:
             return json5.loads(text)
         except Exception:  # json5 raises ValueError and, on some inputs, others
-            raise FormatError(
-                path,
-                "$",
-                f"not valid JSON or JSON5: {strict_error.msg} at line {strict_error.lineno}"
-                f" column {strict_error.colno}",
-            ) from strict_error
+            raise FormatError(path, "$", f"not valid JSON or JSON5: {_describe(strict_error)}") from None
+
+
+def _describe(error: Exception) -> str:
+    if isinstance(error, json.JSONDecodeError):
+        return f"{error.msg} at line {error.lineno} column {error.colno}"
+    if isinstance(error, RecursionError):
+        return "nested too deeply"
+    return str(error)
 
 
 def dump_json(value: Any) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import date
+from pathlib import Path
 from typing import Any
 
 from soap_core._context import Context
@@ -37,6 +38,8 @@ class Session:
         self.contexts: dict[str, Context] = {}
         self.context_files: dict[str, str] = {}
         self.load_errors: dict[str, SoapError] = {}
+        self.directory: Path | None = None
+        """The folder this session was read from; saving writes back there."""
         self.extra: dict[str, Any] = {}
         self._key_order: tuple[str, ...] = _KEY_ORDER
         self._file_keys: frozenset[str] = frozenset()
@@ -86,7 +89,7 @@ class Session:
         if len(matches) == 1:
             return matches[0]
         problem = "matches several contexts" if matches else "no such context in this session"
-        raise ContextNotFoundError(self.uuid, f"context {context_id!r}: {problem}")
+        raise ContextNotFoundError(self.directory or self.uuid, f"context {context_id!r}: {problem}")
 
     # -- codec --------------------------------------------------------------------------
 

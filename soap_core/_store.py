@@ -10,7 +10,6 @@ broken fork.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,13 +78,18 @@ class Store:
             return []
         return sorted(p.name for p in self.agents_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
 
-    def _session_dirs(self) -> Iterator[tuple[str, Path]]:
+    def _session_dirs(self) -> list[tuple[str, Path]]:
         if not self.root.is_dir():
             raise StoreError(self.root, "no such store directory")
-        for role in self.roles():
-            for path in sorted((self.agents_dir / role).iterdir()):
-                if path.is_dir() and not path.name.startswith("."):
-                    yield role, path
+        try:
+            return [
+                (role, path)
+                for role in self.roles()
+                for path in sorted((self.agents_dir / role).iterdir())
+                if path.is_dir() and not path.name.startswith(".")
+            ]
+        except OSError as exc:
+            raise StoreError(exc.filename or self.agents_dir, f"cannot list: {exc.strerror}") from exc
 
     # -- listing ------------------------------------------------------------------------
 
@@ -146,6 +150,7 @@ class Store:
         """
         summary = self.find(ref)
         session = self._read_session_file(summary.role, summary.path)
+        session.directory = summary.path
         for path in _context_paths(summary.path):
             try:
                 context = self.read_context(path)
@@ -192,10 +197,12 @@ class Store:
     def save_session(self, session: Session) -> list[Path]:
         """Write the session's contexts, then ``session.json``; return the files written.
 
-        Files whose content is unchanged are not touched, and files that failed to load
-        are never overwritten, so saving cannot lose what is on disk.
+        A loaded session goes back to the folder it came from (even if that folder was
+        copied under another name). Files whose content is unchanged are not touched,
+        and files that failed to load are never overwritten, so saving cannot lose what
+        is on disk.
         """
-        directory = self.session_dir(session.role, session.uuid)
+        directory = session.directory or self.session_dir(session.role, session.uuid)
         written: list[Path] = []
         for context_id, context in session.contexts.items():
             name = session.context_files.setdefault(context_id, f"{context_id}.json")

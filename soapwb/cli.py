@@ -34,7 +34,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except UsageError as exc:
-        parser.error(str(exc))
+        print(f"soapwb: error: {exc}", file=sys.stderr)
+        return 2
     except SoapError as exc:
         print(f"soapwb: error: {exc}", file=sys.stderr)
         return 1

@@ -1,0 +1,42 @@
+"""soap-workbench: the Streamlit entry point (``make run``).
+
+It sets up the page, the store picker in the sidebar and the list of pages. The chosen
+store path is kept in the ``store`` query parameter, so that a copied link opens the same
+store, and in the picker's session state, so that it survives switching pages (which
+clears the query parameters).
+"""
+
+from __future__ import annotations
+
+import os
+
+import streamlit as st
+
+STORE_KEY = "store_path"
+
+
+def pick_store() -> str:
+    """The store path typed in the sidebar; first taken from ``?store=``, else SOAPWB_STORE."""
+    if STORE_KEY not in st.session_state:
+        st.session_state[STORE_KEY] = st.query_params.get("store") or os.environ.get("SOAPWB_STORE", "")
+    path = st.sidebar.text_input(
+        "Store directory",
+        key=STORE_KEY,
+        help="A sOAP config dir (the folder holding agents/), or its agents/ folder.",
+    ).strip()
+    if path:
+        st.query_params["store"] = path
+    elif "store" in st.query_params:
+        del st.query_params["store"]
+    return path
+
+
+st.set_page_config(page_title="soap-workbench", layout="wide")
+page = st.navigation(
+    [
+        st.Page("pages/sessions.py", title="Sessions", icon=":material/list:", default=True),
+        st.Page("pages/context.py", title="Context", icon=":material/chat:"),
+    ]
+)
+pick_store()
+page.run()

@@ -1,0 +1,52 @@
+"""Sessions page: every session of the store, with the figures of its active context.
+
+Broken sessions stay in the table with their error, so one bad file never hides the
+rest of the store. Picking a session links to the Context page.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from soap_core import SessionOverview, SoapError
+from workbench.loading import chosen_store, session_overviews, show_error_and_stop
+from workbench.views import overview_table, session_label
+
+
+def pick_session(root: str, overviews: list[SessionOverview]) -> None:
+    """A session picker that records the choice in ``?session=`` and links to its context."""
+    uuids = [o.uuid for o in overviews]
+    labels = {o.uuid: session_label(o) for o in overviews}
+    current = st.query_params.get("session")
+    chosen = st.selectbox(
+        "Session",
+        uuids,
+        index=uuids.index(current) if current in uuids else None,
+        format_func=labels.__getitem__,
+        placeholder="Pick a session to open",
+    )
+    if chosen is None:
+        return
+    st.query_params["session"] = chosen
+    st.page_link(
+        "pages/context.py",
+        label="Open its context",
+        icon=":material/arrow_forward:",
+        query_params={"store": root, "session": chosen},
+    )
+
+
+st.title("Sessions")
+root = chosen_store()
+try:
+    overviews = session_overviews(root)
+except SoapError as exc:
+    show_error_and_stop(exc)
+if not overviews:
+    st.info("This store has no sessions yet.")
+    st.stop()
+broken = sum(1 for o in overviews if o.error)
+counted = f"{len(overviews)} session{'' if len(overviews) == 1 else 's'}"
+st.text(counted + (f", {broken} broken (see the error column)" if broken else ""))
+st.dataframe(overview_table(overviews), hide_index=True)
+pick_session(root, overviews)

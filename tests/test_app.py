@@ -1,0 +1,312 @@
+"""The Streamlit workbench, run headless with AppTest on the sample store and small
+stores built here: every page opens without an exception, shows the figures the
+library computes, reports broken stores as errors, and shows file content as plain text.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from soap_core import (
+    TOOLS_ANCHOR,
+    Context,
+    MediaPart,
+    Message,
+    Session,
+    Store,
+    TextPart,
+    ThinkingPart,
+    ToolPart,
+    UnknownPart,
+    base64_source,
+    message_rows,
+    session_overview,
+)
+
+APP = Path(__file__).resolve().parents[1] / "app.py"
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "soap"
+SESSION = "20250611-3f0c2b6e-8a41-4d8e-9c1a-5b7d2e9f4a10"
+ACTIVE = "e7c40f19-2a6b-4d35-8e91-7b03a5c6d2f4"
+ROOT_CONTEXT = "b1d6e0a2-7c3f-4e59-a0b8-2f6d91c4e7a3"
+DISCARDED = "5e2a9c71-0b4d-4f8e-b36a-c9d71e02f5b8"
+EVIL = "<script>alert(1)</script><img src=x onerror=alert(2)>"
+PNG_1X1 = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+)
+
+
+@pytest.fixture(autouse=True)
+def no_store_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SOAPWB_STORE", raising=False)
+
+
+def open_page(store: Path | None, page: str = "sessions", **params: str) -> AppTest:
+    """Run the app with ``?store=`` and ``params`` set, then open ``pages/<page>.py``."""
+    at = AppTest.from_file(str(APP), default_timeout=30)
+    if store is not None:
+        at.query_params["store"] = str(store)
+    at.query_params.update(params)
+    at.run()
+    if page != "sessions":
+        at.switch_page(f"pages/{page}.py").run()
+    assert not at.exception
+    return at
+
+
+def texts(at: AppTest) -> list[str]:
+    return [element.value for element in at.text]
+
+
+def headings(at: AppTest) -> list[str]:
+    """The heading line of every message shown, in the order shown."""
+    return [value for value in texts(at) if value.startswith("#")]
+
+
+def shown_indices(at: AppTest) -> list[int]:
+    return [int(heading.split()[0].lstrip("#")) for heading in headings(at)]
+
+
+def json_values(at: AppTest) -> list[Any]:
+    """What the st.json elements show, parsed (AppTest gives their JSON text)."""
+    return [json.loads(element.value) for element in at.json]
+
+
+def all_nodes(node: Any) -> Iterator[Any]:
+    yield node
+    for child in getattr(node, "children", {}).values():
+        yield from all_nodes(child)
+
+
+def save(tmp_path: Path, role: str, context: Context) -> tuple[Path, Session]:
+    session = Session.create(role, context)
+    Store(tmp_path).save_session(session)
+    return tmp_path, session
+
+
+def rich_store(tmp_path: Path) -> tuple[Path, Session]:
+    """A session with every kind of part, and tool definitions added after the chat, so
+    that display order and chronological order differ."""
+    context = Context.create("sys prompt")
+    context.append(
+        Message.create(
+            "user",
+            [
+                TextPart("look at these"),
+                MediaPart("image", base64_source("image/png", PNG_1X1)),
+                MediaPart("pdf", base64_source("application/pdf", b"%PDF-1.4 tiny")),
+                UnknownPart({"type": "hologram", "depth": 3}),
+            ],
+        )
+    )
+    context.append(Message.create("assistant", [ThinkingPart("quiet reasoning"), TextPart("seen")]))
+    tools = [ToolPart("get_name", "Return the name.", {"type": "object", "properties": {}})]
+    context.append(Message.tool_definitions_message(tools), TOOLS_ANCHOR)
+    return save(tmp_path, "Rich", context)
+
+
+class TestSessionsPage:
+    def test_without_a_store_it_asks_for_one(self) -> None:
+        at = open_page(None)
+        assert at.info
+        assert not at.dataframe
+
+    def test_it_lists_every_session_with_the_library_figures(self) -> None:
+        at = open_page(FIXTURE)
+        store = Store(FIXTURE)
+        expected = [session_overview(store, summary) for summary in store.sessions()]
+        table = at.dataframe[0].value
+        rows = table.astype(object).where(table.notna(), None).to_dict("records")
+        assert rows == [
+            {
+                "role": o.role,
+                "session": o.uuid,
+                "thread": o.thread_id,
+                "active": o.is_active,
+                "contexts": o.contexts,
+                "messages": o.messages,
+                "tokens": o.tokens,
+                "first": o.first_timestamp,
+                "last": o.last_timestamp,
+                "error": o.error,
+            }
+            for o in expected
+        ]
+        assert rows[0]["tokens"] == 400
+
+    def test_without_a_selection_it_offers_no_link(self) -> None:
+        at = open_page(FIXTURE)
+        assert at.selectbox[0].value is None
+        assert not at.page_link
+        assert "session" not in at.query_params
+
+    def test_picking_a_session_sets_the_query_param_and_links_to_its_context(self) -> None:
+        at = open_page(FIXTURE)
+        at.selectbox[0].set_value(SESSION).run()
+        assert not at.exception
+        assert at.query_params["session"] == SESSION
+        link = at.page_link[0].proto
+        assert link.page == "context"
+        assert f"session={SESSION}" in link.query_string
+
+    def test_a_broken_session_json_is_listed_with_its_error(self, tmp_path: Path) -> None:
+        store = tmp_path / "soap"
+        shutil.copytree(FIXTURE, store)
+        (store / "agents" / "HelloPete" / SESSION / "session.json").write_text("{")
+        at = open_page(store)
+        table = at.dataframe[0].value
+        assert list(table["session"]) == [SESSION]
+        assert "session.json" in table["error"][0]
+
+    def test_a_missing_store_directory_is_an_error(self, tmp_path: Path) -> None:
+        at = open_page(tmp_path / "nowhere")
+        assert at.error
+        assert not at.dataframe
+
+
+class TestContextPage:
+    def test_without_a_session_it_asks_for_one(self) -> None:
+        at = open_page(FIXTURE, "context")
+        assert at.info
+        assert not headings(at)
+
+    def test_it_shows_the_active_context_by_default(self) -> None:
+        at = open_page(FIXTURE, "context", session=SESSION)
+        context = Store(FIXTURE).load_session(SESSION).active_context
+        assert at.query_params["context"] == ACTIVE
+        assert shown_indices(at) == [row.index for row in message_rows(context)]
+        assert f"{len(context.messages)} messages, {context.total_token_count()} tokens" in " ".join(
+            texts(at)
+        )
+
+    def test_a_session_prefix_is_enough(self) -> None:
+        at = open_page(FIXTURE, "context", session="20250611-3f0c")
+        assert at.query_params["context"] == ACTIVE
+
+    def test_the_stale_token_count_of_the_system_prompt_is_shown_beside_the_true_one(self) -> None:
+        at = open_page(FIXTURE, "context", session=SESSION)
+        row = message_rows(Store(FIXTURE).load_session(SESSION).active_context)[0]
+        assert (row.stale, row.cached_tokens, row.tokens) == (True, 49, 79)
+        assert "stale: cached 49, true 79" in headings(at)[0]
+
+    def test_anchors_are_marked_after_the_message_they_end(self) -> None:
+        at = open_page(FIXTURE, "context", session=SESSION)
+        shown = texts(at)
+        system_prompt = next(i for i, value in enumerate(shown) if value.startswith("#0 "))
+        assert "end of anchor system_prompt" in shown[system_prompt + 2]
+        assert "end of anchor messages" in shown[-1]
+
+    def test_a_tool_call_and_its_result_show_the_same_call_id(self) -> None:
+        at = open_page(FIXTURE, "context", session=SESSION)
+        call_id = "toolu_01HXk3Vq9pZ2mN7cR4tY8wLb"
+        assert len([value for value in texts(at) if call_id in value]) == 2
+        assert {"answer": 42} in json_values(at)
+
+    def test_a_context_is_picked_by_id_prefix(self) -> None:
+        at = open_page(FIXTURE, "context", session=SESSION, context="b1d6")
+        context = Store(FIXTURE).load_session(SESSION).context(ROOT_CONTEXT)
+        assert at.query_params["context"] == ROOT_CONTEXT
+        assert len(headings(at)) == len(context.messages) == 7
+        assert "Remember this: the answer is 42." in texts(at)
+
+    def test_picking_another_context_shows_it_and_records_it(self) -> None:
+        at = open_page(FIXTURE, "context", session=SESSION)
+        at.selectbox[0].set_value(ROOT_CONTEXT).run()
+        assert not at.exception
+        assert at.query_params["context"] == ROOT_CONTEXT
+        assert len(headings(at)) == 7
+
+    def test_an_unknown_context_is_an_error(self) -> None:
+        at = open_page(FIXTURE, "context", session=SESSION, context="ffff")
+        assert at.error
+        assert not headings(at)
+
+    def test_the_chronological_toggle_orders_messages_by_sequence_number(self, tmp_path: Path) -> None:
+        store, session = rich_store(tmp_path)
+        at = open_page(store, "context", session=session.uuid)
+        assert shown_indices(at) == [0, 1, 2, 3]
+        at.toggle[0].set_value(True).run()
+        assert not at.exception
+        expected = [row.index for row in message_rows(session.active_context, chronological=True)]
+        assert shown_indices(at) == expected == [0, 2, 3, 1]
+
+    def test_the_chronological_toggle_works_on_a_picked_context(self) -> None:
+        at = open_page(FIXTURE, "context", session=SESSION, context="b1d6")
+        at.toggle[0].set_value(True).run()
+        assert not at.exception
+        context = Store(FIXTURE).load_session(SESSION).context(ROOT_CONTEXT)
+        assert shown_indices(at) == [row.index for row in message_rows(context, chronological=True)]
+
+    def test_the_fork_tree_labels_the_discarded_child(self) -> None:
+        at = open_page(FIXTURE, "context", session=SESSION)
+        tree = next(value for value in texts(at) if DISCARDED in value)
+        lines = tree.splitlines()
+        assert lines[0].startswith(f"- {ROOT_CONTEXT}")
+        assert f"    - {DISCARDED}  discarded (no file)" in lines
+        assert any(line.startswith(f"    - {ACTIVE}") and "[active]" in line for line in lines)
+
+    def test_each_kind_of_part_is_rendered_for_what_it_is(self, tmp_path: Path) -> None:
+        store, session = rich_store(tmp_path)
+        at = open_page(store, "context", session=session.uuid)
+        assert len(at.image) == 1
+        assert len(at.download_button) == 1
+        assert {"type": "hologram", "depth": 3} in json_values(at)
+        thinking = at.expander[0]
+        assert thinking.label == "thinking"
+        assert [element.value for element in thinking.text] == ["quiet reasoning"]
+        assert "get_name" in [value.get("name") for value in json_values(at)]
+
+    def test_undecodable_media_is_reported_not_raised(self, tmp_path: Path) -> None:
+        broken_base64 = MediaPart("image", {"type": "base64", "media_type": "image/png", "data": "abc"})
+        not_an_image = MediaPart("image", base64_source("image/png", b"not a png"))
+        context = Context.create("sys prompt")
+        context.append(Message.create("user", [broken_base64, not_an_image]))
+        store, session = save(tmp_path, "Media", context)
+        at = open_page(store, "context", session=session.uuid)
+        assert at.warning
+        assert not at.image
+        assert len(at.download_button) == 1
+
+    def test_a_broken_session_json_is_an_error(self, tmp_path: Path) -> None:
+        store = tmp_path / "soap"
+        shutil.copytree(FIXTURE, store)
+        (store / "agents" / "HelloPete" / SESSION / "session.json").write_text("{")
+        at = open_page(store, "context", session=SESSION)
+        assert at.error
+        assert "session" in at.error[0].value
+        assert not headings(at)
+
+    def test_a_broken_fork_file_is_reported_and_the_rest_still_shown(self, tmp_path: Path) -> None:
+        store = tmp_path / "soap"
+        shutil.copytree(FIXTURE, store)
+        (store / "agents" / "HelloPete" / SESSION / f"{ROOT_CONTEXT}.json").write_text("[1,")
+        at = open_page(store, "context", session=SESSION)
+        assert at.warning
+        assert len(headings(at)) == 6
+
+    def test_a_missing_store_directory_is_an_error(self, tmp_path: Path) -> None:
+        at = open_page(tmp_path / "nowhere", "context", session=SESSION)
+        assert at.error
+
+    def test_html_in_a_message_is_shown_as_plain_text(self, tmp_path: Path) -> None:
+        context = Context.create("sys prompt")
+        context.append(Message.create("user", [TextPart(EVIL)]))
+        store, session = save(tmp_path, "Evil", context)
+        at = open_page(store, "context", session=session.uuid)
+        assert EVIL in texts(at)
+        carriers = [
+            node
+            for root in (at.main, at.sidebar)
+            for node in all_nodes(root)
+            if "<script>" in str(getattr(node, "proto", ""))
+        ]
+        assert carriers
+        assert {node.type for node in carriers} == {"text"}
+        assert not at.get("html")
