@@ -39,7 +39,7 @@ from soap_core._parts import (
 from soap_core._session import THREAD_ID_KEY, Session, new_session_uuid
 from soap_core._store import SESSION_FILE, SessionSummary, Store
 from soap_core._tokens import DEFAULT_ENCODING, count_text, get_encoding
-from soap_core._tree import ContextNode, fork_tree
+from soap_core._tree import ContextNode, describe_node, fork_tree
 
 __all__ = [
     "DEFAULT_ANCHORS",
@@ -77,6 +77,7 @@ __all__ = [
     "base64_source",
     "content_hash",
     "count_text",
+    "describe_node",
     "dump_json",
     "fork_tree",
     "get_encoding",

@@ -20,8 +20,8 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from soap_core._codec import in_file_order, optional_typed
 from soap_core._errors import FormatError
-from soap_core._keyorder import in_file_order
 from soap_core._message import Message
 from soap_core._parts import ThinkingPart, ToolPart, ToolResultPart
 from soap_core._tokens import DEFAULT_ENCODING
@@ -339,23 +339,23 @@ class Context:
         """Read a context file's dict; FormatError names the JSON path of a bad value."""
         if not isinstance(data, dict):
             raise FormatError(None, "$", f"a context must be an object, got {type(data).__name__}")
-        context_id = _typed(data, "id", str)
+        context_id = optional_typed(data, "id", str)
         if context_id is None:
             raise FormatError(None, "$", "missing key 'id'")
         context = cls(context_id)
-        raw_messages = _typed(data, "messages", list) or []
+        raw_messages = optional_typed(data, "messages", list) or []
         context.messages = [Message.from_dict(m, f"$.messages[{i}]") for i, m in enumerate(raw_messages)]
-        context.content_map = _typed(data, "content_map", dict) or {}
+        context.content_map = optional_typed(data, "content_map", dict) or {}
         context.anchor_points = _anchors(data.get("anchor_points"))
-        context.message_sequence = _typed(data, "message_sequence", int) or 0
-        context.mutation_counter = _typed(data, "_mutation_counter", int) or 0
-        context.children = _typed(data, "children", list) or []
+        context.message_sequence = optional_typed(data, "message_sequence", int) or 0
+        context.mutation_counter = optional_typed(data, "_mutation_counter", int) or 0
+        context.children = optional_typed(data, "children", list) or []
         if not all(isinstance(c, str) for c in context.children):
             raise FormatError(None, "$.children", "expected a list of context ids (strings)")
-        context.origin_context_id = _typed(data, "origin_context_id", str)
-        context.parent_mutation_counter = _typed(data, "parent_mutation_counter", int)
-        context.system_prompt_message_id = _typed(data, "system_prompt_message_id", str)
-        context.tool_definitions_message_id = _typed(data, "tool_definitions_message_id", str)
+        context.origin_context_id = optional_typed(data, "origin_context_id", str)
+        context.parent_mutation_counter = optional_typed(data, "parent_mutation_counter", int)
+        context.system_prompt_message_id = optional_typed(data, "system_prompt_message_id", str)
+        context.tool_definitions_message_id = optional_typed(data, "tool_definitions_message_id", str)
         context.extra = {k: v for k, v in data.items() if k not in _KEY_ORDER}
         context._key_order = tuple(data)
         context._file_keys = frozenset(data)
@@ -389,15 +389,6 @@ class Context:
 
     def __repr__(self) -> str:
         return f"Context(id={self.id!r}, messages={len(self.messages)}, origin={self.origin_context_id!r})"
-
-
-def _typed(data: dict[str, Any], key: str, kind: type) -> Any:
-    value = data.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise FormatError(None, f"$.{key}", f"expected {kind.__name__}, got {type(value).__name__}")
-    return value
 
 
 def _anchors(raw: Any) -> list[Anchor]:

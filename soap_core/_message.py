@@ -14,8 +14,8 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, Literal, TypeAlias
 
+from soap_core._codec import in_file_order, optional_typed
 from soap_core._errors import FormatError
-from soap_core._keyorder import in_file_order
 from soap_core._parts import (
     Part,
     TextPart,
@@ -234,28 +234,32 @@ class Message:
         message_type = data.get("_type", "Message")
         if message_type not in MESSAGE_TYPES:
             raise FormatError(None, f"{path}._type", f"unknown message _type {message_type!r}")
-        role = _get(data, "role", str, path, "system" if message_type == "SystemPromptMessage" else None)
-        raw_content = _get(data, "content", list, path, None)
+        role = optional_typed(data, "role", str, path)
+        if role is None and message_type == "SystemPromptMessage":
+            role = "system"  # old SystemPromptMessage dicts have no role key
+        elif role is None:
+            raise FormatError(None, path, "missing key 'role'")
+        raw_content = optional_typed(data, "content", list, path)
         content = (
             None
             if raw_content is None
             else [part_from_dict(p, f"{path}.content[{i}]") for i, p in enumerate(raw_content)]
         )
-        message_id = _get(data, "id", str, path, None)
+        message_id = optional_typed(data, "id", str, path)
         if message_id is None:
             raise FormatError(None, path, "missing key 'id'")
-        hook_ids = _get(data, "_hook_ids", list, path, None)
+        hook_ids = optional_typed(data, "_hook_ids", list, path)
         message = cls(
             role,
             content,
             message_type=message_type,
             id=message_id,
             hook_ids=hook_ids,
-            creation_timestamp=_get(data, "creation_timestamp", str, path, None),
-            sequence_number=_get(data, "_sequence_number", int, path, None),
-            token_count=_get(data, "token_count", int, path, None),
-            metadata=_get(data, "metadata", dict, path, None),
-            static_text=_get(data, "_static_text", str, path, None),
+            creation_timestamp=optional_typed(data, "creation_timestamp", str, path),
+            sequence_number=optional_typed(data, "_sequence_number", int, path),
+            token_count=optional_typed(data, "token_count", int, path),
+            metadata=optional_typed(data, "metadata", dict, path),
+            static_text=optional_typed(data, "_static_text", str, path),
         )
         message.hook_ids = hook_ids
         message.creation_timestamp = data.get("creation_timestamp")
@@ -291,13 +295,3 @@ class Message:
             self._file_keys,
             lambda _key, value: value is not None,
         )
-
-
-def _get(data: dict[str, Any], key: str, kind: type, path: str, default: Any) -> Any:
-    """A typed optional value of a message dict; null counts as absent."""
-    value = data.get(key)
-    if value is None:
-        return default
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise FormatError(None, f"{path}.{key}", f"expected {kind.__name__}, got {type(value).__name__}")
-    return value

@@ -7,9 +7,9 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+from soap_core._codec import in_file_order
 from soap_core._context import Context
 from soap_core._errors import ContextNotFoundError, FormatError, SoapError
-from soap_core._keyorder import in_file_order
 
 THREAD_ID_KEY = "_persistent_thread_id"
 _KEY_ORDER = ("uuid", "active_context_id", "auto_approve_tools", "state_data", "is_active")

@@ -72,3 +72,13 @@ def fork_tree(session: Session) -> list[ContextNode]:
     for root in roots:
         visit(root, 0)
     return nodes
+
+
+def describe_node(node: ContextNode) -> str:
+    """How a listing describes a node: kind, size and flags."""
+    detail = "discarded (no file)" if node.kind == "discarded" else f"{node.kind}, {node.messages} messages"
+    if node.active:
+        detail += "  [active]"
+    if node.parent_missing:
+        detail += "  (origin not in this session)"
+    return detail

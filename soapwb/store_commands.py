@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from soap_core import fork_tree, message_rows, session_overview
+from soap_core import describe_node, fork_tree, message_rows, session_overview
 from soapwb.common import add_store_options, emit_json, format_table, open_store
 
 
@@ -134,13 +134,7 @@ def cmd_tree(args: argparse.Namespace) -> int:
     for i, n in enumerate(nodes):
         last = not any(m.depth == n.depth for m in nodes[i + 1 :] if m.parent_id == n.parent_id)
         indent = "    " * max(n.depth - 1, 0) + (("└── " if last else "├── ") if n.depth else "")
-        if n.kind == "discarded":
-            detail = "discarded (listed in its parent's children, no file)"
-        else:
-            detail = f"{n.kind}, {n.messages} messages"
-        flags = "  [active]" if n.active else ""
-        flags += "  (origin not in this session)" if n.parent_missing else ""
-        print(f"{indent}{n.id}  {detail}{flags}")
+        print(f"{indent}{n.id}  {describe_node(n)}")
     for name, error in session.load_errors.items():
         print(f"unreadable: {name}: {error}")
     return 0

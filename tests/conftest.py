@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,3 +43,14 @@ def load_fixture_context(context_id: str) -> Context:
 def snapshot(root: Path) -> dict[str, bytes]:
     """Every file under ``root`` with its bytes, to prove nothing was rewritten."""
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def session_dir(root: Path, session_uuid: str = SESSION_UUID) -> Path:
+    return root / "agents" / "HelloPete" / session_uuid
+
+
+def edit_json(path: Path, change: Callable[[Any], object]) -> None:
+    """Apply ``change`` to the parsed file and write it back as peteos would."""
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data, indent=2))

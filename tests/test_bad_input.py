@@ -24,23 +24,12 @@ from soap_core import (
     UnknownPart,
     session_overview,
 )
-from tests.conftest import CHILD_ID, PARENT_ID, SESSION_UUID, snapshot
+from tests.conftest import CHILD_ID, PARENT_ID, SESSION_UUID, edit_json, session_dir, snapshot
 
 ROLE = "HelloPete"
 SECOND_UUID = "20250612-9d41c7e2-5b38-4f06-a1d7-3e8c6b2f0a95"
 ACTIVE_FILE = f"{CHILD_ID}.json"
 PARENT_FILE = f"{PARENT_ID}.json"
-
-
-def session_dir(root: Path, session_uuid: str = SESSION_UUID) -> Path:
-    return root / "agents" / ROLE / session_uuid
-
-
-def edit_json(path: Path, change: Callable[[Any], object]) -> None:
-    """Apply ``change`` to the parsed file and write it back as peteos would."""
-    data = json.loads(path.read_text())
-    change(data)
-    path.write_text(json.dumps(data, indent=2))
 
 
 def set_at(keys: tuple[str | int, ...], value: Any) -> Callable[[Any], None]:

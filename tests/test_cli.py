@@ -17,7 +17,7 @@ import pytest
 
 from soap_core import SESSION_FILE, Store, fork_tree, message_rows, session_overview
 from soapwb.cli import main
-from tests.conftest import CHILD_ID, DISCARDED_ID, PARENT_ID, SESSION_UUID, snapshot
+from tests.conftest import CHILD_ID, DISCARDED_ID, PARENT_ID, SESSION_UUID, edit_json, session_dir, snapshot
 
 ROLE = "HelloPete"
 SCRIPT = shutil.which("soapwb", path=str(Path(sys.executable).parent)) or shutil.which("soapwb")
@@ -33,16 +33,6 @@ class Result(NamedTuple):
 def plain(value: Any) -> Any:
     """``value`` as it looks after a trip through JSON (tuples become lists)."""
     return json.loads(json.dumps(value, default=str))
-
-
-def session_dir(root: Path, session_uuid: str = SESSION_UUID) -> Path:
-    return root / "agents" / ROLE / session_uuid
-
-
-def edit_json(path: Path, change: Callable[[Any], object]) -> None:
-    data = json.loads(path.read_text())
-    change(data)
-    path.write_text(json.dumps(data, indent=2))
 
 
 def add_session(root: Path, session_uuid: str) -> Path:
@@ -281,7 +271,7 @@ def test_tree_prints_the_discarded_child_and_marks_the_active_fork(
     assert result.out.splitlines() == [
         f"{ROLE}/{SESSION_UUID}",
         f"{PARENT_ID}  root, 7 messages",
-        f"├── {DISCARDED_ID}  discarded (listed in its parent's children, no file)",
+        f"├── {DISCARDED_ID}  discarded (no file)",
         f"└── {CHILD_ID}  fork, 6 messages  [active]",
     ]
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from soap_core import ContextNode, MediaPart, MessageRow, Session, SessionOverview, Store
+from soap_core import ContextNode, MediaPart, MessageRow, Session, SessionOverview, Store, describe_node
 
 StoreSignature = tuple[tuple[str, int, int], ...]
 """(path, mtime_ns, size) of every folder and file that a listing or a load reads."""
@@ -135,14 +135,8 @@ def fork_tree_lines(nodes: Sequence[ContextNode], shown_id: str | None = None) -
     """The fork tree as indented lines, one per context, children under their parent."""
     lines = []
     for node in nodes:
-        if node.kind == "discarded":
-            detail = "discarded (no file)"
-        else:
-            detail = f"{node.kind}, {node.messages} messages"
-        flags = "  [active]" if node.active else ""
-        flags += "  (origin not in this session)" if node.parent_missing else ""
-        flags += "  <- shown" if node.id == shown_id else ""
-        lines.append(f"{'    ' * node.depth}- {node.id}  {detail}{flags}")
+        shown = "  <- shown" if node.id == shown_id else ""
+        lines.append(f"{'    ' * node.depth}- {node.id}  {describe_node(node)}{shown}")
     return lines
 
 

@@ -1,4 +1,6 @@
-"""Writing a dict back in the key order it was read in.
+"""Shared pieces of the message, context and session codecs.
+
+Writing a dict back in the key order it was read in:
 
 Messages, contexts and session files are written by peteos with ``json.dump``, so their
 key order is the order in which Python created the keys. To write a loaded file back to
@@ -10,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+
+from soap_core._errors import FormatError
 
 
 def in_file_order(
@@ -37,3 +41,13 @@ def in_file_order(
     for key, value in extra.items():
         out.setdefault(key, value)
     return out
+
+
+def optional_typed(data: dict[str, Any], key: str, kind: type, path: str = "$") -> Any:
+    """``data[key]`` checked against ``kind`` (bool is no int); None when absent or null."""
+    value = data.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise FormatError(None, f"{path}.{key}", f"expected {kind.__name__}, got {type(value).__name__}")
+    return value
