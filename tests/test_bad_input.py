@@ -150,6 +150,7 @@ WRONG_SHAPES = [
         ACTIVE_FILE, ("messages", 2, "_type"), "HologramMessage", "$.messages[2]._type", id="unknown-_type"
     ),
     pytest.param(ACTIVE_FILE, ("messages", 2, "id"), None, "$.messages[2]", id="message-id-null"),
+    pytest.param(ACTIVE_FILE, ("messages", 2, "role"), None, "$.messages[2]", id="message-role-null"),
     pytest.param(
         ACTIVE_FILE,
         ("messages", 3, "content", 0, "arguments"),
