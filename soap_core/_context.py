@@ -260,10 +260,9 @@ class Context:
             groups.append([i])
         return groups
 
-    def rolling_sequence_window(self, n: int) -> Context | None:
-        """Fork keeping the special messages and the last ``n`` others (fewer when the
-        n-th from the end is a tool result whose call would be cut off); None when
-        nothing has to go."""
+    def recent_indices(self, n: int) -> list[int]:
+        """Display indices of the last ``n`` non-special messages, fewer where the n-th
+        from the end is a tool result whose call would be cut off."""
         if n < 0:
             raise ValueError("n must be >= 0")
         kept: list[int] = []
@@ -271,8 +270,13 @@ class Context:
             if len(kept) + len(group) > n:
                 break
             kept.extend(group)
-        others = len(self.messages) - len(self._special_indices())
-        if len(kept) == others:
+        return sorted(kept)
+
+    def rolling_sequence_window(self, n: int) -> Context | None:
+        """Fork keeping the special messages and :meth:`recent_indices` ``(n)``; None
+        when nothing has to go."""
+        kept = self.recent_indices(n)
+        if len(kept) == len(self.messages) - len(self._special_indices()):
             return None
         return self.fork(self._special_indices() + kept)
 

@@ -100,7 +100,7 @@ class Store:
     def _summary(self, role: str, path: Path) -> SessionSummary:
         files = len(_context_paths(path))
         try:
-            session = self._read_session_file(role, path)
+            session = self.read_session_file(role, path)
         except SoapError as exc:
             return SessionSummary(role, path.name, path, None, False, None, files, str(exc))
         return SessionSummary(
@@ -125,7 +125,8 @@ class Store:
 
     # -- loading ------------------------------------------------------------------------
 
-    def _read_session_file(self, role: str, path: Path) -> Session:
+    def read_session_file(self, role: str, path: Path) -> Session:
+        """Only ``session.json`` of the session folder ``path`` (no contexts)."""
         session_file = path / SESSION_FILE
         if not session_file.is_file():
             raise StoreError(session_file, "missing session.json")
@@ -149,7 +150,7 @@ class Store:
         is False.
         """
         summary = self.find(ref)
-        session = self._read_session_file(summary.role, summary.path)
+        session = self.read_session_file(summary.role, summary.path)
         session.directory = summary.path
         for path in _context_paths(summary.path):
             try:

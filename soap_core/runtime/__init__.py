@@ -1,0 +1,58 @@
+"""The agentic runtime: classes, objects, sessions and invoke over an LLM endpoint.
+
+Public names are re-exported here; the ``_modules`` behind them are private.
+"""
+
+from soap_core.runtime._agentic import AgenticObject, ModelSettings, Runtime, agentic
+from soap_core.runtime._compaction import (
+    Compaction,
+    ContextBudget,
+    RollingSequenceWindow,
+    RollingTokenWindow,
+    Summarize,
+)
+from soap_core.runtime._invoke import (
+    InvocationError,
+    IterationLimitError,
+    assistant_message,
+    output_schema_json,
+)
+from soap_core.runtime._llm import Completion, LLMEndpoint, LLMError
+from soap_core.runtime._locks import ActiveSessionError
+from soap_core.runtime._records import (
+    CallRecord,
+    InvocationRecord,
+    Party,
+    read_calls,
+    read_invocation,
+    read_invocations,
+)
+from soap_core.runtime._tools import ToolSpec, tool
+
+__all__ = [
+    "ActiveSessionError",
+    "AgenticObject",
+    "CallRecord",
+    "Compaction",
+    "Completion",
+    "ContextBudget",
+    "InvocationError",
+    "InvocationRecord",
+    "IterationLimitError",
+    "LLMEndpoint",
+    "LLMError",
+    "ModelSettings",
+    "Party",
+    "RollingSequenceWindow",
+    "RollingTokenWindow",
+    "Runtime",
+    "Summarize",
+    "ToolSpec",
+    "agentic",
+    "assistant_message",
+    "output_schema_json",
+    "read_calls",
+    "read_invocation",
+    "read_invocations",
+    "tool",
+]

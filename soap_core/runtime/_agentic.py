@@ -1,0 +1,152 @@
+"""Agentic classes and objects, and the runtime they run in.
+
+An agentic class is a blueprint: a system prompt, tools (methods marked ``@tool``),
+model settings and a compaction strategy. An agentic object is an instance with its own
+state in its public attributes, which its tools read and change. Invoking an object
+runs one turn of one of its sessions (a new one, or the one of a named thread) against
+the runtime's LLM endpoint and store.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+from soap_core._errors import SoapError
+from soap_core._store import Store
+from soap_core.runtime._llm import LLMEndpoint
+from soap_core.runtime._tools import ToolSpec, tool_specs
+
+if TYPE_CHECKING:
+    from soap_core.runtime._compaction import Compaction
+
+C = TypeVar("C", bound=type)
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """How an agentic class talks to its model; None leaves a setting to the server."""
+
+    model: str | None = None
+    temperature: float | None = 0.0
+    max_tokens: int = 256
+    seed: int | None = None
+    top_p: float | None = None
+    context_limit: int = 4096
+    context_reserve: int = 256
+    max_iterations: int = 8
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def parameters(self) -> dict[str, Any]:
+        """The sampling parameters of a request, in the order they are recorded."""
+        return {
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "max_tokens": self.max_tokens,
+            "seed": self.seed,
+            **self.extra,
+        }
+
+
+class Runtime:
+    """Where agentic objects keep their sessions and which model they call."""
+
+    def __init__(self, store: Store | Path | str, endpoint: LLMEndpoint) -> None:
+        self.store = store if isinstance(store, Store) else Store(store)
+        self.endpoint = endpoint
+
+    def __repr__(self) -> str:
+        return f"Runtime({self.store!r}, {self.endpoint!r})"
+
+
+class AgenticObject:
+    """Base class of agentic classes. Subclasses set the class attributes below."""
+
+    role: ClassVar[str] = "AgenticObject"
+    """The role name: the folder under ``agents/``; the class name unless set."""
+    system_prompt: ClassVar[str] = "You are a helpful assistant."
+    settings: ClassVar[ModelSettings] = ModelSettings()
+    compaction: ClassVar[Compaction | None] = None
+    """Runs before every model call; None applies the context-limit budget rule."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "role" not in cls.__dict__:
+            cls.role = cls.__name__
+
+    def __init__(self, *, runtime: Runtime | None = None, object_id: str | None = None) -> None:
+        self.bind(runtime, object_id=object_id)
+
+    def bind(self, runtime: Runtime | None, *, object_id: str | None = None) -> AgenticObject:
+        """Attach the runtime (and a stable object id, which thread reuse keys on)."""
+        self._soap_runtime = runtime
+        if object_id is not None or not hasattr(self, "_soap_object_id"):
+            self._soap_object_id = object_id or f"{type(self).role}-{uuid.uuid4().hex[:8]}"
+        return self
+
+    @property
+    def runtime(self) -> Runtime:
+        runtime: Runtime | None = getattr(self, "_soap_runtime", None)
+        if runtime is None:
+            raise SoapError(
+                f"{type(self).role} object is not bound to a runtime: pass runtime= or call bind()"
+            )
+        return runtime
+
+    @property
+    def object_id(self) -> str:
+        if not hasattr(self, "_soap_object_id"):
+            self.bind(getattr(self, "_soap_runtime", None))
+        return str(self._soap_object_id)
+
+    def tools(self) -> list[ToolSpec]:
+        return tool_specs(type(self))
+
+    def system_prompt_hooks(self) -> list[str]:
+        """Dynamic additions to the system prompt, recomputed before every call."""
+        return []
+
+    def state(self) -> dict[str, Any]:
+        """The public instance attributes, as JSON values (others shown by repr)."""
+        public = {k: v for k, v in vars(self).items() if not k.startswith("_")}
+        value = json.loads(json.dumps(public, default=repr))
+        return value if isinstance(value, dict) else {}
+
+    def invoke(
+        self,
+        prompt: str,
+        thread: str | None = None,
+        output_schema: Any = None,
+        *,
+        tool_choice: Any = "auto",
+        follow_up: Any = "auto",
+    ) -> Any:
+        """Run one turn: a new session, or the session of ``thread`` for this object.
+
+        Returns the model's final text, or with ``output_schema`` (a JSON schema or
+        one of str, int, float, bool, list, dict) the validated value.
+        ``tool_choice`` applies to the first model call ("auto", "none", "required" or
+        a tool name to call), ``follow_up`` to the calls after tool results: code can
+        drive a small model through a task where a large one would decide by itself.
+        """
+        from soap_core.runtime._invoke import run_invocation
+
+        return run_invocation(self, prompt, thread, output_schema, tool_choice, follow_up)
+
+
+def agentic(cls: C | None = None, *, role: str | None = None) -> Any:
+    """Class decorator: make ``cls`` an agentic class (and optionally name its role)."""
+
+    def wrap(klass: C) -> C:
+        if not issubclass(klass, AgenticObject):
+            namespace = {"__module__": klass.__module__, "__qualname__": klass.__qualname__}
+            klass = type(klass.__name__, (klass, AgenticObject), namespace)  # type: ignore[assignment]
+        if role is not None:
+            klass.role = role  # type: ignore[attr-defined]
+        return klass
+
+    return wrap(cls) if cls is not None else wrap

@@ -1,0 +1,106 @@
+"""Compaction hooks: run before every model call, each may replace the active context.
+
+A strategy returns a fork of the context (saved beside its parent, the parent listing
+it in ``children``, as sOAP does) or None to leave the context as it is. The system
+prompt and tool definitions are always kept, and a tool result never loses its call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from soap_core._context import Context
+from soap_core._message import Message
+from soap_core._parts import TextPart, ToolResultPart, ToolUsePart
+
+if TYPE_CHECKING:
+    from soap_core.runtime._agentic import AgenticObject
+
+SUMMARY_PREFIX = "[Summary of the earlier conversation]\n"
+
+
+class Compaction(Protocol):
+    def __call__(self, owner: AgenticObject, context: Context) -> Context | None: ...
+
+
+@dataclass(frozen=True)
+class RollingTokenWindow:
+    """Over ``threshold`` tokens, keep the newest ``keep`` share of it (the seed's Log
+    Analyzer: over 60,000, keep the most recent 30,000)."""
+
+    threshold: int = 60_000
+    keep: float = 0.5
+
+    def __call__(self, owner: AgenticObject, context: Context) -> Context | None:
+        if context.total_token_count() <= self.threshold:
+            return None
+        return context.rolling_token_window(int(self.threshold * self.keep))
+
+
+@dataclass(frozen=True)
+class RollingSequenceWindow:
+    """Keep the last ``n`` messages besides the system prompt and tool definitions."""
+
+    n: int = 40
+
+    def __call__(self, owner: AgenticObject, context: Context) -> Context | None:
+        return context.rolling_sequence_window(self.n)
+
+
+@dataclass(frozen=True)
+class ContextBudget:
+    """The default: keep the context plus the answer inside the model's context limit
+    less a reserve, by a rolling token window on the budget."""
+
+    def __call__(self, owner: AgenticObject, context: Context) -> Context | None:
+        settings = owner.settings
+        budget = settings.context_limit - settings.context_reserve - settings.max_tokens
+        if context.total_token_count() <= budget:
+            return None
+        return context.rolling_token_window(max(budget, 0))
+
+
+def render_for_summary(messages: list[Message]) -> str:
+    """A plain transcript of messages, for a summarizer to read."""
+    lines = []
+    for message in messages:
+        for part in message.content:
+            if isinstance(part, TextPart):
+                lines.append(f"{message.role}: {part.text}")
+            elif isinstance(part, ToolUsePart):
+                lines.append(f"{message.role} called {part.name}({part.arguments})")
+            elif isinstance(part, ToolResultPart):
+                lines.append(f"tool result: {part.content}")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Summarize:
+    """Over ``threshold`` tokens, another agentic object summarises all but the last
+    ``keep_last`` messages; the summary replaces them as one user message."""
+
+    summarizer: AgenticObject
+    threshold: int = 60_000
+    keep_last: int = 4
+
+    def __call__(self, owner: AgenticObject, context: Context) -> Context | None:
+        if context.total_token_count() <= self.threshold:
+            return None
+        recent = set(context.recent_indices(self.keep_last))
+        older = [m for i, m in enumerate(context.messages) if not m.is_special and i not in recent]
+        if not older:
+            return None
+        kept_ids = {context.messages[i].id for i in recent}
+        summary = self.summarizer.invoke(
+            "Summarize this conversation so far in a few sentences, keeping facts, numbers and "
+            f"open questions:\n\n{render_for_summary(older)}"
+        )
+
+        def replace_older(messages: list[Message]) -> list[Message]:
+            specials = [m for m in messages if m.is_special]
+            recent = [m for m in messages if not m.is_special and m.id in kept_ids]
+            note = Message.create("user", [TextPart(SUMMARY_PREFIX + str(summary))])
+            return [*specials, note, *recent]
+
+        return context.transform_fork(replace_older)

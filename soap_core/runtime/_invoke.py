@@ -1,0 +1,424 @@
+"""One invocation of an agentic object: the session, the lock, the loop, the records.
+
+The loop: (compaction) → build the request from the active context → call the model →
+append its answer → run its tool calls and append their results at the
+``<assistant_id>:tool_result`` anchor, as the sOAP runner does → repeat until an answer
+without tool calls (or a valid ``produce_output``), or the iteration limit. The session
+is saved after every step, every call is recorded, and the invocation record (with the
+object's state after it) is written into the callee's and the caller's sessions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from soap_core._chat import canonical_json, chat_request, request_hash
+from soap_core._context import Context
+from soap_core._errors import SoapError
+from soap_core._message import Message
+from soap_core._parts import TextPart, ThinkingPart, ToolPart, ToolResultPart, ToolUsePart
+from soap_core._session import Session
+from soap_core.runtime._agentic import AgenticObject
+from soap_core.runtime._compaction import ContextBudget
+from soap_core.runtime._llm import LLMError
+from soap_core.runtime._locks import CHAIN, ActiveSessionError, Frame, owner_info, session_lock
+from soap_core.runtime._records import (
+    CallRecord,
+    InvocationRecord,
+    Party,
+    new_record_id,
+    utc_now,
+    write_call,
+    write_invocation,
+)
+from soap_core.runtime._tools import ToolSpec, json_type, run_tool
+
+OBJECT_KEY = "_soapwb_object"
+OWNER_KEY = "_soapwb_owner"
+ERROR_KEY = "_soapwb_last_error"
+OUTPUT_REMINDER = (
+    "PRODUCE YOUR FINAL OUTPUT USING THE `produce_output` OR `produce_error` TOOL!\nMIND THE OUTPUT SCHEMA!"
+)
+
+
+class InvocationError(SoapError):
+    """An invocation ended without an answer (iteration limit, produce_error, ...)."""
+
+
+class IterationLimitError(InvocationError):
+    """The model kept calling tools until the iteration limit."""
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where in a session the code now running was reached: the caller side of any
+    invocation it makes."""
+
+    session_dir: Path
+    context_id: str
+    message_index: int
+    message_id: str | None
+
+
+POSITION: ContextVar[Position | None] = ContextVar("soapwb_position", default=None)
+
+
+def _output_tools(schema: dict[str, Any]) -> list[ToolPart]:
+    return [
+        ToolPart(
+            "produce_output",
+            "Produce the desired output and signal your final answer. Pass the answer matching the output schema.",
+            {"type": "object", "properties": {"answer": schema}, "required": ["answer"]},
+        ),
+        ToolPart(
+            "produce_error",
+            "Signal that you could not produce the requested output. Pass an error message explaining why.",
+            {"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]},
+        ),
+    ]
+
+
+def output_schema_json(output_schema: Any) -> dict[str, Any] | None:
+    if output_schema is None:
+        return None
+    if isinstance(output_schema, dict):
+        return output_schema
+    schema = json_type(output_schema)
+    if not schema:
+        raise SoapError(
+            f"unsupported output_schema {output_schema!r}: give a JSON schema dict or a basic type"
+        )
+    return schema
+
+
+def _thread_session(obj: AgenticObject, thread: str) -> Session | None:
+    """The session this object keeps for ``thread``, from the session files alone."""
+    store = obj.runtime.store
+    matches = []
+    for summary in store.sessions():
+        if summary.role != obj.role or summary.thread_id != thread or summary.error:
+            continue
+        header = store.read_session_file(summary.role, summary.path)
+        if header.state_data.get(OBJECT_KEY) == obj.object_id:
+            matches.append(summary)
+    if not matches:
+        return None
+    newest = max(matches, key=lambda s: (s.path / "session.json").stat().st_mtime_ns)
+    return store.load_session(newest.path.name)
+
+
+def _new_session(obj: AgenticObject, thread: str | None) -> Session:
+    context = Context.create(
+        Message.system_prompt(obj.system_prompt), [t.as_part() for t in obj.tools()] or None
+    )
+    session = Session.create(obj.role, context, thread_id=thread)
+    session.state_data[OBJECT_KEY] = obj.object_id
+    session.directory = obj.runtime.store.session_dir(obj.role, session.uuid)
+    return session
+
+
+class _Run:
+    """The state of one invocation's loop."""
+
+    def __init__(self, obj: AgenticObject, session: Session, record: InvocationRecord, schema: Any) -> None:
+        self.obj = obj
+        self.session = session
+        self.record = record
+        self.schema = schema
+        self.store = obj.runtime.store
+        self.endpoint = obj.runtime.endpoint
+        self.specs: dict[str, ToolSpec] = {t.name: t for t in obj.tools()}
+        self.directory = session.directory or self.store.session_dir(obj.role, session.uuid)
+
+    def save(self) -> None:
+        self.store.save_session(self.session)
+
+    # -- the context before a call --------------------------------------------------
+
+    def refresh_tool_definitions(self, context: Context) -> None:
+        parts = [t.as_part() for t in self.specs.values()]
+        if self.schema is not None:
+            parts += _output_tools(self.schema)
+        definitions = context.tool_definitions
+        if definitions is None or list(definitions.content) == parts:
+            return
+        definitions.content = parts
+        definitions.token_count = None
+        context.record_hook_output(canonical_json([dict(p.parameters) | {"name": p.name} for p in parts]))
+
+    def refresh_system_prompt(self, context: Context) -> list[str]:
+        """Rebuild the system prompt from its static text and the hook outputs; return
+        the content-map keys of the outputs used (recorded with the call)."""
+        system = context.system_prompt
+        if system is None:
+            return []
+        outputs = list(self.obj.system_prompt_hooks())
+        if self.schema is not None:
+            outputs.append(
+                "To finish your turn of the conversation, call the produce_output tool with the answer "
+                f"argument satisfying the following schema:\n{json.dumps(self.schema)}"
+            )
+        keys = [context.record_hook_output(text) for text in outputs]
+        text = "\n\n".join([system.static_text or "", *outputs])
+        if system.text() != text:
+            system.content = [TextPart(text)]
+            system.token_count = None
+        return keys
+
+    def compact(self, context: Context) -> Context:
+        strategy = self.obj.compaction or ContextBudget()
+        with _at(Position(self.directory, context.id, len(context.messages), None)):
+            fork = strategy(self.obj, context)
+        if fork is None:
+            return context
+        self.session.set_active_context(fork)
+        self.save()
+        return fork
+
+    # -- one model call ------------------------------------------------------------
+
+    def call_model(self, context: Context, tool_choice: Any) -> Message:
+        hooks = self.refresh_system_prompt(context)
+        for message in context.messages:
+            if message.token_count is None:
+                message.record_token_count()
+        settings = self.obj.settings
+        parameters = settings.parameters()
+        if context.tool_definitions is not None and context.tool_definitions.content:
+            parameters["tool_choice"] = tool_choice
+        request = chat_request(
+            context.messages, model=settings.model or self.endpoint.model, parameters=parameters
+        )
+        call = CallRecord(
+            id=new_record_id(),
+            session=self.session.uuid,
+            role=self.obj.role,
+            context_id=context.id,
+            message_index=len(context.messages),
+            request=request,
+            request_hash=request_hash(request),
+            base_url=self.endpoint.base_url,
+            started_at=utc_now(),
+            invocation_id=self.record.id,
+            system_prompt_hooks=hooks,
+        )
+        self.record.calls.append(call.id)
+        try:
+            completion = self.endpoint.complete(request)
+        except LLMError as exc:
+            call.error, call.ended_at = str(exc), utc_now()
+            write_call(self.directory, call)
+            raise
+        answer = assistant_message(completion.response)
+        context.append(answer).record_token_count()
+        call.message_id = answer.id
+        call.response, call.latency_s, call.ended_at = completion.response, completion.latency_s, utc_now()
+        call.usage = completion.response.get("usage")
+        write_call(self.directory, call)
+        self.save()
+        return answer
+
+    # -- tools ---------------------------------------------------------------------
+
+    def run_tools(self, context: Context, answer: Message) -> tuple[bool, Any]:
+        """Run every tool call of ``answer``; (True, value) once produce_output is valid."""
+        index = context.messages.index(answer)
+        results, done, value = [], False, None
+        for use in answer.tool_uses():
+            with _at(Position(self.directory, context.id, index, answer.id)):
+                content, final = self.run_one(use)
+            results.append(ToolResultPart(use.call_id, content))
+            if final is not _NOTHING:
+                done, value = True, final
+        context.append_tool_results(answer, results).record_token_count()
+        self.save()
+        return done, value
+
+    def run_one(self, use: ToolUsePart) -> tuple[str, Any]:
+        if use.name in ("produce_output", "produce_error") and self.schema is not None:
+            return self.produce(use)
+        spec = self.specs.get(use.name)
+        if spec is None:
+            return f"[ERROR] unknown tool {use.name!r}; the tools are: {', '.join(self.specs)}", _NOTHING
+        try:
+            result, problem = run_tool(self.obj, spec, use.arguments)
+        except ActiveSessionError as exc:
+            return f"[REFUSED] {exc}", _NOTHING
+        except Exception as exc:  # a failing tool is reported to the model, not fatal
+            return f"[ERROR] {type(exc).__name__}: {exc}", _NOTHING
+        if problem is not None:
+            return f"[ERROR] {problem}", _NOTHING
+        return (
+            "" if result is None else result if isinstance(result, str) else canonical_json(result)
+        ), _NOTHING
+
+    def produce(self, use: ToolUsePart) -> tuple[str, Any]:
+        arguments = use.parsed_arguments()
+        if not isinstance(arguments, dict):
+            return "[ERROR] arguments must be a JSON object", _NOTHING
+        if use.name == "produce_error":
+            raise InvocationError(f"{self.obj.role} gave up: {arguments.get('message', arguments)}")
+        if "answer" not in arguments:
+            return "[ERROR] missing argument 'answer'", _NOTHING
+        try:
+            jsonschema.validate(arguments["answer"], self.schema)
+        except jsonschema.ValidationError as exc:
+            return f"[ERROR] the answer does not match the output schema: {exc.message}", _NOTHING
+        return "", arguments["answer"]
+
+    # -- the loop ------------------------------------------------------------------
+
+    def loop(self, prompt: str, tool_choice: Any, follow_up: Any) -> Any:
+        context = self.session.active_context
+        self.refresh_tool_definitions(context)
+        context.append(Message.create("user", [TextPart(prompt)])).record_token_count()
+        self.save()
+        limit = self.obj.settings.max_iterations
+        for _ in range(limit):
+            context = self.compact(context)
+            answer = self.call_model(context, tool_choice)
+            if answer.tool_uses():
+                done, value = self.run_tools(context, answer)
+                if done:
+                    return value
+                tool_choice = follow_up
+                continue
+            if self.schema is None:
+                return answer.text()
+            context.append(Message.create("user", [TextPart(OUTPUT_REMINDER)])).record_token_count()
+            tool_choice = {"type": "function", "function": {"name": "produce_output"}}
+        raise IterationLimitError(
+            f"{self.obj.role} reached the iteration limit ({limit} model calls) without an answer"
+        )
+
+
+_NOTHING: Any = object()
+
+
+@contextlib.contextmanager
+def _at(position: Position) -> Iterator[None]:
+    token = POSITION.set(position)
+    try:
+        yield
+    finally:
+        POSITION.reset(token)
+
+
+def assistant_message(response: dict[str, Any]) -> Message:
+    """The sOAP assistant message for a Chat Completions response."""
+    message = response["choices"][0].get("message") or {}
+    parts: list[Any] = []
+    reasoning = message.get("reasoning_content")
+    if isinstance(reasoning, str) and reasoning:
+        parts.append(ThinkingPart(reasoning))
+    if isinstance(message.get("content"), str) and message["content"]:
+        parts.append(TextPart(message["content"]))
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") or {}
+        arguments = function.get("arguments")
+        parts.append(
+            ToolUsePart(
+                str(call.get("id") or f"call_{uuid.uuid4().hex[:12]}"),
+                str(function.get("name", "")),
+                arguments if isinstance(arguments, str) else json.dumps(arguments),
+            )
+        )
+    return Message.create("assistant", parts)
+
+
+def _json_safe(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=repr))
+
+
+def run_invocation(
+    obj: AgenticObject,
+    prompt: str,
+    thread: str | None,
+    output_schema: Any,
+    tool_choice: Any = "auto",
+    follow_up: Any = "auto",
+) -> Any:
+    """``obj.invoke``: see :class:`_Run` for the loop."""
+    schema = output_schema_json(output_schema)
+    session = (_thread_session(obj, thread) if thread is not None else None) or _new_session(obj, thread)
+    directory = session.directory or obj.runtime.store.session_dir(obj.role, session.uuid)
+    chain, position = CHAIN.get(), POSITION.get()
+    caller = None
+    if chain and position is not None:
+        caller = Party(
+            chain[-1].role,
+            chain[-1].object_id,
+            chain[-1].session,
+            position.context_id,
+            position.message_index,
+            position.message_id,
+        )
+    record = InvocationRecord(
+        id=new_record_id(),
+        callee=Party(obj.role, obj.object_id, session.uuid),
+        caller=caller,
+        prompt=prompt,
+        thread=thread,
+        started_at=utc_now(),
+        parent_invocation_id=chain[-1].invocation_id if chain else None,
+    )
+    dirs = [directory] + ([position.session_dir] if caller and position else [])
+    with contextlib.ExitStack() as stack:
+        try:
+            previous_owner = stack.enter_context(session_lock(directory, session.uuid))
+        except ActiveSessionError as exc:
+            record.outcome, record.error, record.ended_at = "refused", str(exc), utc_now()
+            write_invocation(dirs, record)
+            raise
+        run = _Run(obj, session, record, schema)
+        return _run_locked(
+            run, lambda: run.loop(prompt, _choice(tool_choice), _choice(follow_up)), dirs, previous_owner
+        )
+
+
+def _choice(value: Any) -> Any:
+    """A tool name means: call this tool."""
+    if isinstance(value, str) and value not in ("auto", "none", "required"):
+        return {"type": "function", "function": {"name": value}}
+    return value
+
+
+def _run_locked(
+    run: _Run, body: Callable[[], Any], dirs: list[Path], previous_owner: dict[str, Any] | None
+) -> Any:
+    obj, session, record = run.obj, run.session, run.record
+    if session.is_active:  # on disk, yet nobody holds the lock: its owner died
+        record.stale_owner = (
+            session.state_data.get(OWNER_KEY) or previous_owner or {"note": "no owner recorded"}
+        )
+    session.is_active = True
+    session.state_data[OWNER_KEY] = owner_info()
+    session.state_data.pop(ERROR_KEY, None)
+    run.save()
+    write_invocation(dirs, record)
+    token = CHAIN.set((*CHAIN.get(), Frame(obj.role, obj.object_id, session.uuid, record.id)))
+    try:
+        result = body()
+        record.outcome, record.result = "ok", _json_safe(result)
+        return result
+    except BaseException as exc:
+        record.outcome, record.error = "error", f"{type(exc).__name__}: {exc}"
+        session.state_data[ERROR_KEY] = record.error
+        raise
+    finally:
+        CHAIN.reset(token)
+        session.is_active = False
+        session.state_data.pop(OWNER_KEY, None)
+        record.ended_at = utc_now()
+        record.state_after = obj.state()
+        run.save()
+        write_invocation(dirs, record)

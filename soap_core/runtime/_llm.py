@@ -1,0 +1,96 @@
+"""The LLM endpoint: any OpenAI-compatible Chat Completions server, through ``openai``.
+
+The endpoint sends a request dict exactly as given (the dict is what gets recorded and
+hashed), retries what is worth retrying (refused connections, timeouts, 429 and 5xx:
+the openai client's own backoff), and turns every failure into an :class:`LLMError`
+that names the endpoint and the request. The API key is held in memory only.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import openai
+
+from soap_core._chat import request_hash
+from soap_core._errors import SoapError
+
+DEFAULT_API_KEY = "sk-no-key-required"
+
+
+class LLMError(SoapError):
+    """A call to the model failed; ``kind`` says how (connection, timeout, status, ...)."""
+
+    def __init__(self, base_url: str, request_id: str, kind: str, detail: str) -> None:
+        self.base_url = base_url
+        self.request_id = request_id
+        self.kind = kind
+        self.detail = detail
+        super().__init__(f"LLM call to {base_url} (request {request_id[:12]}) failed: {kind}: {detail}")
+
+    def __reduce__(self) -> tuple[type[LLMError], tuple[str, str, str, str]]:
+        return (type(self), (self.base_url, self.request_id, self.kind, self.detail))
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A raw response and what it cost."""
+
+    response: dict[str, Any]
+    latency_s: float
+
+
+class LLMEndpoint:
+    """An OpenAI-compatible endpoint. ``model`` is the default model name for requests."""
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        *,
+        api_key: str | None = None,
+        model: str = "local",
+        timeout: float = 120.0,
+        max_retries: int = 2,
+    ) -> None:
+        resolved = base_url or os.environ.get("OPENAI_BASE_URL")
+        if not resolved:
+            raise SoapError("no LLM endpoint: pass a base URL or set OPENAI_BASE_URL")
+        self.base_url = resolved.rstrip("/")
+        self.model = model
+        self.timeout = timeout
+        self._client = openai.OpenAI(
+            base_url=self.base_url,
+            api_key=api_key or os.environ.get("OPENAI_API_KEY") or DEFAULT_API_KEY,
+            timeout=timeout,
+            max_retries=max_retries,
+        )
+
+    def __repr__(self) -> str:  # never shows the key
+        return f"LLMEndpoint({self.base_url!r}, model={self.model!r})"
+
+    def complete(self, request: dict[str, Any]) -> Completion:
+        """Send ``request`` (a Chat Completions body) and return the raw response."""
+        started = time.perf_counter()
+        try:
+            response = self._client.chat.completions.create(**request)
+        except openai.APITimeoutError as exc:
+            raise self._error(request, "timeout", str(exc)) from None
+        except openai.APIConnectionError as exc:
+            raise self._error(request, "connection", str(exc.__cause__ or exc)) from None
+        except openai.RateLimitError as exc:
+            raise self._error(request, "rate limit", f"HTTP {exc.status_code}: {exc.message}") from None
+        except openai.APIStatusError as exc:
+            raise self._error(request, "HTTP error", f"HTTP {exc.status_code}: {exc.message}") from None
+        except (openai.APIError, ValueError, TypeError) as exc:
+            raise self._error(request, "malformed response", str(exc)) from None
+        latency = time.perf_counter() - started
+        data = response.model_dump(mode="json", exclude_none=False)
+        if not data.get("choices"):
+            raise self._error(request, "malformed response", "no choices in the response")
+        return Completion(data, latency)
+
+    def _error(self, request: dict[str, Any], kind: str, detail: str) -> LLMError:
+        return LLMError(self.base_url, request_hash(request), kind, detail)

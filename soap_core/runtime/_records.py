@@ -1,0 +1,158 @@
+"""What the runtime records beside a session: LLM calls and cross-object invocations.
+
+peteos records neither. We keep them in sub-folders of the session directory, which
+peteos never reads and our context reader does not glob, so both still read the
+session as before:
+
+* ``calls/<call_id>.json``: one LLM call, written once: the exact request (and its
+  hash), the raw response, usage, latency, the endpoint's base URL (never the API key)
+  and where in which context the call was made.
+* ``invocations/<invocation_id>.json``: one invocation of an agentic object, written
+  into the callee's session and, when another object's session made the call, into the
+  caller's too, so the chain can be walked from the files in both directions. It holds
+  the object's public state after the invocation.
+
+Every record starts with a ``format`` field naming its kind and version.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from soap_core._errors import FormatError
+from soap_core._jsonio import read_json, write_json_atomic
+
+CALL_FORMAT = "soapwb.call/1"
+INVOCATION_FORMAT = "soapwb.invocation/1"
+CALLS_DIR = "calls"
+INVOCATIONS_DIR = "invocations"
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def new_record_id() -> str:
+    """Ids that sort by creation time: a UTC timestamp, then random bits."""
+    return f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%S%f')}-{uuid.uuid4().hex[:8]}"
+
+
+@dataclass
+class CallRecord:
+    """One LLM call as it was sent and answered."""
+
+    id: str
+    session: str
+    role: str
+    context_id: str
+    message_index: int
+    request: dict[str, Any]
+    request_hash: str
+    base_url: str
+    started_at: str
+    invocation_id: str | None = None
+    message_id: str | None = None
+    ended_at: str | None = None
+    latency_s: float | None = None
+    response: dict[str, Any] | None = None
+    usage: dict[str, Any] | None = None
+    error: str | None = None
+    system_prompt_hooks: list[str] | None = None
+    format: str = CALL_FORMAT
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        return {"format": data.pop("format"), **data}
+
+
+@dataclass
+class Party:
+    """One side of an invocation: which object, in which session, at which message."""
+
+    role: str
+    object_id: str
+    session: str | None
+    context_id: str | None = None
+    message_index: int | None = None
+    message_id: str | None = None
+
+
+@dataclass
+class InvocationRecord:
+    """One invocation of an agentic object, from whoever called it."""
+
+    id: str
+    callee: Party
+    caller: Party | None
+    prompt: str
+    thread: str | None
+    started_at: str
+    parent_invocation_id: str | None = None
+    ended_at: str | None = None
+    outcome: str = "running"  # running | ok | error | refused
+    result: Any = None
+    error: str | None = None
+    state_after: dict[str, Any] | None = None
+    calls: list[str] = field(default_factory=list)
+    stale_owner: dict[str, Any] | None = None
+    format: str = INVOCATION_FORMAT
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        return {"format": data.pop("format"), **data}
+
+    @classmethod
+    def from_dict(cls, data: Any, path: Path) -> InvocationRecord:
+        if not isinstance(data, dict) or data.get("format") != INVOCATION_FORMAT:
+            raise FormatError(path, "$.format", f"not a {INVOCATION_FORMAT} record")
+        try:
+            values = {k: v for k, v in data.items() if k != "format"}
+            values["callee"] = Party(**values["callee"])
+            values["caller"] = Party(**values["caller"]) if values.get("caller") else None
+            return cls(**values)
+        except (KeyError, TypeError) as exc:
+            raise FormatError(path, "$", f"malformed invocation record: {exc}") from None
+
+
+def write_call(session_dir: Path, record: CallRecord) -> Path:
+    path = session_dir / CALLS_DIR / f"{record.id}.json"
+    write_json_atomic(path, record.as_dict())
+    return path
+
+
+def read_calls(session_dir: Path) -> list[dict[str, Any]]:
+    """Every call record of a session, oldest first (ids sort by time)."""
+    folder = session_dir / CALLS_DIR
+    if not folder.is_dir():
+        return []
+    records = []
+    for path in sorted(folder.glob("*.json")):
+        data = read_json(path)
+        if not isinstance(data, dict) or data.get("format") != CALL_FORMAT:
+            raise FormatError(path, "$.format", f"not a {CALL_FORMAT} record")
+        records.append(data)
+    return records
+
+
+def write_invocation(session_dirs: list[Path], record: InvocationRecord) -> None:
+    """The same record into every session it concerns."""
+    for directory in dict.fromkeys(session_dirs):
+        write_json_atomic(directory / INVOCATIONS_DIR / f"{record.id}.json", record.as_dict())
+
+
+def read_invocations(session_dir: Path) -> list[InvocationRecord]:
+    folder = session_dir / INVOCATIONS_DIR
+    if not folder.is_dir():
+        return []
+    return [InvocationRecord.from_dict(read_json(p), p) for p in sorted(folder.glob("*.json"))]
+
+
+def read_invocation(session_dir: Path, invocation_id: str) -> InvocationRecord | None:
+    path = session_dir / INVOCATIONS_DIR / f"{invocation_id}.json"
+    if not path.is_file():
+        return None
+    return InvocationRecord.from_dict(read_json(path), path)
