@@ -3,6 +3,7 @@
 Public names are re-exported here; the ``_modules`` behind them are private.
 """
 
+from soap_core._chat import canonical_json, chat_message, chat_request, request_hash, tool_schema
 from soap_core._context import (
     DEFAULT_ANCHORS,
     MESSAGES_ANCHOR,
@@ -75,6 +76,9 @@ __all__ = [
     "ToolUsePart",
     "UnknownPart",
     "base64_source",
+    "canonical_json",
+    "chat_message",
+    "chat_request",
     "content_hash",
     "count_text",
     "describe_node",
@@ -87,7 +91,9 @@ __all__ = [
     "part_to_dict",
     "preview",
     "read_json",
+    "request_hash",
     "session_overview",
+    "tool_schema",
     "write_json_atomic",
     "write_text_atomic",
 ]

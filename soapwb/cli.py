@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from soap_core import SoapError
-from soapwb import store_commands
+from soapwb import llm_commands, runtime_commands, store_commands
 from soapwb.common import UsageError
 
 Handler = Callable[[argparse.Namespace], int]
@@ -24,6 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     store_commands.register(commands)
+    llm_commands.register(commands)
+    runtime_commands.register(commands)
     return parser
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from soap_core import Context, Store
+from tests.llm import llm_server  # noqa: F401  (the one session-wide local model server)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SOAP_FIXTURE = FIXTURES / "soap"

@@ -28,6 +28,7 @@ from soap_core.runtime._records import (
     read_invocations,
 )
 from soap_core.runtime._tools import ToolSpec, tool
+from soap_core.runtime._trace import InvocationTrace, TraceFrame, invocation_chain
 
 __all__ = [
     "ActiveSessionError",
@@ -38,6 +39,7 @@ __all__ = [
     "ContextBudget",
     "InvocationError",
     "InvocationRecord",
+    "InvocationTrace",
     "IterationLimitError",
     "LLMEndpoint",
     "LLMError",
@@ -48,8 +50,10 @@ __all__ = [
     "Runtime",
     "Summarize",
     "ToolSpec",
+    "TraceFrame",
     "agentic",
     "assistant_message",
+    "invocation_chain",
     "output_schema_json",
     "read_calls",
     "read_invocation",

@@ -57,6 +57,7 @@ class Runtime:
 
     def __init__(self, store: Store | Path | str, endpoint: LLMEndpoint) -> None:
         self.store = store if isinstance(store, Store) else Store(store)
+        self.store.root.mkdir(parents=True, exist_ok=True)  # a runtime writes: its store exists
         self.endpoint = endpoint
 
     def __repr__(self) -> str:

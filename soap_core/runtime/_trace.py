@@ -1,0 +1,136 @@
+"""Cross-object invocation chains, walked from the invocation records alone.
+
+Each invocation record names its caller (role, session, context and message index of
+the call site) and the invocation that was running there (``parent_invocation_id``),
+and it is written into both sessions. So from any session the chain can be walked up
+to the outermost invocation, and down through every invocation it made, by reading
+``invocations/`` folders, without any process state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from soap_core._store import Store
+from soap_core.runtime._records import InvocationRecord, read_invocation, read_invocations
+
+
+@dataclass(frozen=True)
+class TraceFrame:
+    """One invocation: who ran, in which session, called from where, and how it ended."""
+
+    invocation_id: str
+    role: str
+    object_id: str
+    session: str
+    caller_role: str | None
+    caller_session: str | None
+    context_id: str | None
+    """The caller's context at the call site (None when plain Python called)."""
+    message_index: int | None
+    """The display index, in that context, of the message that made the call."""
+    started_at: str
+    ended_at: str | None
+    outcome: str
+    error: str | None
+    depth: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class InvocationTrace:
+    """The chain through one invocation of a session: callers, itself, callees."""
+
+    callers: list[TraceFrame] = field(default_factory=list)
+    """Outermost first."""
+    invocation: TraceFrame | None = None
+    callees: list[TraceFrame] = field(default_factory=list)
+    """Depth first; ``depth`` counts from the traced invocation (1 = called by it)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "callers": [f.as_dict() for f in self.callers],
+            "invocation": self.invocation.as_dict() if self.invocation else None,
+            "callees": [f.as_dict() for f in self.callees],
+        }
+
+
+def _frame(record: InvocationRecord, depth: int) -> TraceFrame:
+    caller = record.caller
+    return TraceFrame(
+        invocation_id=record.id,
+        role=record.callee.role,
+        object_id=record.callee.object_id,
+        session=record.callee.session or "",
+        caller_role=caller.role if caller else None,
+        caller_session=caller.session if caller else None,
+        context_id=caller.context_id if caller else None,
+        message_index=caller.message_index if caller else None,
+        started_at=record.started_at,
+        ended_at=record.ended_at,
+        outcome=record.outcome,
+        error=record.error,
+        depth=depth,
+    )
+
+
+class _Walker:
+    def __init__(self, store: Store) -> None:
+        self.dirs = {s.uuid: s.path for s in store.sessions()}
+
+    def record(self, session: str | None, invocation_id: str) -> InvocationRecord | None:
+        directory = self.dirs.get(session or "")
+        return read_invocation(directory, invocation_id) if directory else None
+
+    def callers(self, record: InvocationRecord) -> list[TraceFrame]:
+        chain: list[InvocationRecord] = []
+        seen = {record.id}
+        current = record
+        while (
+            current.caller is not None
+            and current.parent_invocation_id
+            and current.parent_invocation_id not in seen
+        ):
+            parent = self.record(current.caller.session, current.parent_invocation_id)
+            if parent is None:
+                break
+            seen.add(parent.id)
+            chain.append(parent)
+            current = parent
+        chain.reverse()
+        return [_frame(r, i - len(chain)) for i, r in enumerate(chain)]
+
+    def callees(self, record: InvocationRecord, depth: int, seen: set[str]) -> list[TraceFrame]:
+        directory = self.dirs.get(record.callee.session or "")
+        if directory is None:
+            return []
+        frames: list[TraceFrame] = []
+        children = [r for r in read_invocations(directory) if r.parent_invocation_id == record.id]
+        for child in sorted(children, key=lambda r: r.started_at):
+            if child.id in seen:
+                continue
+            seen.add(child.id)
+            frames.append(_frame(child, depth))
+            frames.extend(self.callees(child, depth + 1, seen))
+        return frames
+
+
+def invocation_chain(store: Store, session_ref: str) -> list[InvocationTrace]:
+    """One trace per invocation of the session ``session_ref`` (uuid or prefix)."""
+    summary = store.find(session_ref)
+    walker = _Walker(store)
+    traces = []
+    for record in read_invocations(summary.path):
+        if record.callee.session != summary.uuid:
+            continue  # a record of a call this session made: it shows up as a callee
+        traces.append(
+            InvocationTrace(
+                callers=walker.callers(record),
+                invocation=_frame(record, 0),
+                callees=walker.callees(record, 1, {record.id}),
+            )
+        )
+    return traces
