@@ -1,0 +1,216 @@
+"""Loop logic of the runtime with a scripted endpoint (no model): tool schemas, bad tool
+calls, structured output, failures mid-invocation. The real-model tests are in
+test_runtime.py; these pin down branches a small model rarely takes on purpose."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+
+from soap_core import request_hash
+from soap_core.runtime import (
+    ActiveSessionError,
+    AgenticObject,
+    Completion,
+    InvocationError,
+    LLMError,
+    ModelSettings,
+    Runtime,
+    agentic,
+    read_calls,
+    read_invocations,
+    tool,
+)
+from soap_core.runtime._tools import parse_docstring, tool_specs
+
+
+class ScriptedEndpoint:
+    """Answers each request with the next scripted assistant message; keeps the requests."""
+
+    base_url = "http://scripted.invalid/v1"
+    model = "scripted"
+
+    def __init__(self, *answers: dict[str, Any] | Exception) -> None:
+        self.answers = list(answers)
+        self.requests: list[dict[str, Any]] = []
+
+    def complete(self, request: dict[str, Any]) -> Completion:
+        self.requests.append(json.loads(json.dumps(request)))
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return Completion({"choices": [{"message": answer}], "usage": {"completion_tokens": 1}}, 0.01)
+
+
+def says(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": text}
+
+
+def calls(name: str, arguments: str, call_id: str = "c1") -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+        ],
+    }
+
+
+class Shop(AgenticObject):
+    settings = ModelSettings(max_tokens=8, max_iterations=4)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.basket: list[str] = []
+
+    @tool
+    def add_item(self, item: str, quantity: int = 1, unit: Literal["kg", "piece"] = "piece") -> str:
+        """Put an item into the basket.
+
+        Longer explanation that the model does not need.
+
+        Args:
+            item: what to buy.
+            quantity: how many units,
+                at least one.
+        """
+        self.basket += [item] * quantity
+        return f"{len(self.basket)} items"
+
+    @tool(name="explode")
+    def broken_tool(self) -> None:
+        """Always fails."""
+        raise RuntimeError("boom")
+
+
+def make(tmp_path: Path, *answers: dict[str, Any] | Exception) -> tuple[Shop, ScriptedEndpoint]:
+    endpoint = ScriptedEndpoint(*answers)
+    return Shop(runtime=Runtime(tmp_path, endpoint)), endpoint  # type: ignore[arg-type]
+
+
+def tool_results(shop: Shop) -> list[str]:
+    [summary] = shop.runtime.store.sessions()
+    context = shop.runtime.store.load_session(summary.uuid).active_context
+    return [str(p.content) for m in context.messages for p in m.tool_results()]
+
+
+def test_tool_schemas_come_from_signatures_and_docstrings() -> None:
+    specs = {s.name: s for s in tool_specs(Shop)}
+    assert set(specs) == {"add_item", "explode"}
+    add = specs["add_item"]
+    assert add.description == "Put an item into the basket."
+    assert add.parameters == {
+        "type": "object",
+        "properties": {
+            "item": {"type": "string", "description": "what to buy."},
+            "quantity": {"type": "integer", "description": "how many units, at least one."},
+            "unit": {"enum": ["kg", "piece"]},
+        },
+        "required": ["item"],
+    }
+    assert specs["explode"].method_name == "broken_tool"
+    assert parse_docstring(None) == ("", {})
+
+
+def test_a_decorated_plain_class_is_an_agentic_class(tmp_path: Path) -> None:
+    @agentic(role="Greeter")
+    class Plain:
+        def __init__(self) -> None:
+            self.greeted = 0
+
+    greeter = Plain()
+    assert isinstance(greeter, AgenticObject) and type(greeter).role == "Greeter"
+    greeter.bind(Runtime(tmp_path, ScriptedEndpoint(says("hello"))))  # type: ignore[arg-type]
+    assert greeter.invoke("hi") == "hello"
+    assert [s.role for s in greeter.runtime.store.sessions()] == ["Greeter"]
+
+
+def test_bad_arguments_unknown_tools_and_failing_tools_come_back_as_errors(tmp_path: Path) -> None:
+    shop, _ = make(
+        tmp_path,
+        calls("add_item", "{not json"),
+        calls("add_item", '{"colour": "red"}'),
+        calls("teleport", "{}"),
+        calls("explode", "{}"),
+    )
+    with pytest.raises(InvocationError, match="iteration limit"):
+        shop.invoke("buy")
+    results = tool_results(shop)
+    assert results[0].startswith("[ERROR] arguments are not valid JSON")
+    assert results[1] == "[ERROR] bad arguments for add_item: unknown colour; missing item"
+    assert results[2].startswith("[ERROR] unknown tool 'teleport'; the tools are: add_item, explode")
+    assert results[3] == "[ERROR] RuntimeError: boom"
+
+
+def test_a_tool_call_runs_the_method_and_changes_the_objects_state(tmp_path: Path) -> None:
+    shop, endpoint = make(tmp_path, calls("add_item", '{"item": "pear", "quantity": 2}'), says("done"))
+    assert shop.invoke("buy two pears", tool_choice="add_item") == "done"
+    assert shop.basket == ["pear", "pear"]
+    assert tool_results(shop) == ["2 items"]
+    assert endpoint.requests[0]["tool_choice"] == {"type": "function", "function": {"name": "add_item"}}
+    assert endpoint.requests[1]["tool_choice"] == "auto"
+    [record] = read_invocations(shop.runtime.store.sessions()[0].path)
+    assert record.state_after == {"basket": ["pear", "pear"]} and record.result == "done"
+
+
+def test_structured_output_rejects_a_wrong_answer_then_returns_the_valid_one(tmp_path: Path) -> None:
+    shop, endpoint = make(
+        tmp_path,
+        says("forty-two"),
+        calls("produce_output", '{"answer": "forty-two"}'),
+        calls("produce_output", '{"answer": 42}', "c2"),
+    )
+    assert shop.invoke("how many?", output_schema=int) == 42
+    tools = {t["function"]["name"]: t for t in endpoint.requests[0]["tools"]}
+    assert tools["produce_output"]["function"]["parameters"]["properties"]["answer"] == {"type": "integer"}
+    assert "satisfying the following schema" in endpoint.requests[0]["messages"][0]["content"]
+    assert endpoint.requests[1]["messages"][-1]["content"].startswith("PRODUCE YOUR FINAL OUTPUT")
+    assert endpoint.requests[1]["tool_choice"] == {"type": "function", "function": {"name": "produce_output"}}
+    assert tool_results(shop)[0].startswith("[ERROR] the answer does not match the output schema")
+
+
+def test_produce_error_ends_the_invocation_with_the_models_reason(tmp_path: Path) -> None:
+    shop, _ = make(tmp_path, calls("produce_error", '{"message": "no shop open"}'))
+    with pytest.raises(InvocationError, match="gave up: no shop open"):
+        shop.invoke("buy", output_schema={"type": "string"})
+
+
+def test_an_llm_failure_is_recorded_and_leaves_the_session_unlocked(tmp_path: Path) -> None:
+    failure = LLMError("http://scripted.invalid/v1", "abc", "connection", "refused")
+    shop, _ = make(tmp_path, failure, says("back again"))
+    with pytest.raises(LLMError, match="connection: refused"):
+        shop.invoke("buy", thread="t")
+    [summary] = shop.runtime.store.sessions()
+    session = shop.runtime.store.load_session(summary.uuid)
+    assert not session.is_active and "LLMError" in session.state_data["_soapwb_last_error"]
+    [call] = read_calls(summary.path)
+    assert "connection: refused" in call["error"] and call["response"] is None
+    assert call["request_hash"] == request_hash(call["request"])
+    assert shop.invoke("again", thread="t") == "back again"  # lock released, same session
+    assert "_soapwb_last_error" not in shop.runtime.store.load_session(summary.uuid).state_data
+
+
+def test_an_exception_inside_a_tool_that_is_not_caught_still_releases_the_lock(tmp_path: Path) -> None:
+    class Fragile(Shop):
+        @tool
+        def interrupt(self) -> str:
+            """Stop everything."""
+            raise KeyboardInterrupt
+
+    endpoint = ScriptedEndpoint(calls("interrupt", "{}"), says("fine"))
+    fragile = Fragile(runtime=Runtime(tmp_path, endpoint))  # type: ignore[arg-type]
+    with pytest.raises(KeyboardInterrupt):
+        fragile.invoke("go", thread="t")
+    assert fragile.invoke("go", thread="t") == "fine"
+    [record, *_] = sorted(
+        read_invocations(fragile.runtime.store.sessions()[0].path), key=lambda r: r.started_at
+    )
+    assert record.outcome == "error" and record.error == "KeyboardInterrupt: "
+
+
+def test_active_session_error_names_the_session() -> None:
+    error = ActiveSessionError("20250611-abc", "it is up the current invocation chain: A/x")
+    assert str(error).startswith("Session 20250611-abc is already active")
