@@ -1,0 +1,86 @@
+"""``soapwb ui``: the Streamlit workbench, with the local model beside it for replays."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from soap_core import SoapError
+from soapwb.common import UsageError
+
+APP = Path(__file__).resolve().parents[1] / "app.py"
+
+
+def register(commands: Any) -> None:
+    ui = commands.add_parser("ui", help="open the workbench (Streamlit) on a store")
+    ui.add_argument(
+        "--store",
+        metavar="DIR",
+        default=os.environ.get("SOAPWB_STORE"),
+        help="the sOAP config dir (default: $SOAPWB_STORE)",
+    )
+    ui.add_argument("--host", default="127.0.0.1", help="address to serve on (default: 127.0.0.1)")
+    ui.add_argument("--port", type=int, default=8501, help="port to serve on (default: 8501)")
+    ui.add_argument("--json", action="store_true", help="print the addresses as one JSON line")
+    ui.add_argument(
+        "--no-model", action="store_true", help="do not start the local model when OPENAI_BASE_URL is not set"
+    )
+    ui.set_defaults(handler=cmd_ui)
+
+
+def streamlit_command(host: str, port: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(APP),
+        "--server.address",
+        host,
+        "--server.port",
+        str(port),
+        "--server.headless",
+        "true",
+        "--browser.gatherUsageStats",
+        "false",
+    ]
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    if not args.store:
+        raise UsageError("no store given: pass --store DIR or set SOAPWB_STORE")
+    if not APP.is_file():
+        raise SoapError(f"{APP}: the workbench app is missing (soapwb ui runs from a source checkout)")
+    env = {**os.environ, "SOAPWB_STORE": str(Path(args.store).resolve())}
+    with contextlib.ExitStack() as stack:
+        if not env.get("OPENAI_BASE_URL") and not args.no_model:
+            from soap_core.runtime.local_model import LocalModelServer
+
+            server = stack.enter_context(LocalModelServer(deterministic=True))
+            env["OPENAI_BASE_URL"] = server.base_url
+        url = f"http://{args.host}:{args.port}/"
+        if args.json:
+            print(
+                json.dumps({"url": url, "store": env["SOAPWB_STORE"], "model": env.get("OPENAI_BASE_URL")}),
+                flush=True,
+            )
+        else:
+            print(
+                f"workbench: {url}  (store {env['SOAPWB_STORE']}, model {env.get('OPENAI_BASE_URL')})",
+                flush=True,
+            )
+        app = subprocess.Popen(streamlit_command(args.host, args.port), env=env)
+        signal.signal(signal.SIGTERM, lambda *_: app.terminate())
+        try:
+            return app.wait()
+        except KeyboardInterrupt:
+            app.terminate()
+            app.wait(timeout=10)
+            return 0
