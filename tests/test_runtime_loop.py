@@ -214,3 +214,20 @@ def test_an_exception_inside_a_tool_that_is_not_caught_still_releases_the_lock(t
 def test_active_session_error_names_the_session() -> None:
     error = ActiveSessionError("20250611-abc", "it is up the current invocation chain: A/x")
     assert str(error).startswith("Session 20250611-abc is already active")
+
+
+def test_an_object_without_tools_offers_only_the_output_tools_and_only_with_a_schema(tmp_path: Path) -> None:
+    class Plain(AgenticObject):
+        pass
+
+    endpoint = ScriptedEndpoint(calls("produce_output", '{"answer": "yes"}'), says("plain"))
+    plain = Plain(runtime=Runtime(tmp_path, endpoint))  # type: ignore[arg-type]
+    assert plain.invoke("ok?", thread="t", output_schema=str) == "yes"
+    assert [t["function"]["name"] for t in endpoint.requests[0]["tools"]] == [
+        "produce_output",
+        "produce_error",
+    ]
+    assert plain.invoke("and now?", thread="t") == "plain"
+    assert "tools" not in endpoint.requests[1] and "tool_choice" not in endpoint.requests[1]
+    calls_made = read_calls(plain.runtime.store.sessions()[0].path)
+    assert calls_made[0]["tool_list_hook"] != calls_made[1]["tool_list_hook"]

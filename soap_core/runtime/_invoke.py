@@ -138,6 +138,7 @@ class _Run:
         self.endpoint = obj.runtime.endpoint
         self.specs: dict[str, ToolSpec] = {t.name: t for t in obj.tools()}
         self.directory = session.directory or self.store.session_dir(obj.role, session.uuid)
+        self.tool_list_key: str | None = None
 
     def save(self) -> None:
         self.store.save_session(self.session)
@@ -145,15 +146,19 @@ class _Run:
     # -- the context before a call --------------------------------------------------
 
     def refresh_tool_definitions(self, context: Context) -> None:
+        """This invocation's tools (plus produce_output/produce_error with a schema),
+        kept as peteos' tool_list hook does: the JSON listing goes into the content
+        map, and its key is recorded with every call, so replay can rebuild the tools
+        a call was offered even after a later invocation changed them."""
         parts = [t.as_part() for t in self.specs.values()]
         if self.schema is not None:
             parts += _output_tools(self.schema)
+        listing = [{"name": p.name, "description": p.description, "parameters": dict(p.parameters)} for p in parts]
+        self.tool_list_key = context.record_hook_output(json.dumps(listing))
         definitions = context.tool_definitions
-        if definitions is None or list(definitions.content) == parts:
-            return
-        definitions.content = parts
-        definitions.token_count = None
-        context.record_hook_output(canonical_json([dict(p.parameters) | {"name": p.name} for p in parts]))
+        if definitions is not None and list(definitions.content) != parts:
+            definitions.content = parts
+            definitions.token_count = None
 
     def refresh_system_prompt(self, context: Context) -> list[str]:
         """Rebuild the system prompt from its static text and the hook outputs; return
@@ -210,6 +215,7 @@ class _Run:
             started_at=utc_now(),
             invocation_id=self.record.id,
             system_prompt_hooks=hooks,
+            tool_list_hook=self.tool_list_key,
         )
         self.record.calls.append(call.id)
         try:

@@ -62,6 +62,9 @@ class CallRecord:
     usage: dict[str, Any] | None = None
     error: str | None = None
     system_prompt_hooks: list[str] | None = None
+    """Content-map keys of the hook outputs the system prompt was built from."""
+    tool_list_hook: str | None = None
+    """Content-map key of the JSON tool listing the call was offered."""
     format: str = CALL_FORMAT
 
     def as_dict(self) -> dict[str, Any]:
