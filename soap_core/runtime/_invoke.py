@@ -117,9 +117,7 @@ def _thread_session(obj: AgenticObject, thread: str) -> Session | None:
 
 
 def _new_session(obj: AgenticObject, thread: str | None) -> Session:
-    context = Context.create(
-        Message.system_prompt(obj.system_prompt), [t.as_part() for t in obj.tools()] or None
-    )
+    context = Context.create(Message.system_prompt(obj.system_prompt), [t.as_part() for t in obj.tools()])
     session = Session.create(obj.role, context, thread_id=thread)
     session.state_data[OBJECT_KEY] = obj.object_id
     session.directory = obj.runtime.store.session_dir(obj.role, session.uuid)
@@ -153,7 +151,9 @@ class _Run:
         parts = [t.as_part() for t in self.specs.values()]
         if self.schema is not None:
             parts += _output_tools(self.schema)
-        listing = [{"name": p.name, "description": p.description, "parameters": dict(p.parameters)} for p in parts]
+        listing = [
+            {"name": p.name, "description": p.description, "parameters": dict(p.parameters)} for p in parts
+        ]
         self.tool_list_key = context.record_hook_output(json.dumps(listing))
         definitions = context.tool_definitions
         if definitions is not None and list(definitions.content) != parts:
