@@ -231,3 +231,27 @@ def test_an_object_without_tools_offers_only_the_output_tools_and_only_with_a_sc
     assert "tools" not in endpoint.requests[1] and "tool_choice" not in endpoint.requests[1]
     calls_made = read_calls(plain.runtime.store.sessions()[0].path)
     assert calls_made[0]["tool_list_hook"] != calls_made[1]["tool_list_hook"]
+
+
+def test_an_invocation_from_plain_code_inside_another_is_recorded_in_both_sessions(tmp_path: Path) -> None:
+    endpoint = ScriptedEndpoint(says("inner answer"), says("outer answer"))
+    runtime = Runtime(tmp_path, endpoint)  # type: ignore[arg-type]
+
+    class Inner(AgenticObject):
+        pass
+
+    inner = Inner(runtime=runtime)
+
+    class Outer(AgenticObject):
+        def system_prompt_hooks(self) -> list[str]:
+            return [f"Today's note: {inner.invoke('give me a note')}"]  # plain Python, no tool
+
+    assert Outer(runtime=runtime).invoke("hello") == "outer answer"
+    assert "Today's note: inner answer" in endpoint.requests[1]["messages"][0]["content"]
+    dirs = {s.role: s.path for s in runtime.store.sessions()}
+    [inner_record] = read_invocations(dirs["Inner"])
+    outer_records = read_invocations(dirs["Outer"])
+    assert inner_record.id in {r.id for r in outer_records}
+    assert inner_record.caller is not None and inner_record.caller.role == "Outer"
+    assert inner_record.caller.context_id is None  # not made from a message
+    assert inner_record.parent_invocation_id in {r.id for r in outer_records if r.callee.role == "Outer"}

@@ -63,7 +63,6 @@ class Position:
     """Where in a session the code now running was reached: the caller side of any
     invocation it makes."""
 
-    session_dir: Path
     context_id: str
     message_index: int
     message_id: str | None
@@ -181,7 +180,7 @@ class _Run:
 
     def compact(self, context: Context) -> Context:
         strategy = self.obj.compaction or ContextBudget()
-        with _at(Position(self.directory, context.id, len(context.messages), None)):
+        with _at(Position(context.id, len(context.messages), None)):
             fork = strategy(self.obj, context)
         if fork is None:
             return context
@@ -240,7 +239,7 @@ class _Run:
         index = context.messages.index(answer)
         results, done, value = [], False, None
         for use in answer.tool_uses():
-            with _at(Position(self.directory, context.id, index, answer.id)):
+            with _at(Position(context.id, index, answer.id)):
                 content, final = self.run_one(use)
             results.append(ToolResultPart(use.call_id, content))
             if final is not _NOTHING:
@@ -359,14 +358,14 @@ def run_invocation(
     directory = session.directory or obj.runtime.store.session_dir(obj.role, session.uuid)
     chain, position = CHAIN.get(), POSITION.get()
     caller = None
-    if chain and position is not None:
+    if chain:  # called while another invocation runs: from one of its tools, hooks or plain code
         caller = Party(
             chain[-1].role,
             chain[-1].object_id,
             chain[-1].session,
-            position.context_id,
-            position.message_index,
-            position.message_id,
+            position.context_id if position else None,
+            position.message_index if position else None,
+            position.message_id if position else None,
         )
     record = InvocationRecord(
         id=new_record_id(),
@@ -377,7 +376,7 @@ def run_invocation(
         started_at=utc_now(),
         parent_invocation_id=chain[-1].invocation_id if chain else None,
     )
-    dirs = [directory] + ([position.session_dir] if caller and position else [])
+    dirs = [directory] + ([chain[-1].session_dir] if chain else [])
     with contextlib.ExitStack() as stack:
         try:
             previous_owner = stack.enter_context(session_lock(directory, session.uuid))
@@ -411,7 +410,7 @@ def _run_locked(
     session.state_data.pop(ERROR_KEY, None)
     run.save()
     write_invocation(dirs, record)
-    token = CHAIN.set((*CHAIN.get(), Frame(obj.role, obj.object_id, session.uuid, record.id)))
+    token = CHAIN.set((*CHAIN.get(), Frame(obj.role, obj.object_id, session.uuid, record.id, run.directory)))
     try:
         result = body()
         record.outcome, record.result = "ok", _json_safe(result)

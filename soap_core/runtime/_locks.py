@@ -52,6 +52,7 @@ class Frame:
     object_id: str
     session: str
     invocation_id: str
+    session_dir: Path
 
 
 CHAIN: ContextVar[tuple[Frame, ...]] = ContextVar("soapwb_chain", default=())
