@@ -1,4 +1,47 @@
 """replay: rematerialize the request behind any message, verify it, re-run it, diff the outputs.
 
-Not built yet (see the replay issue); the package exists so the layout is in place.
+Public names are re-exported here; the ``_modules`` behind them are private.
 """
+
+from replay._diff import (
+    ContextDiff,
+    NoiseBand,
+    Output,
+    OutputDiff,
+    diff_contexts,
+    diff_outputs,
+    distance,
+    noise_band,
+    word_diff,
+)
+from replay._materialize import Materialized, MaterializeError, materialize, origin_of, resolve_index
+from replay._run import Overrides, ReplayRun, replay, replay_messages, replay_parameters
+from replay._verify import Verification, request_differences, verify_session, verify_store
+from soap_core import REPLAY_KEY
+
+__all__ = [
+    "REPLAY_KEY",
+    "ContextDiff",
+    "MaterializeError",
+    "Materialized",
+    "NoiseBand",
+    "Output",
+    "OutputDiff",
+    "Overrides",
+    "ReplayRun",
+    "Verification",
+    "diff_contexts",
+    "diff_outputs",
+    "distance",
+    "materialize",
+    "noise_band",
+    "origin_of",
+    "replay",
+    "replay_messages",
+    "replay_parameters",
+    "request_differences",
+    "resolve_index",
+    "verify_session",
+    "verify_store",
+    "word_diff",
+]

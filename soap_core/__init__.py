@@ -40,12 +40,13 @@ from soap_core._parts import (
 from soap_core._session import THREAD_ID_KEY, Session, new_session_uuid
 from soap_core._store import SESSION_FILE, SessionSummary, Store
 from soap_core._tokens import DEFAULT_ENCODING, count_text, get_encoding
-from soap_core._tree import ContextNode, describe_node, fork_tree
+from soap_core._tree import REPLAY_KEY, ContextNode, describe_node, fork_tree
 
 __all__ = [
     "DEFAULT_ANCHORS",
     "DEFAULT_ENCODING",
     "MESSAGES_ANCHOR",
+    "REPLAY_KEY",
     "SESSION_FILE",
     "SYSTEM_PROMPT_ANCHOR",
     "THREAD_ID_KEY",

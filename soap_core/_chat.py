@@ -116,12 +116,13 @@ def chat_message(message: Message) -> list[ChatMessage]:
 
 
 def chat_request(
-    messages: Sequence[Message], *, model: str, parameters: Mapping[str, Any] | None = None
+    messages: Sequence[Message], *, model: str | None, parameters: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """The Chat Completions request for a model that sees ``messages`` (display order).
 
     ``parameters`` are the sampling and tool settings (temperature, max_tokens, seed,
-    tool_choice, response_format, ...); None values are left out.
+    tool_choice, response_format, ...); None values are left out, and so is ``model``
+    when it is not known (a store written without a call log).
     """
     chat: list[ChatMessage] = []
     tools: list[dict[str, Any]] = []
@@ -129,7 +130,7 @@ def chat_request(
         if message.message_type == "ToolDefinitionsMessage":
             tools.extend(tool_schema(p) for p in message.tool_definitions())
         chat.extend(chat_message(message))
-    fields: dict[str, Any] = {"model": model, "messages": chat}
+    fields: dict[str, Any] = {"messages": chat} if model is None else {"model": model, "messages": chat}
     if tools:
         fields["tools"] = tools
     fields.update({k: v for k, v in (parameters or {}).items() if v is not None})

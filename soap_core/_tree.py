@@ -13,7 +13,8 @@ from typing import Literal
 
 from soap_core._session import Session
 
-NodeKind = Literal["root", "fork", "discarded"]
+NodeKind = Literal["root", "fork", "replay", "discarded"]
+REPLAY_KEY = "soapwb_replay"  # set by replay on the forks it makes
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,8 @@ def fork_tree(session: Session) -> list[ContextNode]:
         context = session.contexts.get(context_id)
         parent = parent_of.get(context_id)
         kind: NodeKind = "discarded" if context is None else "fork" if parent else "root"
+        if context is not None and REPLAY_KEY in context.extra:
+            kind = "replay"
         nodes.append(
             ContextNode(
                 id=context_id,

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from soap_core import SoapError
-from soapwb import llm_commands, runtime_commands, store_commands, ui_commands
+from soapwb import llm_commands, replay_commands, runtime_commands, store_commands, ui_commands
 from soapwb.common import UsageError
 
 Handler = Callable[[argparse.Namespace], int]
@@ -26,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     store_commands.register(commands)
     llm_commands.register(commands)
     runtime_commands.register(commands)
+    replay_commands.register(commands)
     ui_commands.register(commands)
     return parser
 

@@ -1,0 +1,269 @@
+"""Re-invoke the model from any message, as it was or changed, and keep each run as a fork.
+
+A run's fork holds exactly the messages that were sent (edits, drops and a replaced
+system prompt applied), then the model's answer, so rematerializing the fork gives the
+request of the run. The fork records its origin and the overrides in the context's
+``soapwb_replay`` key and its call in ``calls/`` like any other call. The original
+context is never written: the fork is not added to its ``children`` (the fork tree
+finds replays through ``origin_context_id``), so its file stays the same to the byte.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from replay._materialize import Materialized
+from soap_core import (
+    REPLAY_KEY,
+    Context,
+    Message,
+    Session,
+    SoapError,
+    Store,
+    TextPart,
+    ToolResultPart,
+    chat_request,
+    request_hash,
+)
+from soap_core.runtime import CallRecord, Completion, LLMError, assistant_message
+from soap_core.runtime._records import new_record_id, utc_now, write_call
+
+
+class Endpoint(Protocol):
+    base_url: str
+    model: str
+
+    def complete(self, request: dict[str, Any]) -> Completion: ...
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """What a replay changes; empty means: reproduce the original call."""
+
+    model: str | None = None
+    temperature: float | None = None
+    seed: int | None = None
+    max_tokens: int | None = None
+    system_prompt: str | None = None
+    edits: Mapping[int, str] = field(default_factory=dict)
+    """Display index → new text for that message (text, or a tool result's content)."""
+    drops: Sequence[int] = ()
+    """Display indices of messages to leave out (a tool call goes with its results)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {}
+        for key in ("model", "temperature", "seed", "max_tokens", "system_prompt"):
+            if getattr(self, key) is not None:
+                data[key] = getattr(self, key)
+        if self.edits:
+            data["edits"] = {str(k): v for k, v in sorted(self.edits.items())}
+        if self.drops:
+            data["drops"] = sorted(self.drops)
+        return data
+
+    @property
+    def changes_messages(self) -> bool:
+        return bool(self.edits or self.drops or self.system_prompt is not None)
+
+
+@dataclass
+class ReplayRun:
+    """One sample of a replay: its fork, request and outcome."""
+
+    fork_id: str
+    call_id: str
+    sample: int
+    request: dict[str, Any]
+    request_hash: str
+    overrides: dict[str, Any]
+    output: Message | None = None
+    response: dict[str, Any] | None = None
+    usage: dict[str, Any] | None = None
+    latency_s: float | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.output is not None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "fork_id": self.fork_id,
+            "call_id": self.call_id,
+            "sample": self.sample,
+            "request_hash": self.request_hash,
+            "overrides": self.overrides,
+            "ok": self.ok,
+            "error": self.error,
+            "text": self.output.text() if self.output else None,
+            "tool_calls": [[u.name, u.parsed_arguments()] for u in self.output.tool_uses()]
+            if self.output
+            else [],
+            "output": self.output.to_dict() if self.output else None,
+            "usage": self.usage,
+            "latency_s": self.latency_s,
+        }
+
+
+def _edit(message: Message, text: str, index: int) -> Message:
+    changed = message.copy()
+    if any(isinstance(p, TextPart) for p in message.content):
+        kept = [p for p in message.content if not isinstance(p, TextPart)]
+        changed.content = [TextPart(text), *kept]
+    elif len(message.tool_results()) == 1:
+        [result] = message.tool_results()
+        changed.content = [ToolResultPart(result.call_id, text, result.name)]
+    else:
+        raise SoapError(f"message {index} has no text to edit (parts: {[p.type for p in message.content]})")
+    return changed
+
+
+def _dropped(messages: Sequence[Message], drops: Sequence[int]) -> set[int]:
+    """The indices to leave out, widened so no tool call loses its result or vice versa."""
+    out = set(drops)
+    for index in drops:
+        if not 0 <= index < len(messages):
+            raise SoapError(f"cannot drop message {index}: the request has {len(messages)} messages")
+        ids = {p.call_id for p in messages[index].tool_uses()} | {
+            p.call_id for p in messages[index].tool_results()
+        }
+        for other, message in enumerate(messages):
+            related = {p.call_id for p in message.tool_uses()} | {p.call_id for p in message.tool_results()}
+            if ids & related:
+                out.add(other)
+    return out
+
+
+def replay_messages(found: Materialized, overrides: Overrides) -> list[Message]:
+    """The messages a replay sends: the materialized ones with the overrides applied."""
+    messages = [m.copy() for m in found.messages]
+    for index, text in overrides.edits.items():
+        if not 0 <= index < len(messages):
+            raise SoapError(f"cannot edit message {index}: the request has {len(messages)} messages")
+        messages[index] = _edit(messages[index], text, index)
+    if overrides.system_prompt is not None:
+        for i, message in enumerate(messages):
+            if message.message_type == "SystemPromptMessage":
+                messages[i] = message.copy()
+                messages[i].content = [TextPart(overrides.system_prompt)]
+    gone = _dropped(found.messages, overrides.drops)
+    return [m for i, m in enumerate(messages) if i not in gone]
+
+
+def replay_parameters(
+    found: Materialized, overrides: Overrides, endpoint: Endpoint
+) -> tuple[str, dict[str, Any]]:
+    """Model and sampling parameters: the recorded ones, then the overrides."""
+    parameters = {k: v for k, v in found.parameters.items() if k != "model"}
+    for key in ("temperature", "seed", "max_tokens"):
+        if getattr(overrides, key) is not None:
+            parameters[key] = getattr(overrides, key)
+    model = overrides.model or found.parameters.get("model") or endpoint.model
+    return model, parameters
+
+
+def _new_fork(
+    session: Session, found: Materialized, messages: list[Message], record: dict[str, Any]
+) -> Context:
+    origin = session.contexts[found.context_id]
+    fork = origin.transform_fork(lambda _: [m.copy() for m in messages])
+    origin.children.remove(fork.id)  # the original stays untouched; lineage is origin_context_id
+    fork.extra[REPLAY_KEY] = record
+    session.add_context(fork)
+    return fork
+
+
+def replay(
+    store: Store,
+    session: Session,
+    found: Materialized,
+    endpoint: Endpoint,
+    overrides: Overrides | None = None,
+    *,
+    samples: int = 1,
+    concurrency: int = 2,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> list[ReplayRun]:
+    """Run the request behind ``found`` again, ``samples`` times, each saved as a fork.
+
+    Failures of the endpoint (after the client's retries) become failed runs with
+    their error; nothing already saved changes.
+    """
+    overrides = overrides or Overrides()
+    messages = replay_messages(found, overrides)
+    model, parameters = replay_parameters(found, overrides, endpoint)
+    request = chat_request(messages, model=model, parameters=parameters)
+    origin = {"of_context": found.context_id, "of_index": found.index, "of_message_id": found.message_id}
+    runs: list[ReplayRun] = []
+    for sample in range(samples):
+        call_id = new_record_id()
+        record = {**origin, "overrides": overrides.as_dict(), "sample": sample, "call_id": call_id}
+        fork = _new_fork(session, found, messages, record)
+        runs.append(ReplayRun(fork.id, call_id, sample, request, request_hash(request), overrides.as_dict()))
+    store.save_session(session)
+    done = 0
+    with ThreadPoolExecutor(max_workers=max(1, min(concurrency, samples))) as pool:
+        futures = {pool.submit(_complete, endpoint, request): run for run in runs}
+        for future in as_completed(futures):
+            run = futures[future]
+            _finish(store, session, found, endpoint, run, future.result())
+            done += 1
+            if on_progress is not None:
+                on_progress(done, samples)
+    return sorted(runs, key=lambda r: r.sample)
+
+
+def _complete(endpoint: Endpoint, request: dict[str, Any]) -> tuple[Completion | None, str | None, str, str]:
+    started = utc_now()
+    try:
+        return endpoint.complete(request), None, started, utc_now()
+    except LLMError as exc:
+        return None, str(exc), started, utc_now()
+
+
+def _finish(
+    store: Store,
+    session: Session,
+    found: Materialized,
+    endpoint: Endpoint,
+    run: ReplayRun,
+    outcome: tuple[Completion | None, str | None, str, str],
+) -> None:
+    completion, error, started, ended = outcome
+    fork = session.contexts[run.fork_id]
+    call = CallRecord(
+        id=run.call_id,
+        session=session.uuid,
+        role=session.role,
+        context_id=fork.id,
+        message_index=len(fork.messages),
+        request=run.request,
+        request_hash=run.request_hash,
+        base_url=endpoint.base_url,
+        started_at=started,
+        ended_at=ended,
+        replay=dict(fork.extra[REPLAY_KEY]),
+    )
+    if completion is not None:
+        try:
+            answer = assistant_message(completion.response)
+        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+            error = f"malformed response: {type(exc).__name__}: {exc}"
+        else:
+            fork.append(answer).record_token_count()
+            run.output, call.message_id = answer, answer.id
+            run.response, run.usage, run.latency_s = (
+                completion.response,
+                completion.response.get("usage"),
+                completion.latency_s,
+            )
+            call.response, call.usage, call.latency_s = run.response, run.usage, run.latency_s
+    if error is not None:
+        run.error = call.error = error
+        fork.extra[REPLAY_KEY] = {**fork.extra[REPLAY_KEY], "error": error}
+    directory = session.directory or store.session_dir(session.role, session.uuid)
+    write_call(directory, call)
+    store.save_session(session)

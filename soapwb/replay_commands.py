@@ -1,0 +1,343 @@
+"""``soapwb materialize``, ``verify``, ``replay`` and ``diff``."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from replay import (
+    NoiseBand,
+    Output,
+    Overrides,
+    ReplayRun,
+    diff_contexts,
+    diff_outputs,
+    materialize,
+    noise_band,
+    replay,
+    verify_store,
+)
+from replay._refs import resolve_reference
+from soap_core import SoapError
+from soap_core.runtime import LLMEndpoint
+from soapwb.common import UsageError, add_store_options, emit_json, open_store
+
+
+def register(commands: Any) -> None:
+    mat = commands.add_parser("materialize", help="print the exact request behind a message")
+    _add_target(mat)
+    add_store_options(mat)
+    mat.set_defaults(handler=cmd_materialize)
+
+    verify = commands.add_parser("verify", help="check every recorded call against its rematerialization")
+    add_store_options(verify)
+    verify.set_defaults(handler=cmd_verify)
+
+    rep = commands.add_parser(
+        "replay", help="run the model again from a message; each run is saved as a fork"
+    )
+    _add_target(rep)
+    rep.add_argument("--model", help="model name (default: the original call's)")
+    rep.add_argument("--temperature", type=float)
+    rep.add_argument("--seed", type=int)
+    rep.add_argument("--max-tokens", type=int)
+    rep.add_argument(
+        "--system-prompt-file", type=Path, help="replace the system prompt with this file's text"
+    )
+    rep.add_argument(
+        "--edit",
+        action="append",
+        default=[],
+        metavar="INDEX=TEXT",
+        help="replace the text of the message at INDEX (repeatable)",
+    )
+    rep.add_argument(
+        "--drop",
+        action="append",
+        type=int,
+        default=[],
+        metavar="INDEX",
+        help="leave out the message at INDEX; a tool call goes with its results (repeatable)",
+    )
+    rep.add_argument("--samples", type=int, default=1, help="how many runs (default 1)")
+    rep.add_argument(
+        "--noise",
+        type=int,
+        default=0,
+        metavar="K",
+        help="also run K unchanged samples to measure the model's own variation",
+    )
+    rep.add_argument("--concurrency", type=int, default=2, help="runs at once (default 2)")
+    rep.add_argument(
+        "--base-url", help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL, else the local model)"
+    )
+    rep.add_argument("--timeout", type=float, default=120.0, help="seconds per request (default 120)")
+    rep.add_argument("--retries", type=int, default=2, help="retries with backoff per request (default 2)")
+    rep.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 when an output differs from the original beyond --threshold",
+    )
+    rep.add_argument(
+        "--threshold",
+        type=float,
+        help="largest distance (0..1) that passes --check (default: the noise band, else 0)",
+    )
+    add_store_options(rep)
+    rep.set_defaults(handler=cmd_replay)
+
+    diff = commands.add_parser(
+        "diff", help="compare two outputs (CONTEXT@INDEX, or a replay fork) or two contexts"
+    )
+    diff.add_argument("a", metavar="A", help="CONTEXT, CONTEXT@INDEX or a replay fork's context id")
+    diff.add_argument("b", metavar="B")
+    add_store_options(diff)
+    diff.set_defaults(handler=cmd_diff)
+
+
+def _add_target(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("session", metavar="SESSION", help="session uuid or a unique prefix of one")
+    parser.add_argument("--context", metavar="ID", help="context id or prefix (default: the active one)")
+    parser.add_argument(
+        "--at",
+        required=True,
+        metavar="N",
+        help="display index (negative counts from the end) or message id of the output",
+    )
+
+
+def cmd_materialize(args: argparse.Namespace) -> int:
+    store = open_store(args)
+    session = store.load_session(args.session, require_active=args.context is None)
+    found = materialize(session, args.context, args.at)
+    if args.json:
+        emit_json(found.as_dict())
+        return 0
+    source = f"recorded call {found.call['id']}" if found.call else "no recorded call"
+    print(f"{found.role}/{found.session} context {found.context_id} message {found.index} ({source})")
+    print(f"request hash {found.request_hash}")
+    for note in found.notes:
+        print(f"note: {note}")
+    emit_json(found.request)
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    results = verify_store(open_store(args))
+    bad = [r for r in results if not r.match]
+    if args.json:
+        emit_json({"calls": len(results), "mismatches": len(bad), "results": [r.as_dict() for r in results]})
+        return 1 if bad else 0
+    for result in results:
+        where = f"{result.role}/{result.session} context {result.context_id} message {result.message_index}"
+        if result.match:
+            print(f"ok        {where}")
+        else:
+            print(f"MISMATCH  {where}: {result.error or ''}")
+            for kind, changes in result.differences.items():
+                print(f"          {kind}: {', '.join(list(changes)[:6])}")
+    if not results:
+        print("no recorded calls (a store written without a call log, such as peteos')")
+    else:
+        print(f"{len(results) - len(bad)} of {len(results)} recorded calls match")
+    return 1 if bad else 0
+
+
+@contextlib.contextmanager
+def endpoint_for(args: argparse.Namespace) -> Iterator[LLMEndpoint]:
+    """The endpoint asked for, else $OPENAI_BASE_URL, else a local model started for the run."""
+    base_url = args.base_url or os.environ.get("OPENAI_BASE_URL")
+    with contextlib.ExitStack() as stack:
+        if not base_url:
+            from soap_core.runtime.local_model import LocalModelServer
+
+            base_url = stack.enter_context(LocalModelServer(deterministic=True)).base_url
+        yield LLMEndpoint(base_url, timeout=args.timeout, max_retries=args.retries)
+
+
+def overrides_from(args: argparse.Namespace) -> Overrides:
+    edits: dict[int, str] = {}
+    for item in args.edit:
+        index, sep, text = item.partition("=")
+        if not sep or not index.strip().lstrip("-").isdigit():
+            raise UsageError(f"--edit takes INDEX=TEXT, got {item!r}")
+        edits[int(index)] = text
+    system_prompt = None
+    if args.system_prompt_file is not None:
+        try:
+            system_prompt = args.system_prompt_file.read_text("utf-8")
+        except OSError as exc:
+            raise SoapError(f"{args.system_prompt_file}: cannot read: {exc.strerror}") from None
+    return Overrides(
+        args.model, args.temperature, args.seed, args.max_tokens, system_prompt, edits, tuple(args.drop)
+    )
+
+
+def _progress(done: int, total: int) -> None:
+    if sys.stderr.isatty() or os.environ.get("SOAPWB_PROGRESS"):
+        filled = int(20 * done / total)
+        print(
+            f"\r[{'#' * filled}{'.' * (20 - filled)}] {done}/{total} runs",
+            end="" if done < total else "\n",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    if args.samples < 1 or args.noise < 0 or args.concurrency < 1:
+        raise UsageError("--samples and --concurrency must be at least 1, --noise at least 0")
+    store = open_store(args)
+    session = store.load_session(args.session, require_active=args.context is None)
+    found = materialize(session, args.context, args.at)
+    overrides = overrides_from(args)
+    original_message = session.contexts[found.context_id].messages[found.index] if found.message_id else None
+    original = Output.of(
+        original_message, (found.call or {}).get("usage"), (found.call or {}).get("latency_s")
+    )
+    with endpoint_for(args) as endpoint:
+        runs = replay(
+            store,
+            session,
+            found,
+            endpoint,
+            overrides,
+            samples=args.samples,
+            concurrency=args.concurrency,
+            on_progress=_progress,
+        )
+        baseline: list[ReplayRun] = []
+        if args.noise:
+            baseline = replay(
+                store,
+                session,
+                found,
+                endpoint,
+                Overrides(),
+                samples=args.noise,
+                concurrency=args.concurrency,
+                on_progress=_progress,
+            )
+    return report_replay(args, found.as_dict(), original if original_message else None, runs, baseline)
+
+
+def _band(runs: list[ReplayRun], baseline: list[ReplayRun], changed: bool) -> NoiseBand | None:
+    unchanged = baseline or ([] if changed else runs)
+    outputs = [Output.of(r.output) for r in unchanged if r.ok]
+    return noise_band(outputs) if len(outputs) >= 2 else None
+
+
+def report_replay(
+    args: argparse.Namespace,
+    target: dict[str, Any],
+    original: Output | None,
+    runs: list[ReplayRun],
+    baseline: list[ReplayRun],
+) -> int:
+    band = _band(runs, baseline, bool(args.edit or args.drop or args.system_prompt_file))
+    threshold = args.threshold if args.threshold is not None else (band.upper if band else 0.0)
+    rows = []
+    for run in runs:
+        row: dict[str, Any] = {**run.as_dict(), "diff": None, "noise": None}
+        if run.ok and original is not None:
+            diff = diff_outputs(original, Output.of(run.output, run.usage, run.latency_s))
+            row["diff"] = diff.as_dict()
+            if band is not None:
+                row["noise"] = "inside" if band.contains(diff.distance) else "outside"
+        rows.append(row)
+    failed = [r for r in runs + baseline if not r.ok]
+    beyond = [r for r in rows if r["diff"] is not None and r["diff"]["distance"] > threshold]
+    code = 1 if failed or (args.check and beyond) else 0
+    if args.json:
+        emit_json(
+            {
+                "target": {k: v for k, v in target.items() if k != "request"},
+                "runs": rows,
+                "baseline": [r.as_dict() for r in baseline],
+                "noise_band": band.as_dict() if band else None,
+                "threshold": threshold,
+                "failed": len(failed),
+                "beyond_threshold": len(beyond),
+            }
+        )
+        return code
+    print(
+        f"replayed {target['role']}/{target['session']} context {target['context_id']} message {target['index']}"
+    )
+    for row in rows:
+        if not row["ok"]:
+            print(f"run {row['sample']}: FAILED: {row['error']}  (fork {row['fork_id']})")
+            continue
+        text = row["text"] or " ".join(f"{name}({args})" for name, args in row["tool_calls"])
+        distance = row["diff"]["distance"] if row["diff"] else None
+        noise = f", {row['noise']} the noise band" if row["noise"] else ""
+        print(f"run {row['sample']}: fork {row['fork_id']}  distance to the original {distance}{noise}")
+        print(f"  {text}")
+    if band is not None:
+        print(
+            f"noise band over {band.samples} unchanged runs: agreement {band.agreement_rate:.0%}, "
+            f"distance up to {band.upper:.3f}"
+        )
+    for run in baseline:
+        if not run.ok:
+            print(f"noise run {run.sample}: FAILED: {run.error}")
+    if args.check and beyond:
+        print(
+            f"check failed: {len(beyond)} of {len(rows)} outputs differ from the original by more than {threshold}"
+        )
+    return code
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    store = open_store(args)
+    a, b = resolve_reference(store, args.a), resolve_reference(store, args.b)
+    if a.names_output != b.names_output:
+        raise UsageError(
+            "compare two outputs (CONTEXT@INDEX or replay forks) or two contexts, not one of each"
+        )
+    if a.names_output:
+        result = diff_outputs(_output(a), _output(b)).as_dict()
+        if args.json:
+            emit_json({"kind": "outputs", **result})
+            return 0
+        print("identical" if result["identical"] else f"distance {result['distance']}")
+        print(" ".join(_marked(op, text) for op, text in result["words"]))
+        if result["tool_calls"]:
+            emit_json(result["tool_calls"])
+        if result["usage_delta"]:
+            print(f"usage delta: {result['usage_delta']}")
+        return 0
+    contexts = diff_contexts(a.context, b.context)
+    if args.json:
+        emit_json({"kind": "contexts", **contexts.as_dict()})
+        return 0
+    if contexts.first_divergence is None:
+        print("the contexts hold the same messages")
+        return 0
+    print(f"first divergence at message {contexts.first_divergence} (turn {contexts.turn})")
+    for row in contexts.rows[contexts.first_divergence :]:
+        left, right = row["a"], row["b"]
+        print(
+            f"#{row['index']} {'same' if row['same'] else 'differs'}: "
+            f"{(left or {}).get('role', '-')} | {(right or {}).get('role', '-')}"
+        )
+        if row["words"]:
+            print("  " + " ".join(_marked(op, text) for op, text in row["words"]))
+    return 0
+
+
+def _output(ref: Any) -> Output:
+    message = ref.message
+    if message is None:
+        raise SoapError(f"context {ref.context.id} has no output at {ref.index}")
+    usage = None
+    return Output.of(message, usage)
+
+
+def _marked(op: str, text: str) -> str:
+    return {"equal": text, "delete": f"[-{text}-]", "insert": f"{{+{text}+}}"}[op]
