@@ -265,3 +265,21 @@ def test_each_call_is_rematerialized_with_the_system_prompt_and_tools_it_saw(tmp
     ]
     assert "satisfying the following schema" in with_schema.request["messages"][0]["content"]
     assert with_schema.request == scripted.requests[1]
+
+
+def test_samples_run_concurrently_and_report_progress(store: Store, llm_server: LocalModelServer) -> None:
+    session = only_session(store)
+    found = materialize(session, None, 3)
+    seen: list[tuple[int, int]] = []
+    runs = replay(
+        store,
+        session,
+        found,
+        endpoint(llm_server),
+        samples=3,
+        concurrency=2,
+        on_progress=lambda d, t: seen.append((d, t)),
+    )
+    assert seen == [(1, 3), (2, 3), (3, 3)]
+    assert [r.sample for r in runs] == [0, 1, 2] and len({r.fork_id for r in runs}) == 3
+    assert all(r.ok for r in runs)
