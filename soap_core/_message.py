@@ -9,6 +9,7 @@ dict it came from.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterable, Sequence
 from datetime import datetime
@@ -119,6 +120,7 @@ class Message:
         self._key_order: tuple[str, ...] = _NEW_KEY_ORDER[message_type]
         self._file_keys: frozenset[str] = frozenset()
         self._token_cache: dict[str, int] = {}
+        self._part_token_cache: dict[str, tuple[int, ...]] = {}
 
     # -- content and tokens -------------------------------------------------------------
 
@@ -131,6 +133,7 @@ class Message:
     def content(self, parts: Iterable[Part]) -> None:
         self._content = tuple(parts)
         self._token_cache.clear()
+        self._part_token_cache.clear()
 
     @property
     def has_content_key(self) -> bool:
@@ -148,6 +151,17 @@ class Message:
         if cached is None:
             cached = count_text(message_token_text(self.role, self.raw_content()), encoding)
             self._token_cache[encoding] = cached
+        return cached
+
+    def part_token_counts(self, encoding: str = DEFAULT_ENCODING) -> tuple[int, ...]:
+        """Tokens of each part's JSON on its own (for a make-up of the count; they need
+        not add up to :meth:`count_tokens` exactly), cached like it."""
+        cached = self._part_token_cache.get(encoding)
+        if cached is None:
+            cached = tuple(
+                count_text(json.dumps(part_to_dict(p), ensure_ascii=False), encoding) for p in self.content
+            )
+            self._part_token_cache[encoding] = cached
         return cached
 
     @property
@@ -216,6 +230,7 @@ class Message:
         """A copy that shares nothing mutable with this message (parts are immutable)."""
         clone = Message.from_dict(self.to_dict())
         clone._token_cache = dict(self._token_cache)
+        clone._part_token_cache = dict(self._part_token_cache)
         return clone
 
     def __eq__(self, other: object) -> bool:

@@ -215,6 +215,7 @@ class _Run:
             invocation_id=self.record.id,
             system_prompt_hooks=hooks,
             tool_list_hook=self.tool_list_key,
+            context_limit=settings.context_limit,
         )
         self.record.calls.append(call.id)
         try:

@@ -65,6 +65,8 @@ class CallRecord:
     """Content-map keys of the hook outputs the system prompt was built from."""
     tool_list_hook: str | None = None
     """Content-map key of the JSON tool listing the call was offered."""
+    context_limit: int | None = None
+    """The model's context window as the agentic class declared it."""
     replay: dict[str, Any] | None = None
     """For a replay: the message it re-ran (context, index, id), overrides, sample."""
     format: str = CALL_FORMAT

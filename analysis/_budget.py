@@ -1,0 +1,295 @@
+"""Token budgets over time: the context size at every LLM call, and what it was made of.
+
+Calls come from the call log where the runtime recorded one (each rematerialized, so
+the system prompt and tools are counted as they were at that call), and are otherwise
+reconstructed from the contexts: every assistant message was produced by a call that
+saw the messages before it, in the context it was first produced in. Counts use the
+messages' cached counts, so a second pass over a session does no tokenization.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from replay import materialize, origin_of
+from soap_core import (
+    REPLAY_KEY,
+    Context,
+    MediaPart,
+    Message,
+    Session,
+    SoapError,
+    Store,
+    ThinkingPart,
+    ToolPart,
+    ToolResultPart,
+    ToolUsePart,
+)
+from soap_core.runtime import invocation_chain, read_calls
+
+CATEGORIES = (
+    "system_prompt",
+    "tool_definitions",
+    "user",
+    "assistant",
+    "thinking",
+    "tool_calls",
+    "tool_results",
+    "media",
+)
+
+
+def message_category(message: Message) -> str:
+    if message.message_type == "SystemPromptMessage" or message.role == "system":
+        return "system_prompt"
+    if message.message_type == "ToolDefinitionsMessage":
+        return "tool_definitions"
+    if message.role == "tool_result":
+        return "tool_results"
+    return "assistant" if message.role == "assistant" else "user"
+
+
+def _part_category(message: Message, part: Any) -> str:
+    if isinstance(part, ThinkingPart):
+        return "thinking"
+    if isinstance(part, ToolUsePart):
+        return "tool_calls"
+    if isinstance(part, ToolResultPart):
+        return "tool_results"
+    if isinstance(part, MediaPart):
+        return "media"
+    if isinstance(part, ToolPart):
+        return "tool_definitions"
+    return message_category(message)
+
+
+def makeup(message: Message) -> dict[str, int]:
+    """The message's true token count split by kind of content; the parts add up to it."""
+    total = message.count_tokens()
+    split: dict[str, int] = {}
+    for part, tokens in zip(message.content, message.part_token_counts(), strict=True):
+        key = _part_category(message, part)
+        split[key] = split.get(key, 0) + tokens
+    rest = total - sum(split.values())  # the role prefix and list punctuation
+    home = message_category(message) if rest >= 0 or not split else max(split, key=lambda k: split[k])
+    split[home] = split.get(home, 0) + rest
+    return split
+
+
+def context_makeup(messages: list[Message]) -> dict[str, int]:
+    totals = dict.fromkeys(CATEGORIES, 0)
+    for message in messages:
+        for key, tokens in makeup(message).items():
+            totals[key] += tokens
+    return totals
+
+
+@dataclass
+class CompactionEvent:
+    """A compaction fork between two calls: the context before and what was kept."""
+
+    parent_id: str
+    child_id: str
+    tokens_before: int
+    tokens_after: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class CallBudget:
+    """The context one LLM call was sent."""
+
+    number: int
+    context_id: str
+    message_index: int
+    message_id: str | None
+    timestamp: str | None
+    recorded: bool
+    tokens: int
+    makeup: dict[str, int]
+    context_limit: int | None = None
+    usage: dict[str, Any] | None = None
+    compactions_before: list[CompactionEvent] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["compactions_before"] = [e.as_dict() for e in self.compactions_before]
+        return data
+
+
+def _is_replay(context: Context) -> bool:
+    return REPLAY_KEY in context.extra
+
+
+def _reconstructed_calls(session: Session) -> list[tuple[Context, int]]:
+    """(context, index) of every assistant message, in the context it was produced in."""
+    found: dict[tuple[str, int], tuple[Context, int]] = {}
+    for context in session.contexts.values():
+        if _is_replay(context):
+            continue
+        for index, message in enumerate(context.messages):
+            if message.role == "assistant":
+                origin, at = origin_of(session, context, index)
+                found.setdefault((origin.id, at), (origin, at))
+    return sorted(found.values(), key=lambda item: item[0].messages[item[1]].creation_timestamp or "")
+
+
+def _copied_tokens(parent: Context, child: Context) -> int:
+    """Tokens of what a fork took over from its parent (not what it gained later)."""
+    parent_ids = {m.id for m in parent.messages}
+    return sum(m.count_tokens() for m in child.messages if m.id in parent_ids)
+
+
+def _events_between(session: Session, previous: str | None, current: str) -> list[CompactionEvent]:
+    events: list[CompactionEvent] = []
+    context = session.contexts.get(current)
+    while (
+        context is not None and previous is not None and context.id != previous and context.origin_context_id
+    ):
+        parent = session.contexts.get(context.origin_context_id)
+        if parent is None:
+            break
+        events.append(
+            CompactionEvent(
+                parent.id, context.id, parent.total_token_count(), _copied_tokens(parent, context)
+            )
+        )
+        context = parent
+    return list(reversed(events)) if context is not None and context.id == previous else []
+
+
+def call_budgets(session: Session) -> list[CallBudget]:
+    """The context size of every LLM call of ``session``, oldest first."""
+    calls = [c for c in (read_calls(session.directory) if session.directory else []) if not c.get("replay")]
+    budgets: list[CallBudget] = []
+    previous: str | None = None
+    for context, index, call in _calls(session, calls):
+        if call is not None:
+            messages = _recorded_messages(session, context, call)
+            message_id, stamp = call.get("message_id"), call.get("started_at")
+            limit, usage = call.get("context_limit"), call.get("usage")
+        else:
+            messages, message_id = context.messages[:index], context.messages[index].id
+            stamp, limit, usage = context.messages[index].creation_timestamp, None, None
+        budgets.append(
+            CallBudget(
+                number=len(budgets),
+                context_id=context.id,
+                message_index=index,
+                message_id=message_id,
+                timestamp=stamp,
+                recorded=call is not None,
+                tokens=sum(m.count_tokens() for m in messages),
+                makeup=context_makeup(messages),
+                context_limit=limit,
+                usage=usage,
+                compactions_before=_events_between(session, previous, context.id),
+            )
+        )
+        previous = context.id
+    return budgets
+
+
+def _calls(session: Session, calls: list[dict[str, Any]]) -> list[tuple[Context, int, dict[str, Any] | None]]:
+    """(context, message index, call record) per call: recorded ones, else reconstructed."""
+    if not calls:
+        return [(context, index, None) for context, index in _reconstructed_calls(session)]
+    return [
+        (session.contexts[c["context_id"]], c["message_index"], c)
+        for c in calls
+        if c["context_id"] in session.contexts
+    ]
+
+
+def _recorded_messages(session: Session, context: Context, call: dict[str, Any]) -> list[Message]:
+    if call.get("message_id") is None:  # a failed call: what it was sent is still on disk
+        return context.messages[: call["message_index"]]
+    try:
+        return materialize(session, context, call["message_id"]).messages
+    except SoapError:
+        return context.messages[: call["message_index"]]
+
+
+@dataclass
+class MessageBudget:
+    """One message's share of a context."""
+
+    index: int
+    role: str
+    tokens: int
+    cumulative: int
+    cached: int | None
+    stale: bool
+    makeup: dict[str, int]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def message_budgets(context: Context) -> list[MessageBudget]:
+    rows: list[MessageBudget] = []
+    running = 0
+    for index, message in enumerate(context.messages):
+        running += message.count_tokens()
+        rows.append(
+            MessageBudget(
+                index,
+                message.role,
+                message.count_tokens(),
+                running,
+                message.token_count,
+                message.token_count_is_stale,
+                makeup(message),
+            )
+        )
+    return rows
+
+
+@dataclass
+class SessionSpend:
+    """Tokens one session of an invocation chain spent."""
+
+    role: str
+    session: str
+    depth: int
+    calls: int
+    prompt_tokens: int
+    """Context sizes summed over its calls (cl100k_base)."""
+    completion_tokens: int | None
+    """As the endpoint reported in usage (None where nothing was recorded)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def chain_budget(store: Store, session_ref: str) -> list[SessionSpend]:
+    """Tokens spent per session along every invocation chain through a session."""
+    depth_of: dict[str, int] = {}
+    role_of: dict[str, str] = {}
+    for trace in invocation_chain(store, session_ref):
+        frames = [*trace.callers, *([trace.invocation] if trace.invocation else []), *trace.callees]
+        for frame in frames:
+            depth_of.setdefault(frame.session, frame.depth)
+            role_of[frame.session] = frame.role
+    if not depth_of:
+        summary = store.find(session_ref)
+        depth_of, role_of = {summary.uuid: 0}, {summary.uuid: summary.role}
+    rows = []
+    for uuid, depth in sorted(depth_of.items(), key=lambda item: item[1]):
+        session = store.load_session(uuid, require_active=False)
+        budgets = call_budgets(session)
+        completions = [b.usage.get("completion_tokens") for b in budgets if b.usage]
+        rows.append(
+            SessionSpend(
+                role_of[uuid],
+                uuid,
+                depth,
+                len(budgets),
+                sum(b.tokens for b in budgets),
+                sum(c for c in completions if isinstance(c, int)) if completions else None,
+            )
+        )
+    return rows

@@ -1,0 +1,348 @@
+"""The compaction lab: replay a session's growth call by call under other strategies.
+
+The history is the session's conversation as it grew, before any compaction: the
+messages of the active context's lineage, root first, each once. At every call the
+model saw a prefix of it. A strategy turns the history into what the model would see
+instead; the simulation feeds it the history call by call, without calling the model
+and without touching the store, and records the context size, the compactions and
+exactly which messages were gone at each call.
+
+Strategies keep their view incrementally (dropping from the old end), so a simulation
+is linear in the number of messages. A new strategy can be any function from the view
+(a list of :class:`Item`) to the view the model should see.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from analysis._budget import call_budgets
+from soap_core import Context, Message, Session, ThinkingPart
+
+SUMMARY_ID = "summary"
+
+
+@dataclass(frozen=True)
+class Item:
+    """One message as the simulation sees it."""
+
+    id: str
+    tokens: int
+    special: bool = False
+    group: int = 0
+    """Messages of one group go together: a tool call and its results."""
+    thinking: int = 0
+    """Tokens of its thinking parts (what strip-thinking saves)."""
+
+
+@dataclass
+class History:
+    """A session's uncompacted history and where each call cut it."""
+
+    items: list[Item]
+    calls: list[int]
+    """Call k saw ``items[:calls[k]]`` (the message it produced is ``items[calls[k]]``)."""
+    messages: dict[str, Message] = field(default_factory=dict)
+
+
+def _lineage(session: Session) -> list[Context]:
+    chain = [session.active_context]
+    while chain[-1].origin_context_id in session.contexts:
+        parent = session.contexts[chain[-1].origin_context_id or ""]
+        if parent in chain:
+            break
+        chain.append(parent)
+    return list(reversed(chain))
+
+
+def history_of(session: Session) -> History:
+    """The uncompacted history of ``session`` and its calls' cut points."""
+    messages: dict[str, Message] = {}
+    for context in _lineage(session):
+        for message in context.messages:
+            messages.setdefault(message.id, message)
+    items = list(items_of(list(messages.values())))
+    position = {item.id: i for i, item in enumerate(items)}
+    calls = sorted({position[b.message_id] for b in call_budgets(session) if b.message_id in position})
+    return History(items, calls, messages)
+
+
+def items_of(messages: Sequence[Message]) -> Iterable[Item]:
+    """Items with tool groups: a result message joins the group of the call it answers."""
+    group_of_call: dict[str, int] = {}
+    group = 0
+    for message in messages:
+        results = [p.call_id for p in message.tool_results()]
+        if results and results[0] in group_of_call:
+            item_group = group_of_call[results[0]]
+        else:
+            group += 1
+            item_group = group
+        for use in message.tool_uses():
+            group_of_call[use.call_id] = item_group
+        thinking = sum(
+            n
+            for p, n in zip(message.content, message.part_token_counts(), strict=True)
+            if isinstance(p, ThinkingPart)
+        )
+        yield Item(message.id, message.count_tokens(), message.is_special, item_group, thinking)
+
+
+class Strategy(Protocol):
+    """Keeps a view of the history; ``add`` new items, then ``compact`` before a call."""
+
+    name: str
+
+    def start(self) -> None: ...
+
+    def add(self, item: Item) -> None: ...
+
+    def compact(self) -> list[str]:
+        """Apply the strategy before a call; the ids it dropped now."""
+        ...
+
+    def tokens(self) -> int: ...
+
+    def view(self) -> list[Item]: ...
+
+
+class _Window:
+    """A deque view with a running total; drops whole groups from the old end."""
+
+    name = "none"
+
+    def start(self) -> None:
+        self.specials: list[Item] = []
+        self.items: deque[Item] = deque()
+        self.total = 0
+
+    def add(self, item: Item) -> None:
+        (self.specials if item.special else self.items).append(item)
+        self.total += self.cost(item)
+
+    def cost(self, item: Item) -> int:
+        return item.tokens
+
+    def drop_group(self) -> list[str]:
+        first = self.items.popleft()
+        self.total -= self.cost(first)
+        gone = [first.id]
+        while self.items and self.items[0].group == first.group:
+            item = self.items.popleft()
+            self.total -= self.cost(item)
+            gone.append(item.id)
+        return gone
+
+    def compact(self) -> list[str]:
+        return []
+
+    def tokens(self) -> int:
+        return self.total
+
+    def view(self) -> list[Item]:
+        return [*self.specials, *self.items]
+
+
+class NoCompaction(_Window):
+    """The baseline: the model sees everything."""
+
+    name = "none"
+
+
+@dataclass
+class RollingTokens(_Window):
+    """Over ``threshold`` tokens, keep the newest ``keep`` share of it (the seed's rule:
+    over 60,000, keep the most recent 30,000). Specials always stay and count."""
+
+    threshold: int = 60_000
+    keep: float = 0.5
+
+    def __post_init__(self) -> None:
+        self.name = f"rolling-tokens:{self.threshold}:{self.keep:g}"
+
+    def compact(self) -> list[str]:
+        if self.total <= self.threshold:
+            return []
+        budget = int(self.threshold * self.keep)
+        gone: list[str] = []
+        while self.items and self.total > budget:
+            gone += self.drop_group()
+        return gone
+
+
+@dataclass
+class RollingMessages(_Window):
+    """Keep the last ``n`` messages besides the specials (fewer rather than split a
+    tool call from its results)."""
+
+    n: int = 40
+
+    def __post_init__(self) -> None:
+        self.name = f"rolling-messages:{self.n}"
+
+    def compact(self) -> list[str]:
+        gone: list[str] = []
+        while len(self.items) > self.n:
+            gone += self.drop_group()
+        return gone
+
+
+class StripThinking(_Window):
+    """Thinking parts are never sent again; no message is dropped."""
+
+    name = "strip-thinking"
+
+    def cost(self, item: Item) -> int:
+        return item.tokens - item.thinking
+
+
+@dataclass
+class SummarizeOlder(_Window):
+    """Over ``threshold``, all but the last ``keep_last`` messages become one summary.
+    The simulation cannot ask a model, so it stands in a summary of a quarter of what it
+    replaces, at most ``summary_tokens``; drift runs ask the model for the real one."""
+
+    threshold: int = 60_000
+    keep_last: int = 4
+    summary_tokens: int = 200
+
+    def __post_init__(self) -> None:
+        self.name = f"summarize:{self.threshold}:{self.keep_last}"
+
+    def compact(self) -> list[str]:
+        if self.total <= self.threshold:
+            return []
+        before = self.total
+        gone: list[str] = []
+        while len(self.items) > self.keep_last:
+            gone += self.drop_group()
+        if gone:
+            size = min(self.summary_tokens, max(1, (before - self.total) // 4))
+            self.items.appendleft(Item(SUMMARY_ID, size, group=-1))
+            self.total += size
+        return [g for g in gone if g != SUMMARY_ID]
+
+
+@dataclass
+class FunctionStrategy(_Window):
+    """A plug-in: any function from the view to the view the model should see."""
+
+    function: Callable[[list[Item]], list[Item]] = lambda view: view
+    label: str = "custom"
+
+    def __post_init__(self) -> None:
+        self.name = self.label
+
+    def compact(self) -> list[str]:
+        before = self.view()
+        after = self.function(before)
+        kept = {i.id for i in after}
+        self.specials = [i for i in after if i.special]
+        self.items = deque(i for i in after if not i.special)
+        self.total = sum(self.cost(i) for i in after)
+        return [i.id for i in before if i.id not in kept]
+
+
+def parse_strategy(spec: str) -> Strategy:
+    """``rolling-tokens:T[:KEEP]``, ``rolling-messages:N``, ``strip-thinking``,
+    ``summarize[:T[:KEEP_LAST]]`` or ``none``."""
+    name, *args = spec.split(":")
+    try:
+        if name == "rolling-tokens":
+            return RollingTokens(int(args[0]) if args else 60_000, float(args[1]) if len(args) > 1 else 0.5)
+        if name == "rolling-messages":
+            return RollingMessages(int(args[0]) if args else 40)
+        if name == "summarize":
+            return SummarizeOlder(int(args[0]) if args else 60_000, int(args[1]) if len(args) > 1 else 4)
+    except ValueError:
+        raise ValueError(f"bad numbers in strategy {spec!r}") from None
+    if name == "strip-thinking" and not args:
+        return StripThinking()
+    if name == "none" and not args:
+        return NoCompaction()
+    raise ValueError(
+        f"unknown strategy {spec!r}: use rolling-tokens:T[:KEEP], rolling-messages:N, strip-thinking, "
+        "summarize[:T[:KEEP_LAST]] or none"
+    )
+
+
+@dataclass
+class SimPoint:
+    """One call under one strategy."""
+
+    call: int
+    tokens: int
+    original_tokens: int
+    compacted: bool
+    dropped_now: list[str]
+
+
+@dataclass
+class Simulation:
+    """A strategy's run over a whole history."""
+
+    strategy: str
+    points: list[SimPoint]
+
+    @property
+    def peak_tokens(self) -> int:
+        return max((p.tokens for p in self.points), default=0)
+
+    @property
+    def tokens_sent(self) -> int:
+        return sum(p.tokens for p in self.points)
+
+    @property
+    def compactions(self) -> int:
+        return sum(1 for p in self.points if p.compacted)
+
+    @property
+    def tokens_saved(self) -> int:
+        return sum(p.original_tokens - p.tokens for p in self.points)
+
+    def dropped_at(self, call: int) -> list[str]:
+        """Every message id the strategy had dropped by call ``call``."""
+        return [i for p in self.points[: call + 1] for i in p.dropped_now]
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "strategy": self.strategy,
+            "peak_tokens": self.peak_tokens,
+            "tokens_sent": self.tokens_sent,
+            "compactions": self.compactions,
+            "tokens_saved": self.tokens_saved,
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.summary(), "points": [p.__dict__ for p in self.points]}
+
+
+def simulate_items(
+    items: Sequence[Item], calls: Sequence[int], strategies: Sequence[Strategy]
+) -> list[Simulation]:
+    """Feed ``items`` call by call to each strategy: linear in ``len(items)``."""
+    results = []
+    for strategy in strategies:
+        strategy.start()
+        points: list[SimPoint] = []
+        fed = 0
+        original = 0
+        for number, cut in enumerate(calls):
+            while fed < cut:
+                strategy.add(items[fed])
+                original += items[fed].tokens
+                fed += 1
+            dropped = strategy.compact()
+            points.append(SimPoint(number, strategy.tokens(), original, bool(dropped), dropped))
+        results.append(Simulation(strategy.name, points))
+    return results
+
+
+def simulate(session: Session, strategies: Sequence[Strategy | str]) -> list[Simulation]:
+    """The session's growth under each strategy (the store is not touched)."""
+    history = history_of(session)
+    parsed = [parse_strategy(s) if isinstance(s, str) else s for s in strategies]
+    return simulate_items(history.items, history.calls, parsed)
