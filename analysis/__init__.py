@@ -15,6 +15,14 @@ from analysis._budget import (
     makeup,
     message_budgets,
 )
+from analysis._drift import (
+    ConversationSummarizer,
+    DriftRow,
+    DriftRun,
+    compare,
+    model_summarizer,
+    view_messages,
+)
 from analysis._lab import (
     FunctionStrategy,
     History,
@@ -37,6 +45,9 @@ __all__ = [
     "CATEGORIES",
     "CallBudget",
     "CompactionEvent",
+    "ConversationSummarizer",
+    "DriftRow",
+    "DriftRun",
     "FunctionStrategy",
     "History",
     "Item",
@@ -51,12 +62,15 @@ __all__ = [
     "SummarizeOlder",
     "call_budgets",
     "chain_budget",
+    "compare",
     "context_makeup",
     "history_of",
     "items_of",
     "makeup",
     "message_budgets",
+    "model_summarizer",
     "parse_strategy",
     "simulate",
     "simulate_items",
+    "view_messages",
 ]

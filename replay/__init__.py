@@ -15,13 +15,14 @@ from replay._diff import (
     word_diff,
 )
 from replay._materialize import Materialized, MaterializeError, materialize, origin_of, resolve_index
-from replay._run import Overrides, ReplayRun, replay, replay_messages, replay_parameters
+from replay._run import Endpoint, Overrides, ReplayRun, replay, replay_messages, replay_parameters
 from replay._verify import Verification, request_differences, verify_session, verify_store
 from soap_core import REPLAY_KEY
 
 __all__ = [
     "REPLAY_KEY",
     "ContextDiff",
+    "Endpoint",
     "MaterializeError",
     "Materialized",
     "NoiseBand",

@@ -186,17 +186,21 @@ def replay(
     samples: int = 1,
     concurrency: int = 2,
     on_progress: Callable[[int, int], None] | None = None,
+    label: str | None = None,
 ) -> list[ReplayRun]:
     """Run the request behind ``found`` again, ``samples`` times, each saved as a fork.
 
     Failures of the endpoint (after the client's retries) become failed runs with
-    their error; nothing already saved changes.
+    their error; nothing already saved changes. ``label`` names the experiment in the
+    fork's record (the compaction lab labels its drift runs).
     """
     overrides = overrides or Overrides()
     messages = replay_messages(found, overrides)
     model, parameters = replay_parameters(found, overrides, endpoint)
     request = chat_request(messages, model=model, parameters=parameters)
     origin = {"of_context": found.context_id, "of_index": found.index, "of_message_id": found.message_id}
+    if label is not None:
+        origin["label"] = label
     runs: list[ReplayRun] = []
     for sample in range(samples):
         call_id = new_record_id()

@@ -12,7 +12,14 @@ import sys
 from collections.abc import Callable, Sequence
 
 from soap_core import SoapError
-from soapwb import llm_commands, replay_commands, runtime_commands, store_commands, ui_commands
+from soapwb import (
+    analysis_commands,
+    llm_commands,
+    replay_commands,
+    runtime_commands,
+    store_commands,
+    ui_commands,
+)
 from soapwb.common import UsageError
 
 Handler = Callable[[argparse.Namespace], int]
@@ -27,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     llm_commands.register(commands)
     runtime_commands.register(commands)
     replay_commands.register(commands)
+    analysis_commands.register(commands)
     ui_commands.register(commands)
     return parser
 
