@@ -14,6 +14,7 @@ is linear in the number of messages. A new strategy can be any function from the
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from soap_core import Context, Message, Session, ThinkingPart
 SUMMARY_ID = "summary"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Item:
     """One message as the simulation sees it."""
 
@@ -269,7 +270,7 @@ def parse_strategy(spec: str) -> Strategy:
     )
 
 
-@dataclass
+@dataclass(slots=True)
 class SimPoint:
     """One call under one strategy."""
 
@@ -317,7 +318,7 @@ class Simulation:
         }
 
     def as_dict(self) -> dict[str, Any]:
-        return {**self.summary(), "points": [p.__dict__ for p in self.points]}
+        return {**self.summary(), "points": [dataclasses.asdict(p) for p in self.points]}
 
 
 def simulate_items(
