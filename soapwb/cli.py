@@ -8,6 +8,7 @@ become one line on stderr and exit status 1; there is no user-facing traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -56,7 +57,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("soapwb: interrupted", file=sys.stderr)
         return 130
-    return 0
+    except Exception as exc:  # a bug of ours: still one line, the traceback on request
+        if os.environ.get("SOAPWB_DEBUG"):
+            raise
+        print(
+            f"soapwb: internal error: {type(exc).__name__}: {exc} (set SOAPWB_DEBUG=1 for the traceback)",
+            file=sys.stderr,
+        )
+        return 3
 
 
 if __name__ == "__main__":

@@ -87,10 +87,27 @@ class LLMEndpoint:
         except (openai.APIError, ValueError, TypeError) as exc:
             raise self._error(request, "malformed response", str(exc)) from None
         latency = time.perf_counter() - started
-        data = response.model_dump(mode="json", exclude_none=False)
-        if not data.get("choices"):
-            raise self._error(request, "malformed response", "no choices in the response")
-        return Completion(data, latency)
+        problem = response_problem(response)
+        if problem is not None:
+            raise self._error(request, "malformed response", problem)
+        return Completion(response.model_dump(mode="json", exclude_none=False), latency)
 
     def _error(self, request: dict[str, Any], kind: str, detail: str) -> LLMError:
         return LLMError(self.base_url, request_hash(request), kind, detail)
+
+
+def response_problem(response: Any) -> str | None:
+    """What makes a 200 answer unusable as a chat completion, or None.
+
+    The openai client does not validate: a body that is not a JSON object comes back as
+    a plain list or string, and a choice without a message as ``message=None``.
+    """
+    if not hasattr(response, "model_dump"):
+        return f"the body is not a chat completion object: {str(response)[:120]!r}"
+    choices = getattr(response, "choices", None)
+    if not isinstance(choices, list) or not choices:
+        return "no choices in the response"
+    message = getattr(choices[0], "message", None)
+    if message is None or not hasattr(message, "model_dump"):
+        return f"the first choice has no message: {str(choices[0])[:120]!r}"
+    return None
