@@ -25,6 +25,7 @@ from soap_core.runtime import AgenticObject, LLMEndpoint, ModelSettings, Runtime
 from soap_core.runtime.local_model import LocalModelServer
 from soapwb.cli import main
 from tests.conftest import snapshot
+from tests.scripted import ScriptedEndpoint, calls, says
 
 
 class Geographer(AgenticObject):
@@ -246,8 +247,6 @@ def test_a_message_a_fork_copied_is_materialized_from_the_context_it_was_produce
 
 
 def test_each_call_is_rematerialized_with_the_system_prompt_and_tools_it_saw(tmp_path: Path) -> None:
-    from tests.test_runtime_loop import ScriptedEndpoint, calls, says
-
     scripted = ScriptedEndpoint(says("plain"), calls("produce_output", '{"answer": 1}'), says("plain again"))
     geographer = Geographer(runtime=Runtime(tmp_path, scripted))  # type: ignore[arg-type]
     geographer.invoke("first", thread="t")

@@ -4,7 +4,6 @@ test_runtime.py; these pin down branches a small model rarely takes on purpose."
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -14,7 +13,6 @@ from soap_core import request_hash
 from soap_core.runtime import (
     ActiveSessionError,
     AgenticObject,
-    Completion,
     InvocationError,
     LLMError,
     ModelSettings,
@@ -25,38 +23,7 @@ from soap_core.runtime import (
     tool,
 )
 from soap_core.runtime._tools import parse_docstring, tool_specs
-
-
-class ScriptedEndpoint:
-    """Answers each request with the next scripted assistant message; keeps the requests."""
-
-    base_url = "http://scripted.invalid/v1"
-    model = "scripted"
-
-    def __init__(self, *answers: dict[str, Any] | Exception) -> None:
-        self.answers = list(answers)
-        self.requests: list[dict[str, Any]] = []
-
-    def complete(self, request: dict[str, Any]) -> Completion:
-        self.requests.append(json.loads(json.dumps(request)))
-        answer = self.answers.pop(0)
-        if isinstance(answer, Exception):
-            raise answer
-        return Completion({"choices": [{"message": answer}], "usage": {"completion_tokens": 1}}, 0.01)
-
-
-def says(text: str) -> dict[str, Any]:
-    return {"role": "assistant", "content": text}
-
-
-def calls(name: str, arguments: str, call_id: str = "c1") -> dict[str, Any]:
-    return {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
-        ],
-    }
+from tests.scripted import ScriptedEndpoint, calls, says
 
 
 class Shop(AgenticObject):

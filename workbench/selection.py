@@ -1,0 +1,69 @@
+"""What every page needs first: the store, the session and the context, from the URL.
+
+The selection lives in query parameters (``store``, ``session``, ``context``,
+``message``) so that a copied link opens the same view; the pickers here read them,
+fall back to sensible defaults and write the choice back.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from soap_core import Context, Session, SoapError
+from workbench.loading import chosen_store, load_session, session_overviews, show_error_and_stop
+from workbench.views import context_label, escape_markdown, session_label
+
+
+def selected_session(root: str | None = None) -> Session:
+    """The session of ``?session=`` (uuid or prefix), else one picked here; stops the page
+    with a clear message when there is none or it cannot be read."""
+    root = root or chosen_store()
+    try:
+        overviews = session_overviews(root)
+    except SoapError as exc:
+        show_error_and_stop(exc)
+    if not overviews:
+        st.info("This store has no sessions yet.")
+        st.stop()
+    uuids = [o.uuid for o in overviews]
+    labels = {o.uuid: session_label(o) for o in overviews}
+    wanted = st.query_params.get("session")
+    current = next((u for u in uuids if wanted and (u == wanted or u.startswith(wanted))), None)
+    chosen = st.selectbox(
+        "Session",
+        uuids,
+        index=uuids.index(current) if current else None,
+        format_func=labels.__getitem__,
+        placeholder="Pick a session",
+        key="session_picker",
+    )
+    if chosen is None:
+        st.info("Pick a session to see it here.")
+        st.stop()
+    st.query_params["session"] = chosen
+    try:
+        return load_session(root, chosen)
+    except SoapError as exc:
+        show_error_and_stop(exc)
+
+
+def selected_context(session: Session, label: str = "Context") -> Context:
+    """The context of ``?context=`` (id or prefix), else the active one, else the first."""
+    if not session.contexts:
+        st.info("This session has no readable context.")
+        st.stop()
+    ids = list(session.contexts)
+    wanted = st.query_params.get("context")
+    try:
+        default = session.context(wanted).id if wanted else session.active_context_id
+    except SoapError as exc:
+        show_error_and_stop(exc)
+    if default not in session.contexts:
+        if default is not None:
+            st.warning(escape_markdown(f"the active context {default} has no readable file"))
+        default = ids[0]
+    chosen = st.selectbox(
+        label, ids, index=ids.index(default), format_func=lambda cid: context_label(session, cid), key="context_picker"
+    )
+    st.query_params["context"] = chosen
+    return session.contexts[chosen]
