@@ -12,6 +12,7 @@ import pytest
 
 from soap_core import Context, Store
 from tests.llm import llm_server  # noqa: F401  (the one session-wide local model server)
+from tests.workbench_store import workbench_store  # noqa: F401  (a small store with every kind of record)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SOAP_FIXTURE = FIXTURES / "soap"
