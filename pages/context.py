@@ -13,6 +13,7 @@ from typing import Any
 
 import streamlit as st
 
+from replay import system_prompt_history
 from soap_core import (
     Context,
     MediaPart,
@@ -101,11 +102,20 @@ def show_part(message: Message, index: int, part: Part) -> None:
         st.json(dict(part.data))
 
 
+def selected_message() -> int | None:
+    """The display index in ``?message=`` (links from search, traceback and replay)."""
+    raw = st.query_params.get("message")
+    return int(raw) if raw is not None and raw.lstrip("-").isdigit() else None
+
+
 def show_messages(context: Context, chronological: bool) -> None:
     """Every message with its heading, its parts, and the anchors it ends."""
+    chosen = selected_message()
     for row in message_rows(context, chronological=chronological):
         message = context.messages[row.index]
         with st.container(border=True):
+            if row.index == chosen:
+                st.text(f"▶ message {row.index}, as linked")
             st.text(message_heading(row, message.message_type))
             if not message.content:
                 st.text("(no content)")
@@ -138,6 +148,18 @@ def pick_context(session: Session) -> Context:
     return session.contexts[chosen]
 
 
+def show_system_prompts(session: Session, context: Context) -> None:
+    """The system prompt as it read at each call made from this context."""
+    prompts = system_prompt_history(session, context)
+    if not prompts:
+        return
+    with st.expander(f"System prompt at each call ({len(prompts)})"):
+        for prompt in prompts:
+            source = "rebuilt from the call's record" if prompt.recorded else "as on disk (no call log)"
+            st.text(f"call that produced message {prompt.message_index}: {source}")
+            st.code(prompt.text, language=None)
+
+
 def show_session(session: Session) -> None:
     """The session's identity, unreadable files, fork tree and the chosen context."""
     st.text(f"{session.role} / {session.uuid}  thread {session.thread_id or '-'}")
@@ -150,6 +172,7 @@ def show_session(session: Session) -> None:
     context = pick_context(session)
     st.subheader("Fork tree")
     st.text("\n".join(fork_tree_lines(fork_tree(session), shown_id=context.id)))
+    show_system_prompts(session, context)
     st.subheader("Messages")
     chronological = st.toggle("Chronological order (by sequence number)", key="chronological")
     st.text(f"{len(context.messages)} messages, {context.total_token_count()} tokens (cl100k_base)")

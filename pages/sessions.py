@@ -6,11 +6,12 @@ rest of the store. Picking a session links to the Context page.
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from soap_core import SessionOverview, SoapError
-from workbench.loading import chosen_store, session_overviews, show_error_and_stop
-from workbench.views import overview_table, session_label
+from workbench.loading import chosen_store, search_hits, session_overviews, show_error_and_stop
+from workbench.views import escape_markdown, overview_table, session_label
 
 
 def pick_session(root: str, overviews: list[SessionOverview]) -> None:
@@ -36,6 +37,31 @@ def pick_session(root: str, overviews: list[SessionOverview]) -> None:
     )
 
 
+def show_search(root: str) -> None:
+    """A text search over every message's content; each hit links to its context."""
+    st.subheader("Search message content")
+    query = st.text_input("Text to find (case-insensitive)", value=st.query_params.get("q", ""), key="search")
+    if not query:
+        return
+    st.query_params["q"] = query
+    hits = search_hits(root, query)
+    st.text(f"{len(hits)} message{'' if len(hits) == 1 else 's'} contain {query!r}")
+    if not hits:
+        return
+    st.dataframe(pd.DataFrame([h.as_dict() for h in hits]), hide_index=True)
+    for hit in hits[:20]:
+        st.page_link(
+            "pages/context.py",
+            label=escape_markdown(f"{hit.role} {hit.session[:18]}… message {hit.index} ({hit.message_role})"),
+            query_params={
+                "store": root,
+                "session": hit.session,
+                "context": hit.context_id,
+                "message": str(hit.index),
+            },
+        )
+
+
 st.title("Sessions")
 root = chosen_store()
 try:
@@ -50,3 +76,4 @@ counted = f"{len(overviews)} session{'' if len(overviews) == 1 else 's'}"
 st.text(counted + (f", {broken} broken (see the error column)" if broken else ""))
 st.dataframe(overview_table(overviews), hide_index=True)
 pick_session(root, overviews)
+show_search(root)

@@ -14,7 +14,15 @@ from replay._diff import (
     noise_band,
     word_diff,
 )
-from replay._materialize import Materialized, MaterializeError, materialize, origin_of, resolve_index
+from replay._materialize import (
+    Materialized,
+    MaterializeError,
+    PromptAtCall,
+    materialize,
+    origin_of,
+    resolve_index,
+    system_prompt_history,
+)
 from replay._run import Endpoint, Overrides, ReplayRun, replay, replay_messages, replay_parameters
 from replay._verify import Verification, request_differences, verify_session, verify_store
 from soap_core import REPLAY_KEY
@@ -29,6 +37,7 @@ __all__ = [
     "Output",
     "OutputDiff",
     "Overrides",
+    "PromptAtCall",
     "ReplayRun",
     "Verification",
     "diff_contexts",
@@ -42,6 +51,7 @@ __all__ = [
     "replay_parameters",
     "request_differences",
     "resolve_index",
+    "system_prompt_history",
     "verify_session",
     "verify_store",
     "word_diff",

@@ -201,3 +201,34 @@ def materialize(session: Session, context: Context | str | None = None, at: int 
         call=call,
         notes=notes,
     )
+
+
+@dataclass(frozen=True)
+class PromptAtCall:
+    """The system prompt one call of a context was sent."""
+
+    message_index: int
+    """Display index of the message the call produced."""
+    text: str
+    recorded: bool
+    """True where rebuilt from the call's recorded hook outputs; False: the text on disk."""
+
+
+def system_prompt_history(session: Session, context: Context) -> list[PromptAtCall]:
+    """The system prompt as it read at each call made from ``context`` (in order).
+
+    Without a call log only the text on disk is known: the last materialization's.
+    """
+    calls = read_calls(session.directory) if session.directory else []
+    mine = [
+        c for c in calls if c.get("context_id") == context.id and c.get("message_id") and not c.get("replay")
+    ]
+    history = []
+    for call in sorted(mine, key=lambda c: c["message_index"]):
+        found = materialize(session, context, call["message_id"])
+        system = next((m for m in found.messages if m.message_type == "SystemPromptMessage"), None)
+        if system is not None:
+            history.append(PromptAtCall(found.index, system.text(), True))
+    if not history and context.system_prompt is not None:
+        history.append(PromptAtCall(len(context.messages), context.system_prompt.text(), False))
+    return history

@@ -23,7 +23,16 @@ from soap_core._errors import (
 )
 from soap_core._jsonio import dump_json, read_json, write_json_atomic, write_text_atomic
 from soap_core._message import Message, MessageType, Role
-from soap_core._overview import MessageRow, SessionOverview, message_rows, preview, session_overview
+from soap_core._overview import (
+    MessageRow,
+    SearchHit,
+    SessionOverview,
+    message_rows,
+    preview,
+    search_store,
+    searchable_text,
+    session_overview,
+)
 from soap_core._parts import (
     MediaPart,
     Part,
@@ -63,6 +72,7 @@ __all__ = [
     "MessageType",
     "Part",
     "Role",
+    "SearchHit",
     "Session",
     "SessionNotFoundError",
     "SessionOverview",
@@ -93,6 +103,8 @@ __all__ = [
     "preview",
     "read_json",
     "request_hash",
+    "search_store",
+    "searchable_text",
     "session_overview",
     "tool_schema",
     "write_json_atomic",

@@ -136,3 +136,71 @@ def message_rows(context: Context, *, chronological: bool = False) -> list[Messa
     if chronological:
         rows.sort(key=lambda r: (r.sequence_number is None, r.sequence_number or 0))
     return rows
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """A message whose content contains the searched text."""
+
+    role: str
+    session: str
+    context_id: str
+    index: int
+    message_role: str
+    snippet: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def searchable_text(message: Message) -> str:
+    """Everything a person might search a message for: text, thinking, tool traffic."""
+    pieces: list[str] = []
+    for part in message.content:
+        if isinstance(part, (TextPart, ThinkingPart)):
+            pieces.append(part.text)
+        elif isinstance(part, ToolUsePart):
+            pieces.append(f"{part.name} {part.arguments}")
+        elif isinstance(part, ToolResultPart):
+            pieces.append(str(part.content))
+    return "\n".join(pieces)
+
+
+def _snippet(text: str, at: int, width: int = 80) -> str:
+    start = max(0, at - width // 2)
+    line = " ".join(text[start : start + width].split())
+    return ("…" if start else "") + line + ("…" if start + width < len(text) else "")
+
+
+def search_store(store: Store, query: str, limit: int = 200) -> list[SearchHit]:
+    """Messages containing ``query`` (case-insensitive) in every readable session, each
+    message once (in the active context where it is there)."""
+    needle = query.casefold()
+    hits: list[SearchHit] = []
+    if not needle:
+        return hits
+    for summary in store.sessions():
+        if summary.error:
+            continue
+        try:
+            session = store.load_session(summary.path.name, require_active=False)
+        except SoapError:
+            continue
+        contexts = sorted(session.contexts.values(), key=lambda c: c.id != session.active_context_id)
+        seen: set[str] = set()  # forks copy messages: each is listed once, the active context first
+        for context in contexts:
+            for index, message in enumerate(context.messages):
+                if message.id in seen:
+                    continue
+                seen.add(message.id)
+                text = searchable_text(message)
+                at = text.casefold().find(needle)
+                if at >= 0:
+                    hits.append(
+                        SearchHit(
+                            summary.role, summary.uuid, context.id, index, message.role, _snippet(text, at)
+                        )
+                    )
+                    if len(hits) >= limit:
+                        return hits
+    return hits

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from replay import system_prompt_history
 from soap_core import (
     TOOLS_ANCHOR,
     Context,
@@ -28,6 +29,7 @@ from soap_core import (
     UnknownPart,
     base64_source,
     message_rows,
+    search_store,
     session_overview,
 )
 
@@ -258,8 +260,7 @@ class TestContextPage:
         assert len(at.image) == 1
         assert len(at.download_button) == 1
         assert {"type": "hologram", "depth": 3} in json_values(at)
-        thinking = at.expander[0]
-        assert thinking.label == "thinking"
+        [thinking] = [e for e in at.expander if e.label == "thinking"]
         assert [element.value for element in thinking.text] == ["quiet reasoning"]
         assert "get_name" in [value.get("name") for value in json_values(at)]
 
@@ -310,3 +311,27 @@ class TestContextPage:
         assert carriers
         assert {node.type for node in carriers} == {"text"}
         assert not at.get("html")
+
+
+class TestSearchAndPrompts:
+    def test_search_lists_each_matching_message_once_as_the_library_finds_it(self) -> None:
+        at = open_page(FIXTURE, "sessions", q="remember")
+        hits = search_store(Store(FIXTURE), "remember")
+        table = at.dataframe[-1]  # after the sessions table
+        assert table.value["snippet"].tolist() == [h.snippet for h in hits]
+        assert len(hits) == 3
+
+    def test_the_system_prompt_at_each_recorded_call_is_shown(self, workbench_store: Path) -> None:
+        store = Store(workbench_store)
+        [analyst] = [s for s in store.sessions() if s.role == "Analyst"]
+        session = store.load_session(analyst.uuid)
+        root = next(c for c in session.contexts.values() if not c.origin_context_id)
+        at = open_page(workbench_store, "context", session=analyst.uuid, context=root.id)
+        [prompts] = [e for e in at.expander if e.label.startswith("System prompt at each call")]
+        expected = system_prompt_history(session, root)
+        assert prompts.label == f"System prompt at each call ({len(expected)})" and len(expected) == 3
+        assert [c.value for c in prompts.code] == [p.text for p in expected]
+
+    def test_a_linked_message_is_marked(self) -> None:
+        at = open_page(FIXTURE, "context", session=SESSION, message="3")
+        assert "▶ message 3, as linked" in texts(at)

@@ -12,7 +12,7 @@ from typing import NoReturn
 
 import streamlit as st
 
-from soap_core import Session, SessionOverview, Store, session_overview
+from soap_core import SearchHit, Session, SessionOverview, Store, search_store, session_overview
 from workbench.views import StoreSignature, escape_markdown, store_signature
 
 
@@ -56,3 +56,13 @@ def _session(root: str, ref: str, signature: StoreSignature) -> Session:
 def load_session(root: str, ref: str) -> Session:
     """The session ``ref`` (uuid or prefix) with every readable context; raises SoapError."""
     return _session(root, ref, store_signature(root))
+
+
+@st.cache_data(show_spinner="Searching…", max_entries=16)
+def _search(root: str, query: str, signature: StoreSignature) -> list[SearchHit]:
+    return search_store(Store(root), query)
+
+
+def search_hits(root: str, query: str) -> list[SearchHit]:
+    """Messages of the store containing ``query``, each once."""
+    return _search(root, query, store_signature(root))
