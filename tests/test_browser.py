@@ -1,0 +1,151 @@
+"""The real workbench in headless Chromium: every page opens without an exception, message
+content stays text, and one replay is clicked through. Screenshots of every page are kept
+in test-output/browser/ (the README's come from there)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from soap_core import Store
+from soap_core.runtime.local_model import LocalModelServer, free_port
+from tests.workbench_store import XSS
+
+ROOT = Path(__file__).resolve().parents[1]
+SHOTS = ROOT / "test-output" / "browser"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+FLAGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+PAGES = {
+    "sessions": "",
+    "context": "context",
+    "fork_tree": "fork_tree",
+    "traceback": "traceback",
+    "token_budget": "token_budget",
+    "replay": "replay",
+    "compaction": "compaction",
+    "object_state": "object_state",
+}
+
+
+@pytest.fixture(scope="module")
+def served(
+    tmp_path_factory: pytest.TempPathFactory, workbench_store: Path, llm_server: LocalModelServer
+) -> Iterator[tuple[str, Path]]:
+    """``streamlit run app.py`` on a loopback port over a copy of the workbench store."""
+    store = tmp_path_factory.mktemp("browser") / "store"
+    shutil.copytree(workbench_store, store)
+    port = free_port()
+    env = {**os.environ, "SOAPWB_STORE": str(store), "OPENAI_BASE_URL": llm_server.base_url}
+    log = (tmp_path_factory.mktemp("streamlit") / "streamlit.log").open("w")
+    command = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(ROOT / "app.py"),
+        "--server.address",
+        "127.0.0.1",
+        "--server.port",
+        str(port),
+        "--server.headless",
+        "true",
+        "--browser.gatherUsageStats",
+        "false",
+    ]
+    process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as answer:
+                if answer.read() == b"ok":
+                    break
+        except OSError:
+            assert process.poll() is None, "streamlit exited"
+            assert time.monotonic() < deadline, "streamlit never answered"
+            time.sleep(0.3)
+    try:
+        yield url, store
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        yield chromium
+        chromium.close()
+
+
+def open_page(browser: Browser, url: str) -> Page:
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(url)
+    page.wait_for_selector('[data-testid="stMain"]', timeout=30_000)
+    settle(page)
+    return page
+
+
+def settle(page: Page, timeout_s: float = 60) -> None:
+    """Wait until the script run is over (the status widget says nothing is running)."""
+    deadline = time.monotonic() + timeout_s
+    time.sleep(0.5)
+    while page.locator('[data-testid="stStatusWidget"]').count() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    page.wait_for_load_state("networkidle")
+    time.sleep(0.5)
+
+
+def analyst(store: Path) -> str:
+    [summary] = [s for s in Store(store).sessions() if s.role == "Analyst"]
+    return summary.uuid
+
+
+@pytest.mark.parametrize("name", list(PAGES))
+def test_every_page_opens_without_an_exception(name: str, served: tuple[str, Path], browser: Browser) -> None:
+    url, store = served
+    page = open_page(browser, f"{url}/{PAGES[name]}?store={store}&session={analyst(store)}")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+    assert page.locator('[data-testid="stException"]').count() == 0, page.inner_text(
+        '[data-testid="stMain"]'
+    )[:2000]
+    assert "Traceback (most recent call last)" not in page.inner_text("body")
+    page.close()
+
+
+def test_html_in_a_message_is_shown_as_text(served: tuple[str, Path], browser: Browser) -> None:
+    url, store = served
+    dialogs: list[str] = []
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    page.goto(f"{url}/context?store={store}&session={analyst(store)}")
+    page.wait_for_selector('[data-testid="stMain"]', timeout=30_000)
+    settle(page)
+    main = page.locator('[data-testid="stMain"]')
+    assert XSS in main.inner_text()
+    assert page.locator('img[src="x"]').count() == 0
+    assert main.locator("script").count() == 0
+    assert dialogs == []
+    page.screenshot(path=str(SHOTS / "context-html-as-text.png"), full_page=False)
+    page.close()
