@@ -8,6 +8,7 @@ with the answer the model really gave. Summaries are written by a real agentic o
 from __future__ import annotations
 
 import dataclasses
+import functools
 import statistics
 import tempfile
 from collections.abc import Callable, Sequence
@@ -24,7 +25,7 @@ from analysis._lab import (
     simulate_items,
 )
 from replay import Endpoint, Output, diff_outputs, materialize, replay
-from soap_core import Message, Session, Store, TextPart, ThinkingPart
+from soap_core import Message, Session, SoapError, Store, TextPart, ThinkingPart
 from soap_core.runtime import AgenticObject, LLMEndpoint, ModelSettings, Runtime
 from soap_core.runtime._compaction import SUMMARY_PREFIX, render_for_summary
 
@@ -38,9 +39,15 @@ class ConversationSummarizer(AgenticObject):
     settings = ModelSettings(max_tokens=96)
 
 
+@functools.cache
+def _scratch_store() -> str:
+    """One folder per process for the summarizer's own sessions (kept out of the user's store)."""
+    return tempfile.mkdtemp(prefix="soapwb-summaries-")
+
+
 def model_summarizer(endpoint: LLMEndpoint) -> Summarizer:
     """A summarizer object on the given endpoint, keeping its own sessions out of the store."""
-    scratch = tempfile.mkdtemp(prefix="soapwb-summaries-")
+    scratch = _scratch_store()
     writer = ConversationSummarizer(runtime=Runtime(scratch, endpoint))
 
     def summarize(messages: list[Message]) -> str:
@@ -140,7 +147,10 @@ def _drift_run(
     produced = history.items[history.calls[call]].id
     context = next(c for c in session.contexts.values() if any(m.id == produced for m in c.messages))
     found = materialize(session, context, produced)
-    messages = view_messages(history, simulation, strategy, call, summarizer)
+    try:
+        messages = view_messages(history, simulation, strategy, call, summarizer)
+    except SoapError as exc:  # the summary could not be written: this run fails, not the table
+        return DriftRun(strategy.name, call, None, None, "", f"summary not written: {exc}")
     variant = dataclasses.replace(found, messages=messages, notes=[*found.notes, f"strategy {strategy.name}"])
     [run] = replay(store, session, variant, endpoint, label=f"drift {strategy.name} at call {call}")
     if not run.ok:

@@ -23,6 +23,7 @@ from replay._materialize import (
     resolve_index,
     system_prompt_history,
 )
+from replay._refs import Reference, find_context, resolve_reference
 from replay._run import Endpoint, Overrides, ReplayRun, replay, replay_messages, replay_parameters
 from replay._verify import Verification, request_differences, verify_session, verify_store
 from soap_core import REPLAY_KEY
@@ -38,11 +39,13 @@ __all__ = [
     "OutputDiff",
     "Overrides",
     "PromptAtCall",
+    "Reference",
     "ReplayRun",
     "Verification",
     "diff_contexts",
     "diff_outputs",
     "distance",
+    "find_context",
     "materialize",
     "noise_band",
     "origin_of",
@@ -51,6 +54,7 @@ __all__ = [
     "replay_parameters",
     "request_differences",
     "resolve_index",
+    "resolve_reference",
     "system_prompt_history",
     "verify_session",
     "verify_store",

@@ -14,6 +14,11 @@ from workbench.loading import chosen_store, load_session, session_overviews, sho
 from workbench.views import context_label, escape_markdown, session_label
 
 
+def matches_session(session_uuid: str, ref: str) -> bool:
+    """The store's rule: the uuid, or a prefix of it with or without its date."""
+    return session_uuid.startswith(ref) or session_uuid.partition("-")[2].startswith(ref)
+
+
 def selected_session(root: str | None = None) -> Session:
     """The session of ``?session=`` (uuid or prefix), else one picked here; stops the page
     with a clear message when there is none or it cannot be read."""
@@ -28,7 +33,9 @@ def selected_session(root: str | None = None) -> Session:
     uuids = [o.uuid for o in overviews]
     labels = {o.uuid: session_label(o) for o in overviews}
     wanted = st.query_params.get("session")
-    current = next((u for u in uuids if wanted and (u == wanted or u.startswith(wanted))), None)
+    current = next((u for u in uuids if wanted and matches_session(u, wanted)), None)
+    if wanted and current is None:
+        st.error(escape_markdown(f"no session of this store matches {wanted!r}"))
     chosen = st.selectbox(
         "Session",
         uuids,
@@ -63,7 +70,11 @@ def selected_context(session: Session, label: str = "Context") -> Context:
             st.warning(escape_markdown(f"the active context {default} has no readable file"))
         default = ids[0]
     chosen = st.selectbox(
-        label, ids, index=ids.index(default), format_func=lambda cid: context_label(session, cid), key="context_picker"
+        label,
+        ids,
+        index=ids.index(default),
+        format_func=lambda cid: context_label(session, cid),
+        key="context_picker",
     )
     st.query_params["context"] = chosen
     return session.contexts[chosen]

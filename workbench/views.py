@@ -14,7 +14,16 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from soap_core import ContextNode, MediaPart, MessageRow, Session, SessionOverview, Store, describe_node
+from soap_core import (
+    REPLAY_KEY,
+    ContextNode,
+    MediaPart,
+    MessageRow,
+    Session,
+    SessionOverview,
+    Store,
+    describe_node,
+)
 
 StoreSignature = tuple[tuple[str, int, int], ...]
 """(path, mtime_ns, size) of every folder and file that a listing or a load reads."""
@@ -127,7 +136,8 @@ def context_label(session: Session, context_id: str) -> str:
     if context_id == session.active_context_id:
         label += "  active"
     if context.origin_context_id:
-        label += f"  fork of {context.origin_context_id[:8]}"
+        kind = "replay" if REPLAY_KEY in context.extra else "fork"
+        label += f"  {kind} of {context.origin_context_id[:8]}"
     return label
 
 

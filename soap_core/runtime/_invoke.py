@@ -216,6 +216,7 @@ class _Run:
             system_prompt_hooks=hooks,
             tool_list_hook=self.tool_list_key,
             context_limit=settings.context_limit,
+            compaction=repr(self.obj.compaction or ContextBudget()),
         )
         self.record.calls.append(call.id)
         try:

@@ -67,6 +67,8 @@ class CallRecord:
     """Content-map key of the JSON tool listing the call was offered."""
     context_limit: int | None = None
     """The model's context window as the agentic class declared it."""
+    compaction: str | None = None
+    """The compaction strategy in force (its repr, e.g. its threshold)."""
     replay: dict[str, Any] | None = None
     """For a replay: the message it re-ran (context, index, id), overrides, sample."""
     format: str = CALL_FORMAT

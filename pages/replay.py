@@ -1,0 +1,438 @@
+"""Replay & diff page: the request behind a message, verified, edited, re-run, and diffed.
+
+Every run is saved by the replay library as a fork of the context the call was made
+from; the original file is never written. Runs are kept in the session state so that
+they survive reruns, and the forks show up in the pickers because the cached loaders
+are keyed by the store's file signature, which a new fork file changes.
+
+Message content is shown with st.text, st.json and st.dataframe only, never as
+Markdown or HTML.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import streamlit as st
+
+from replay import (
+    Materialized,
+    Output,
+    OutputDiff,
+    Overrides,
+    Reference,
+    ReplayRun,
+    diff_contexts,
+    diff_outputs,
+    materialize,
+    replay,
+    resolve_reference,
+)
+from soap_core import Context, Message, Session, SoapError, Store, part_to_dict
+from soap_core.runtime import LLMEndpoint
+from workbench.loading import chosen_store, session_overviews, show_error_and_stop
+from workbench.replay_views import (
+    Batch,
+    RunSettings,
+    assistant_indices,
+    batch_key,
+    batch_noise_band,
+    context_diff_table,
+    default_message,
+    delta_table,
+    divergence_text,
+    editable_text,
+    marked_words,
+    message_label,
+    names_a_session,
+    original_output,
+    output_of_reference,
+    overrides_from_form,
+    run_diffs,
+    run_table,
+    system_prompt_text,
+    verification_of,
+    word_table,
+)
+from workbench.selection import selected_context, selected_session
+from workbench.views import StoreSignature, escape_markdown, store_signature
+
+BATCHES_KEY = "replay_batches"
+REPLAY_TAB = "Replay"
+DIFF_TAB = "Diff two contexts or outputs"
+
+
+# ── picking and showing the request ────────────────────────────────────────────────
+
+
+def report_unknown_session(root: str) -> None:
+    """Say so when ``?session=`` names no session; the picker then offers the others."""
+    wanted = st.query_params.get("session")
+    if not wanted:
+        return
+    try:
+        uuids = [o.uuid for o in session_overviews(root)]
+    except SoapError:
+        return  # selected_session reports an unreadable store itself
+    if not names_a_session(wanted, uuids):
+        st.error(escape_markdown(f"no session {wanted} in this store"))
+
+
+def pick_message(context: Context) -> int:
+    """The assistant message of ``?message=`` (display index), else the last one."""
+    indices = assistant_indices(context)
+    if not indices:
+        st.info("This context has no assistant message: there is no model output to replay.")
+        st.stop()
+    wanted = st.query_params.get("message")
+    default = default_message(indices, wanted)
+    if wanted is not None and default != _as_int(wanted):
+        st.warning(escape_markdown(f"message {wanted} is not an assistant message of this context"))
+    chosen = st.selectbox(
+        "Message",
+        indices,
+        index=indices.index(default) if default is not None else 0,
+        format_func=lambda i: message_label(context, i),
+        key=f"message_picker:{context.id}",
+    )
+    st.query_params["message"] = str(chosen)
+    return int(chosen)
+
+
+def _as_int(value: str) -> int | None:
+    return int(value) if value.strip().lstrip("-").isdigit() else None
+
+
+def show_verification(found: Materialized) -> None:
+    """Match, mismatch (with where the requests differ) or no recorded call at all."""
+    verdict = verification_of(found)
+    if verdict.status == "match":
+        st.success(
+            escape_markdown(
+                f"Verified: the rebuilt request matches recorded call {verdict.call_id} (same hash)."
+            )
+        )
+    elif verdict.status == "mismatch":
+        st.error(
+            escape_markdown(
+                f"Mismatch: the rebuilt request differs from recorded call {verdict.call_id} "
+                f"(recorded hash {verdict.recorded_hash})."
+            )
+        )
+        st.json(verdict.differences, expanded=2)
+    else:
+        st.info(
+            "No recorded call for this message (a store written by peteos keeps no call log): "
+            "the request is rebuilt from the files, and the model and sampling parameters are unknown."
+        )
+
+
+def show_found(session: Session, found: Materialized) -> None:
+    """The materialized request, its hash, notes and verification, and the original answer."""
+    st.subheader("Materialized request")
+    st.text(f"request hash {found.request_hash}")
+    st.text(f"built from context {found.context_id}, message #{found.index}, {len(found.messages)} messages")
+    for note in found.notes:
+        st.text(f"note: {note}")
+    show_verification(found)
+    with st.expander("Request (Chat Completions body)", expanded=False):
+        st.json(found.request, expanded=2)
+    original = original_output(session, found)
+    with st.expander("Original output", expanded=False):
+        show_output(original)
+
+
+def show_output(output: Output) -> None:
+    st.text(output.text or "(no text)")
+    if output.tool_calls:
+        st.json([list(call) for call in output.tool_calls], expanded=2)
+
+
+# ── the edit form ──────────────────────────────────────────────────────────────────
+
+
+def edit_message(prefix: str, index: int, message: Message) -> tuple[str | None, bool]:
+    """One message of the request: a text area when it has text to edit, and a drop box."""
+    with st.container(border=True):
+        st.text(f"#{index}  {message.role}  {message.message_type}")
+        text = None
+        prefill = editable_text(message)
+        if message.message_type == "SystemPromptMessage":
+            st.text("(edited in the system prompt box below)")
+        elif prefill is not None:
+            text = st.text_area(f"Message {index}", value=prefill, key=f"{prefix}:edit:{index}")
+        elif message.content:
+            st.json([part_to_dict(p) for p in message.content], expanded=False)
+        else:
+            st.text("(no content)")
+        dropped = st.checkbox(f"Drop message {index}", key=f"{prefix}:drop:{index}")
+    return text, dropped
+
+
+def parameter_inputs(prefix: str, parameters: dict[str, Any]) -> tuple[str, Any, Any, Any]:
+    """Model, temperature, seed and max tokens; empty fields keep the recorded values."""
+
+    def original(key: str) -> str:
+        value = parameters.get(key)
+        return f"original: {value}" if value is not None else "original: unknown"
+
+    columns = st.columns(4)
+    model = columns[0].text_input("Model", key=f"{prefix}:model", placeholder=original("model"))
+    temperature = columns[1].number_input(
+        "Temperature", value=None, min_value=0.0, max_value=2.0, step=0.1, placeholder=original("temperature")
+    )
+    seed = columns[2].number_input("Seed", value=None, step=1, placeholder=original("seed"))
+    max_tokens = columns[3].number_input(
+        "Max tokens", value=None, min_value=1, step=1, placeholder=original("max_tokens")
+    )
+    return model, temperature, seed, max_tokens
+
+
+def run_inputs() -> RunSettings:
+    """The endpoint (from $OPENAI_BASE_URL, which ``soapwb ui`` passes on) and sample counts."""
+    base_url = st.text_input(
+        "Endpoint base URL", value=os.environ.get("OPENAI_BASE_URL", ""), key="replay_base_url"
+    )
+    left, middle, right = st.columns(3)
+    samples = left.number_input("Samples", min_value=1, max_value=8, value=1, step=1)
+    concurrency = middle.number_input("Concurrency", min_value=1, max_value=8, value=2, step=1)
+    unchanged = right.number_input("Unchanged samples (K)", min_value=2, max_value=8, value=3, step=1)
+    measure_noise = st.checkbox("Measure the noise band", key="replay_measure_noise")
+    return RunSettings(
+        base_url.strip(), int(samples), int(concurrency), int(unchanged) if measure_noise else 0
+    )
+
+
+def replay_form(found: Materialized) -> tuple[bool, Overrides, RunSettings]:
+    """The edits, parameters, endpoint and sample counts; whether Run was clicked."""
+    prefix = f"{found.context_id}:{found.index}"
+    texts: dict[int, str] = {}
+    drops: list[int] = []
+    with st.form(f"replay_form:{prefix}"):
+        st.subheader("Edit and run")
+        with st.expander(f"Messages of the request ({len(found.messages)})", expanded=False):
+            for index, message in enumerate(found.messages):
+                text, dropped = edit_message(prefix, index, message)
+                if text is not None:
+                    texts[index] = text
+                if dropped:
+                    drops.append(index)
+        original_prompt = system_prompt_text(found.messages)
+        system_prompt = None
+        if original_prompt is not None:
+            system_prompt = st.text_area("System prompt", value=original_prompt, key=f"{prefix}:system")
+        model, temperature, seed, max_tokens = parameter_inputs(prefix, found.parameters)
+        settings = run_inputs()
+        clicked = st.form_submit_button("Run", type="primary")
+    overrides = overrides_from_form(found, texts, drops, system_prompt, model, temperature, seed, max_tokens)
+    return clicked, overrides, settings
+
+
+# ── running ────────────────────────────────────────────────────────────────────────
+
+
+def run_batch(
+    root: str,
+    session_uuid: str,
+    context_id: str,
+    index: int,
+    overrides: Overrides,
+    settings: RunSettings,
+    shown_hash: str,
+) -> Batch:
+    """Run the replay from a fresh load of the session (the cached copy is never written)."""
+    samples, unchanged, concurrency = settings.samples, settings.unchanged, settings.concurrency
+    store = Store(root)
+    session = store.load_session(session_uuid, require_active=False)
+    found = materialize(session, context_id, index)
+    if found.request_hash != shown_hash:  # the edits were made against the request shown
+        st.error("The store changed since this request was shown: look at it again before running.")
+        st.stop()
+    endpoint = LLMEndpoint(settings.base_url)
+    total = samples + unchanged
+    bar = st.progress(0.0, text=f"0 of {total} samples")
+
+    def progress(offset: int) -> Callable[[int, int], None]:
+        def update(done: int, _: int) -> None:
+            bar.progress((offset + done) / total, text=f"{offset + done} of {total} samples")
+
+        return update
+
+    runs = replay(
+        store,
+        session,
+        found,
+        endpoint,
+        overrides,
+        samples=samples,
+        concurrency=concurrency,
+        on_progress=progress(0),
+    )
+    noise_runs: list[ReplayRun] = []
+    if unchanged:
+        noise_runs = replay(
+            store,
+            session,
+            found,
+            endpoint,
+            Overrides(),
+            samples=unchanged,
+            concurrency=concurrency,
+            on_progress=progress(samples),
+            label="noise band",
+        )
+    return Batch(endpoint.base_url, overrides, runs, noise_runs)
+
+
+# ── showing runs ───────────────────────────────────────────────────────────────────
+
+
+def show_output_diff(diff: OutputDiff) -> None:
+    """Word diff as marked text and as a table, tool-call diff as JSON, usage deltas."""
+    st.text(f"distance {diff.distance}  {'identical' if diff.identical else 'different'}")
+    st.text(marked_words(diff.words) or "(both empty)")
+    with st.expander("Word runs", expanded=False):
+        st.dataframe(word_table(diff.words), hide_index=True)
+    if diff.tool_calls:
+        st.text("tool calls differ:")
+        st.json(diff.tool_calls, expanded=2)
+    deltas = delta_table(diff)
+    if not deltas.empty:
+        st.dataframe(deltas, hide_index=True)
+
+
+def show_run(root: str, session_uuid: str, run: ReplayRun, diff: OutputDiff | None, kind: str) -> None:
+    with st.container(border=True):
+        st.text(f"{kind} sample {run.sample}  fork {run.fork_id}")
+        st.page_link(
+            "pages/context.py",
+            label="Open the fork",
+            icon=":material/arrow_forward:",
+            query_params={"store": root, "session": session_uuid, "context": run.fork_id},
+        )
+        if not run.ok:
+            st.error(escape_markdown(f"sample {run.sample} failed: {run.error}"))
+            return
+        show_output(Output.of(run.output, run.usage, run.latency_s))
+        if diff is not None:
+            st.text("diff against the original output:")
+            show_output_diff(diff)
+
+
+def show_batch(root: str, session_uuid: str, number: int, batch: Batch, original: Output) -> None:
+    st.subheader(f"Run {number}")
+    st.text(f"endpoint {batch.base_url}")
+    st.json(batch.overrides.as_dict() or {"overrides": "none (the original request)"}, expanded=1)
+    st.dataframe(run_table(batch, original), hide_index=True)
+    band = batch_noise_band(batch)
+    if band is not None:
+        figures = band.as_dict()
+        st.text(
+            f"noise band over {band.samples} unchanged samples: agreement rate {band.agreement_rate:.0%}, "
+            f"distance min {figures['distance_min']} median {figures['distance_median']} "
+            f"max {figures['distance_max']}"
+        )
+        st.json(figures, expanded=False)
+    elif batch.noise_runs:
+        st.warning("No unchanged sample succeeded: there is no noise band.")
+    diffs = run_diffs(batch, original)
+    for run in batch.runs:
+        show_run(root, session_uuid, run, diffs.get(run.fork_id), "run")
+    for run in batch.noise_runs:
+        show_run(root, session_uuid, run, diffs.get(run.fork_id), "unchanged")
+
+
+def show_replay(root: str) -> None:
+    """The Replay tab: pick, verify, edit, run, and the runs kept for this message."""
+    report_unknown_session(root)
+    session = selected_session(root)
+    context = selected_context(session)
+    index = pick_message(context)
+    try:
+        found = materialize(session, context, index)
+    except SoapError as exc:
+        show_error_and_stop(exc)
+    show_found(session, found)
+    clicked, overrides, settings = replay_form(found)
+    batches: dict[str, list[Batch]] = st.session_state.setdefault(BATCHES_KEY, {})
+    key = batch_key(root, session.uuid, found)
+    if clicked:
+        if not settings.base_url:
+            st.error("No endpoint: enter the base URL of an OpenAI-compatible server.")
+            st.stop()
+        try:
+            batch = run_batch(root, session.uuid, context.id, index, overrides, settings, found.request_hash)
+        except SoapError as exc:
+            show_error_and_stop(exc)
+        batches.setdefault(key, []).append(batch)
+        st.rerun()  # the new forks change the store signature: the pickers read them afresh
+    original = original_output(session, found)
+    kept = batches.get(key, [])
+    for number, batch in reversed(list(enumerate(kept, start=1))):
+        show_batch(root, session.uuid, number, batch, original)
+
+
+# ── the diff tab ───────────────────────────────────────────────────────────────────
+
+
+@st.cache_data(show_spinner="Finding the context…", max_entries=16)
+def _reference(root: str, ref: str, signature: StoreSignature) -> Reference:
+    return resolve_reference(Store(root), ref)
+
+
+def reference_input(label: str, param: str) -> str:
+    """A reference typed or taken from ``?diff_a=`` / ``?diff_b=``, written back to the URL."""
+    if param not in st.session_state:
+        st.session_state[param] = st.query_params.get(param, "")
+    value = st.text_input(label, key=param, placeholder="context id or prefix, optionally @index").strip()
+    if value:
+        st.query_params[param] = value
+    elif param in st.query_params:
+        del st.query_params[param]
+    return value
+
+
+def show_diff(root: str) -> None:
+    """Two contexts side by side; and their outputs when both references name one.
+
+    Errors end this tab only (st.error and return, not st.stop), so that a bad reference
+    never hides the Replay tab.
+    """
+    columns = st.columns(2)
+    with columns[0]:
+        a_ref = reference_input("A", "diff_a")
+    with columns[1]:
+        b_ref = reference_input("B", "diff_b")
+    if not a_ref or not b_ref:
+        st.info("Name two contexts (id or prefix), or two messages as CONTEXT@INDEX, to compare them.")
+        return
+    try:
+        a, b = _reference(root, a_ref, store_signature(root)), _reference(root, b_ref, store_signature(root))
+    except SoapError as exc:
+        st.error(escape_markdown(str(exc)))
+        return
+    st.text(f"A: context {a.context.id} of {a.session.role} / {a.session.uuid}")
+    st.text(f"B: context {b.context.id} of {b.session.role} / {b.session.uuid}")
+    if a.names_output and b.names_output:
+        st.subheader("Outputs")
+        show_output_diff(diff_outputs(output_of_reference(a), output_of_reference(b)))
+    elif a.names_output or b.names_output:
+        st.text(
+            "Only one reference names an output (CONTEXT@INDEX or a replay run): comparing contexts only."
+        )
+    st.subheader("Contexts")
+    diff = diff_contexts(a.context, b.context)
+    st.text(divergence_text(diff))
+    st.dataframe(context_diff_table(diff), hide_index=True)
+
+
+st.title("Replay & diff")
+store_root = chosen_store()
+wants_diff = bool(st.query_params.get("diff_a") or st.query_params.get("diff_b"))
+replay_tab, diff_tab = st.tabs([REPLAY_TAB, DIFF_TAB], default=DIFF_TAB if wants_diff else REPLAY_TAB)
+with diff_tab:
+    show_diff(store_root)
+with replay_tab:
+    show_replay(store_root)

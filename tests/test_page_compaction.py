@@ -1,0 +1,267 @@
+"""The Compaction page, run headless with AppTest: the curves, the comparison table and
+the dropped lists carry the analysis library's simulations for the strategies in the
+URL; simulating never writes to the store; "Measure drift" re-runs calls on a real
+local model and saves its runs as drift forks."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from analysis import history_of, simulate
+from soap_core import REPLAY_KEY, Store
+from soap_core.runtime.local_model import LocalModelServer
+from tests.conftest import snapshot
+from workbench.compaction_views import default_specs
+
+APP = Path(__file__).resolve().parents[1] / "app.py"
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "soap"
+SESSION = "20250611-3f0c2b6e-8a41-4d8e-9c1a-5b7d2e9f4a10"
+ACTIVE = "e7c40f19-2a6b-4d35-8e91-7b03a5c6d2f4"
+SPECS = ["rolling-tokens:400:0.5", "rolling-messages:3", "summarize:300:2", "strip-thinking"]
+DROPPED_LINE = re.compile(r"^(.+): (\d+) messages? dropped by call \d+$")
+EVIL = "<script>alert(1)</script><img src=x onerror=alert(2)>"
+
+
+@pytest.fixture(autouse=True)
+def no_store_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SOAPWB_STORE", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+
+
+def open_page(store: Path, timeout: float = 60, **params: str) -> AppTest:
+    at = AppTest.from_file(str(APP), default_timeout=timeout)
+    at.query_params["store"] = str(store)
+    at.query_params.update(params)
+    at.run()
+    at.switch_page("pages/compaction.py").run()
+    assert not at.exception
+    return at
+
+
+def curves(at: AppTest) -> dict[str, dict[str, Any]]:
+    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    return {trace["name"]: trace for trace in spec["data"]}
+
+
+def tables_with(at: AppTest, column: str) -> list[list[dict[str, Any]]]:
+    """Every table shown that has ``column``, as records, in the order shown."""
+    frames = [element.value for element in at.dataframe if column in element.value.columns]
+    return [frame.astype(object).where(frame.notna(), None).to_dict("records") for frame in frames]
+
+
+def comparison(at: AppTest) -> list[dict[str, Any]]:
+    [found] = tables_with(at, "peak tokens")
+    return found
+
+
+def drift_runs(at: AppTest) -> list[dict[str, Any]]:
+    [found] = tables_with(at, "distance")
+    return found
+
+
+def dropped_lists(at: AppTest) -> dict[str, list[dict[str, Any]]]:
+    """The dropped lists by strategy: the page names each strategy and its count in a
+    text line, followed by a table when the count is not zero."""
+    counted = [DROPPED_LINE.match(element.value) for element in at.text]
+    with_rows = [m.group(1) for m in counted if m and int(m.group(2))]
+    return dict(zip(with_rows, tables_with(at, "history index"), strict=True))
+
+
+def texts(at: AppTest) -> str:
+    return "\n".join(element.value for element in at.text)
+
+
+def analyst(store: Path) -> str:
+    return next(s.uuid for s in Store(store).sessions() if s.role == "Analyst")
+
+
+def drift_forks(store: Path, uuid: str) -> list[str]:
+    session = Store(store).load_session(uuid, require_active=False)
+    labels = [c.extra.get(REPLAY_KEY, {}).get("label") or "" for c in session.contexts.values()]
+    return sorted(label for label in labels if label.startswith("drift"))
+
+
+class TestWithoutASelection:
+    def test_without_a_session_it_asks_for_one(self) -> None:
+        at = open_page(FIXTURE)
+        assert at.info
+        assert not at.get("plotly_chart")
+
+    def test_an_unknown_session_is_an_error_not_an_exception(self) -> None:
+        at = open_page(FIXTURE, session="no-such-session", strategies="rolling-messages:3")
+        assert at.error
+        assert not at.get("plotly_chart")
+
+
+def break_active_context(store: Path) -> None:
+    (store / "agents" / "HelloPete" / SESSION / f"{ACTIVE}.json").write_text("{")
+
+
+class TestSimulation:
+    def test_the_table_is_the_library_summary_of_each_strategy_in_the_url(self) -> None:
+        at = open_page(FIXTURE, session=SESSION, strategies=",".join(SPECS))
+        expected = [s.summary() for s in simulate(Store(FIXTURE).load_session(SESSION), ["none", *SPECS])]
+        shown = comparison(at)
+        assert [
+            {
+                "strategy": r["strategy"],
+                "peak_tokens": r["peak tokens"],
+                "tokens_sent": r["tokens sent"],
+                "compactions": r["compactions"],
+                "tokens_saved": r["tokens saved"],
+            }
+            for r in shown
+        ] == expected
+        assert all(r["drift"] is None for r in shown)
+        assert at.query_params["strategies"] == ",".join(SPECS)
+
+    def test_each_curve_is_the_simulated_size_per_call_with_its_compactions(self) -> None:
+        at = open_page(FIXTURE, session=SESSION, strategies=",".join(SPECS))
+        shown = curves(at)
+        for simulation in simulate(Store(FIXTURE).load_session(SESSION), ["none", *SPECS]):
+            line = shown[simulation.strategy]
+            assert line["x"] == [p.call for p in simulation.points]
+            assert line["y"] == [p.tokens for p in simulation.points]
+            marks = shown[f"{simulation.strategy} compactions"]
+            assert marks["x"] == [p.call for p in simulation.points if p.compacted]
+        assert shown["none"]["y"] == [275, 326, 430]
+
+    def test_without_strategies_in_the_url_it_picks_ones_sized_to_the_session(self) -> None:
+        at = open_page(FIXTURE, session=SESSION)
+        expected = default_specs(history_of(Store(FIXTURE).load_session(SESSION)))
+        assert at.query_params["strategies"] == ",".join(expected)
+        assert [r["strategy"] for r in comparison(at)] == ["none", *expected]
+
+    def test_changing_a_number_changes_the_url_and_the_simulation(self) -> None:
+        at = open_page(FIXTURE, session=SESSION, strategies="rolling-messages:3")
+        at.number_input(key="rolling-messages_n").set_value(2).run()
+        assert not at.exception
+        assert at.query_params["strategies"] == "rolling-messages:2"
+        [expected] = [
+            s.summary() for s in simulate(Store(FIXTURE).load_session(SESSION), ["rolling-messages:2"])
+        ]
+        assert comparison(at)[1]["tokens sent"] == expected["tokens_sent"]
+
+    def test_a_bad_strategy_is_an_error_and_the_good_ones_still_run(self) -> None:
+        at = open_page(FIXTURE, session=SESSION, strategies="bogus:1,rolling-messages:3,rolling-tokens:x")
+        assert len(at.error) == 2
+        assert [r["strategy"] for r in comparison(at)] == ["none", "rolling-messages:3"]
+
+    def test_the_peteos_calls_are_said_to_be_reconstructed(self) -> None:
+        at = open_page(FIXTURE, session=SESSION, strategies="rolling-messages:3")
+        assert "reconstructed from the contexts" in texts(at)
+
+    def test_an_unreadable_active_context_is_an_error_not_an_exception(self, store_copy: Path) -> None:
+        break_active_context(store_copy)
+        at = open_page(store_copy, session=SESSION, strategies="rolling-messages:3")
+        assert any("is missing" in e.value for e in at.error)
+        assert not at.get("plotly_chart")
+
+    def test_simulating_never_changes_the_store(self, store_copy: Path) -> None:
+        before = snapshot(store_copy)
+        at = open_page(store_copy, session=SESSION, strategies=",".join(SPECS))
+        at.slider(key="dropped_call").set_value(1).run()
+        assert not at.exception
+        assert snapshot(store_copy) == before
+
+
+class TestWhatEachDropped:
+    @pytest.mark.parametrize("call", [1, 2])
+    def test_the_dropped_list_at_a_call_is_what_the_simulation_dropped(self, call: int) -> None:
+        at = open_page(FIXTURE, session=SESSION, strategies=",".join(SPECS), call=str(call))
+        session = Store(FIXTURE).load_session(SESSION)
+        history = history_of(session)
+        for simulation in simulate(session, ["none", *SPECS]):
+            gone = simulation.dropped_at(call)
+            assert f"{simulation.strategy}: {len(gone)} message" in texts(at)
+            if not gone:
+                assert simulation.strategy not in dropped_lists(at)
+                continue
+            rows = dropped_lists(at)[simulation.strategy]
+            assert [history.items[r["history index"]].id for r in rows] == gone
+            assert [r["tokens"] for r in rows] == [history.items[r["history index"]].tokens for r in rows]
+            assert [r["role"] for r in rows] == [history.messages[i].role for i in gone]
+
+    def test_the_slider_moves_the_call_and_the_url(self) -> None:
+        at = open_page(FIXTURE, session=SESSION, strategies="rolling-tokens:400:0.5")
+        assert at.query_params["call"] == "2"
+        assert dropped_lists(at)["rolling-tokens:400:0.5"]
+        at.slider(key="dropped_call").set_value(1).run()
+        assert at.query_params["call"] == "1"
+        assert "rolling-tokens:400:0.5: 0 messages dropped by call 1" in texts(at)
+
+    def test_html_in_a_dropped_message_is_shown_as_data_not_rendered(self, workbench_store: Path) -> None:
+        at = open_page(workbench_store, session=analyst(workbench_store), strategies="rolling-messages:2")
+        rows = dropped_lists(at)["rolling-messages:2"]
+        assert any(EVIL[:20] in r["preview"] for r in rows)
+        assert not any("<script" in element.value for element in at.markdown)
+        assert "reconstructed" not in texts(at)
+
+
+class TestDrift:
+    def test_without_an_endpoint_the_button_is_disabled_with_a_reason(self) -> None:
+        at = open_page(FIXTURE, session=SESSION, strategies="rolling-messages:3")
+        assert at.button(key="measure_drift").disabled
+        assert any("endpoint" in info.value for info in at.info)
+
+    def test_a_failing_endpoint_shows_each_runs_error(self, workbench_store: Path, tmp_path: Path) -> None:
+        store = tmp_path / "store"
+        shutil.copytree(workbench_store, store)
+        at = open_page(store, session=analyst(store), strategies="rolling-messages:3")
+        at.text_input(key="drift_endpoint").input("http://127.0.0.1:9/v1").run()
+        at.multiselect(key="drift_calls").select(0).run()
+        at.button(key="measure_drift").click().run(timeout=120)
+        assert not at.exception
+        failures = [e.value for e in at.error]
+        assert len(failures) == 2 and all("failed" in f and "connection" in f for f in failures)
+        assert [r["drift"] for r in comparison(at)] == [None, None]
+
+    def test_a_summary_that_cannot_be_written_is_an_error_not_an_exception(
+        self, workbench_store: Path, tmp_path: Path
+    ) -> None:
+        store = tmp_path / "store"
+        shutil.copytree(workbench_store, store)
+        at = open_page(store, session=analyst(store), strategies="summarize:100:2")
+        at.text_input(key="drift_endpoint").input("http://127.0.0.1:9/v1").run()
+        at.multiselect(key="drift_calls").select(8).run()
+        at.button(key="measure_drift").click().run(timeout=120)
+        assert not at.exception
+        shown = [e.value.replace("\\", "") for e in at.error]  # the page escapes Markdown
+        assert any(
+            line.startswith("drift run summarize:100:2 at call 8 failed: summary not written")
+            and "Connection refused" in line
+            for line in shown
+        )
+        assert [r["drift"] for r in comparison(at)] == [None, None]
+
+    def test_measuring_drift_on_the_local_model_fills_the_table_and_saves_forks(
+        self, workbench_store: Path, tmp_path: Path, llm_server: LocalModelServer
+    ) -> None:
+        store = tmp_path / "store"
+        shutil.copytree(workbench_store, store)
+        uuid = analyst(store)
+        at = open_page(store, session=uuid, strategies="rolling-messages:3")
+        last = len(history_of(Store(store).load_session(uuid)).calls) - 1
+        at.text_input(key="drift_endpoint").input(llm_server.base_url).run()
+        at.multiselect(key="drift_calls").select(last).run()
+        assert not at.button(key="measure_drift").disabled
+        at.button(key="measure_drift").click().run(timeout=300)
+        assert not at.exception
+        assert not at.error
+        shown = comparison(at)
+        assert [r["strategy"] for r in shown] == ["none", "rolling-messages:3"]
+        assert all(isinstance(r["drift"], float) and 0 <= r["drift"] <= 1 for r in shown)
+        runs = drift_runs(at)
+        assert [(r["strategy"], r["call"]) for r in runs] == [("none", last), ("rolling-messages:3", last)]
+        assert [r["drift"] for r in shown] == [r["distance"] for r in runs]
+        assert drift_forks(store, uuid) == [
+            f"drift none at call {last}",
+            f"drift rolling-messages:3 at call {last}",
+        ]

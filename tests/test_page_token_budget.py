@@ -1,0 +1,226 @@
+"""The Token budget page, run headless with AppTest: its figure and tables carry the
+analysis library's numbers (call budgets, message budgets, the chain), on the peteos
+fixture (calls reconstructed, no limit, one compaction 430 → 379) and on the workbench
+store (a call log with a context limit, compactions, a three-session chain)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from analysis import CATEGORIES, call_budgets, chain_budget, message_budgets
+from soap_core import Store
+from workbench.token_budget_views import (
+    COMPACTION_TRACE,
+    CONTEXT_LIMIT_TRACE,
+    THRESHOLD_TRACE,
+    budget_figure,
+    chain_label,
+)
+
+APP = Path(__file__).resolve().parents[1] / "app.py"
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "soap"
+SESSION = "20250611-3f0c2b6e-8a41-4d8e-9c1a-5b7d2e9f4a10"
+ACTIVE = "e7c40f19-2a6b-4d35-8e91-7b03a5c6d2f4"
+ROOT_CONTEXT = "b1d6e0a2-7c3f-4e59-a0b8-2f6d91c4e7a3"
+
+
+@pytest.fixture(autouse=True)
+def no_store_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SOAPWB_STORE", raising=False)
+
+
+def open_page(store: Path, **params: str) -> AppTest:
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.query_params["store"] = str(store)
+    at.query_params.update(params)
+    at.run()
+    at.switch_page("pages/token_budget.py").run()
+    assert not at.exception
+    return at
+
+
+def chart(at: AppTest, index: int) -> dict[str, Any]:
+    return json.loads(at.get("plotly_chart")[index].proto.spec)
+
+
+def traces(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {trace["name"]: trace for trace in spec["data"]}
+
+
+def texts(at: AppTest) -> str:
+    return "\n".join(element.value for element in at.text)
+
+
+def role_session(store: Path, role: str) -> str:
+    return next(s.uuid for s in Store(store).sessions() if s.role == role)
+
+
+def records(at: AppTest, index: int) -> list[dict[str, Any]]:
+    table = at.dataframe[index].value
+    return table.astype(object).where(table.notna(), None).to_dict("records")
+
+
+class TestWithoutASelection:
+    def test_without_a_session_it_asks_for_one_and_draws_nothing(self) -> None:
+        at = open_page(FIXTURE)
+        assert at.info
+        assert not at.get("plotly_chart")
+
+    def test_an_unknown_session_is_an_error_not_an_exception(self) -> None:
+        at = open_page(FIXTURE, session="no-such-session")
+        assert at.error
+        assert not at.get("plotly_chart")
+
+    def test_an_unknown_session_in_the_workbench_store_is_an_error(self, workbench_store: Path) -> None:
+        at = open_page(workbench_store, session="20991231-ffff")
+        assert at.error
+
+
+class TestOnThePeteosFixture:
+    def test_each_layer_of_the_chart_is_the_library_makeup_of_each_call(self) -> None:
+        at = open_page(FIXTURE, session=SESSION)
+        budgets = call_budgets(Store(FIXTURE).load_session(SESSION))
+        shown = traces(chart(at, 0))
+        layers = [name for name in shown if name in CATEGORIES]
+        assert layers, "no make-up layer drawn"
+        for category in CATEGORIES:
+            expected = [b.makeup[category] for b in budgets]
+            if category in shown:
+                assert shown[category]["x"] == [b.number for b in budgets]
+                assert shown[category]["y"] == expected
+                assert shown[category]["stackgroup"] == "makeup"
+            else:
+                assert not any(expected), f"{category} has tokens but is not drawn"
+        totals = [sum(shown[name]["y"][i] for name in layers) for i in range(len(budgets))]
+        assert totals == [b.tokens for b in budgets] == [275, 326, 379]
+
+    def test_the_calls_are_said_to_be_reconstructed_and_no_limit_is_drawn(self) -> None:
+        at = open_page(FIXTURE, session=SESSION)
+        assert "reconstructed from the contexts" in texts(at)
+        assert CONTEXT_LIMIT_TRACE not in traces(chart(at, 0))
+
+    def test_the_compaction_430_to_379_is_marked_at_the_call_after_it(self) -> None:
+        at = open_page(FIXTURE, session=SESSION)
+        spec = chart(at, 0)
+        marker = traces(spec)[COMPACTION_TRACE]
+        assert marker["x"] == [2] and marker["y"] == [379]
+        assert "430 → 379" in marker["text"][0]
+        assert [shape["x0"] for shape in spec["layout"]["shapes"]] == [2]
+        table = records(at, 0)
+        assert "430 → 379" in table[2]["compactions before"]
+        assert [row["compactions before"] for row in table[:2]] == ["", ""]
+
+    def test_no_threshold_line_until_one_is_typed(self) -> None:
+        at = open_page(FIXTURE, session=SESSION)
+        assert THRESHOLD_TRACE not in traces(chart(at, 0))
+        assert at.number_input(key="threshold_input").value is None
+        at.number_input(key="threshold_input").set_value(400).run()
+        assert not at.exception
+        assert traces(chart(at, 0))[THRESHOLD_TRACE]["y"] == [400, 400, 400]
+        assert at.query_params["threshold"] == "400"
+
+    def test_a_threshold_in_the_url_is_drawn(self) -> None:
+        at = open_page(FIXTURE, session=SESSION, threshold="350")
+        assert traces(chart(at, 0))[THRESHOLD_TRACE]["y"] == [350, 350, 350]
+
+    def test_the_chart_is_the_one_the_pure_function_builds(self) -> None:
+        at = open_page(FIXTURE, session=SESSION, threshold="350")
+        budgets = call_budgets(Store(FIXTURE).load_session(SESSION))
+        expected = budget_figure(budgets, 350).to_plotly_json()["data"]
+        shown = chart(at, 0)["data"]
+        assert [(t["name"], list(t["x"]), list(t["y"])) for t in expected] == [
+            (t["name"], t["x"], t["y"]) for t in shown
+        ]
+
+    def test_the_call_table_holds_every_call_with_its_makeup(self) -> None:
+        at = open_page(FIXTURE, session=SESSION)
+        budgets = call_budgets(Store(FIXTURE).load_session(SESSION))
+        table = records(at, 0)
+        assert [row["tokens"] for row in table] == [b.tokens for b in budgets]
+        assert [row["context"] for row in table] == [b.context_id for b in budgets]
+        assert [row["timestamp"] for row in table] == [b.timestamp for b in budgets]
+        for category in CATEGORIES:
+            assert [row[category] for row in table] == [b.makeup[category] for b in budgets]
+        assert all(row["recorded"] is False and row["context limit"] is None for row in table)
+
+    def test_the_message_table_shows_the_stale_cached_count(self) -> None:
+        at = open_page(FIXTURE, session=SESSION)
+        context = Store(FIXTURE).load_session(SESSION).contexts[ACTIVE]
+        expected = message_budgets(context)
+        table = records(at, 2)
+        assert [(r["tokens"], r["cumulative"], r["cached"], r["stale"]) for r in table] == [
+            (m.tokens, m.cumulative, m.cached, m.stale) for m in expected
+        ]
+        assert (table[0]["stale"], table[0]["cached"], table[0]["tokens"]) == (True, 49, 79)
+        assert any("cached 49" in w.value and "true 79" in w.value for w in at.warning)
+
+    def test_the_message_table_follows_the_context_in_the_url(self) -> None:
+        at = open_page(FIXTURE, session=SESSION, context=ROOT_CONTEXT)
+        context = Store(FIXTURE).load_session(SESSION).contexts[ROOT_CONTEXT]
+        assert [r["tokens"] for r in records(at, 2)] == [m.tokens for m in message_budgets(context)]
+        assert at.query_params["context"] == ROOT_CONTEXT
+
+    def test_an_unreadable_active_context_leaves_the_others_counted(self, tmp_path: Path) -> None:
+        store = tmp_path / "soap"
+        shutil.copytree(FIXTURE, store)
+        (store / "agents" / "HelloPete" / SESSION / f"{ACTIVE}.json").write_text("{")
+        at = open_page(store, session=SESSION)
+        budgets = call_budgets(Store(store).load_session(SESSION, require_active=False))
+        assert [row["tokens"] for row in records(at, 0)] == [b.tokens for b in budgets]
+        assert any("no readable file" in w.value for w in at.warning)
+
+    def test_the_chain_is_this_session_alone(self) -> None:
+        at = open_page(FIXTURE, session=SESSION)
+        bars = chart(at, 1)["data"][0]
+        assert bars["y"] == [980] == [s.prompt_tokens for s in chain_budget(Store(FIXTURE), SESSION)]
+        assert "this session alone" in texts(at)
+        assert records(at, 1)[0]["session"] == SESSION
+
+
+class TestOnTheWorkbenchStore:
+    def test_the_context_limit_from_the_call_log_is_a_line(self, workbench_store: Path) -> None:
+        uuid = role_session(workbench_store, "Analyst")
+        at = open_page(workbench_store, session=uuid)
+        budgets = call_budgets(Store(workbench_store).load_session(uuid))
+        shown = traces(chart(at, 0))
+        assert shown[CONTEXT_LIMIT_TRACE]["y"] == [b.context_limit for b in budgets] == [2048] * len(budgets)
+        assert "from the call log" in texts(at)
+        for category in shown.keys() & set(CATEGORIES):
+            assert shown[category]["y"] == [b.makeup[category] for b in budgets]
+
+    def test_every_compaction_fork_is_marked_with_its_sizes(self, workbench_store: Path) -> None:
+        uuid = role_session(workbench_store, "Analyst")
+        at = open_page(workbench_store, session=uuid)
+        budgets = call_budgets(Store(workbench_store).load_session(uuid))
+        compacted = [b for b in budgets if b.compactions_before]
+        assert compacted
+        marker = traces(chart(at, 0))[COMPACTION_TRACE]
+        assert marker["x"] == [b.number for b in compacted]
+        for text, budget in zip(marker["text"], compacted, strict=True):
+            event = budget.compactions_before[0]
+            assert f"{event.tokens_before} → {event.tokens_after}" in text
+
+    def test_the_chain_shows_every_session_with_its_prompt_tokens(self, workbench_store: Path) -> None:
+        uuid = role_session(workbench_store, "Researcher")
+        at = open_page(workbench_store, session=uuid)
+        chain = chain_budget(Store(workbench_store), uuid)
+        assert [s.role for s in chain] == ["Analyst", "Researcher", "Archivist"]
+        bars = chart(at, 1)["data"][0]
+        assert bars["y"] == [s.prompt_tokens for s in chain]
+        assert bars["x"] == [chain_label(s) for s in chain]
+        table = records(at, 1)
+        assert [(r["role"], r["depth"], r["calls"], r["prompt tokens"]) for r in table] == [
+            (s.role, s.depth, s.calls, s.prompt_tokens) for s in chain
+        ]
+        assert [r["completion tokens"] for r in table] == [s.completion_tokens for s in chain]
+
+    def test_html_in_a_message_is_never_rendered(self, workbench_store: Path) -> None:
+        uuid = role_session(workbench_store, "Analyst")
+        at = open_page(workbench_store, session=uuid)
+        assert not any("<script" in element.value for element in at.markdown)

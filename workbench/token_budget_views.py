@@ -1,0 +1,235 @@
+"""What the Token budget page shows, computed without Streamlit.
+
+The page lays out a figure and three tables; all four are built here from the
+library's budgets (``analysis.call_budgets``, ``message_budgets``, ``chain_budget``),
+so a test can build the same figure and compare it with what the page sent to the
+browser, number for number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from analysis import CATEGORIES, CallBudget, CompactionEvent, MessageBudget, SessionSpend
+
+CONTEXT_LIMIT_TRACE = "context limit"
+THRESHOLD_TRACE = "compaction threshold"
+COMPACTION_TRACE = "compaction"
+
+CALL_COLUMNS = (
+    "call",
+    "timestamp",
+    "context",
+    "message index",
+    "recorded",
+    "tokens",
+    *CATEGORIES,
+    "context limit",
+    "compactions before",
+)
+MESSAGE_COLUMNS = ("index", "role", "tokens", "cumulative", "cached", "stale", *CATEGORIES)
+CHAIN_COLUMNS = ("depth", "role", "session", "calls", "prompt tokens", "completion tokens")
+
+
+def calls_source_note(budgets: Sequence[CallBudget]) -> str:
+    """Where the calls come from, because reconstructed calls miss what only a log knows
+    (the exact request, the context limit, the usage)."""
+    if not budgets:
+        return "This session has no LLM calls: no assistant message and no call log."
+    recorded = sum(1 for b in budgets if b.recorded)
+    if recorded == len(budgets):
+        return f"{len(budgets)} calls, from the call log the runtime recorded."
+    if recorded == 0:
+        return (
+            f"{len(budgets)} calls, reconstructed from the contexts: this session has no call log "
+            "(peteos writes none), so each call is the context before an assistant message, "
+            "and the context limit and usage are not known."
+        )
+    return f"{len(budgets)} calls: {recorded} from the call log, {len(budgets) - recorded} reconstructed from the contexts."
+
+
+def compaction_label(event: CompactionEvent) -> str:
+    """One compaction as ``before → after`` tokens, with the fork it made."""
+    return f"{event.tokens_before} → {event.tokens_after} tokens (fork {event.parent_id[:8]} → {event.child_id[:8]})"
+
+
+def shown_categories(budgets: Sequence[CallBudget]) -> list[str]:
+    """The categories with any tokens at any call, in the library's order: empty layers
+    would only crowd the legend."""
+    return [c for c in CATEGORIES if any(b.makeup.get(c, 0) for b in budgets)]
+
+
+def context_limits(budgets: Sequence[CallBudget]) -> list[int | None]:
+    """The context limit recorded at each call (None where the call log says nothing)."""
+    return [b.context_limit for b in budgets]
+
+
+def _makeup_traces(budgets: Sequence[CallBudget]) -> list[go.Scatter]:
+    numbers = [b.number for b in budgets]
+    hover = [[b.timestamp or "unknown time", b.context_id, b.tokens] for b in budgets]
+    return [
+        go.Scatter(
+            x=numbers,
+            y=[b.makeup.get(category, 0) for b in budgets],
+            name=category,
+            mode="lines",
+            stackgroup="makeup",
+            customdata=hover,
+            hovertemplate=(
+                f"call %{{x}}<br>{category}: %{{y}} tokens<br>total %{{customdata[2]}}"
+                "<br>%{customdata[0]}<br>context %{customdata[1]}<extra></extra>"
+            ),
+        )
+        for category in shown_categories(budgets)
+    ]
+
+
+def _compaction_trace(budgets: Sequence[CallBudget]) -> go.Scatter:
+    compacted = [b for b in budgets if b.compactions_before]
+    return go.Scatter(
+        x=[b.number for b in compacted],
+        y=[b.tokens for b in compacted],
+        name=COMPACTION_TRACE,
+        mode="markers",
+        marker={"symbol": "x", "size": 12, "color": "black"},
+        text=["<br>".join(compaction_label(e) for e in b.compactions_before) for b in compacted],
+        hovertemplate="compaction before call %{x}<br>%{text}<extra></extra>",
+    )
+
+
+def budget_figure(budgets: Sequence[CallBudget], threshold: int | None = None) -> go.Figure:
+    """The context of every call, its make-up stacked; the context limit (where the call
+    log recorded it) and the typed compaction threshold as lines; each call that followed
+    a compaction marked, with the sizes before and after in its hover."""
+    figure = go.Figure(_makeup_traces(budgets))
+    numbers = [b.number for b in budgets]
+    limits = context_limits(budgets)
+    if any(limit is not None for limit in limits):
+        figure.add_trace(
+            go.Scatter(
+                x=numbers,
+                y=limits,
+                name=CONTEXT_LIMIT_TRACE,
+                mode="lines",
+                line={"dash": "dash", "color": "red"},
+            )
+        )
+    if threshold is not None and numbers:
+        figure.add_trace(
+            go.Scatter(
+                x=numbers,
+                y=[threshold] * len(numbers),
+                name=THRESHOLD_TRACE,
+                mode="lines",
+                line={"dash": "dot", "color": "orange"},
+            )
+        )
+    compaction = _compaction_trace(budgets)
+    figure.add_trace(compaction)
+    for number in compaction.x:
+        figure.add_vline(x=number, line_dash="dot", line_color="grey")
+    figure.update_layout(
+        xaxis_title="call number",
+        yaxis_title="tokens (cl100k_base)",
+        hovermode="closest",
+        legend_traceorder="normal",
+    )
+    return figure
+
+
+def call_table(budgets: Sequence[CallBudget]) -> pd.DataFrame:
+    """One row per call: when, which context, its size and make-up, and the compactions
+    that happened just before it."""
+    rows = [
+        (
+            b.number,
+            b.timestamp,
+            b.context_id,
+            b.message_index,
+            b.recorded,
+            b.tokens,
+            *(b.makeup.get(c, 0) for c in CATEGORIES),
+            b.context_limit,
+            "; ".join(compaction_label(e) for e in b.compactions_before),
+        )
+        for b in budgets
+    ]
+    table = pd.DataFrame.from_records(rows, columns=list(CALL_COLUMNS))
+    return table.astype({"context limit": "Int64"})
+
+
+def message_table(rows: Sequence[MessageBudget]) -> pd.DataFrame:
+    """One row per message of a context; ``cached`` is the count stored in the file and
+    ``stale`` says it disagrees with the true count, so a stale file is seen at once."""
+    records = [
+        (
+            r.index,
+            r.role,
+            r.tokens,
+            r.cumulative,
+            r.cached,
+            r.stale,
+            *(r.makeup.get(c, 0) for c in CATEGORIES),
+        )
+        for r in rows
+    ]
+    table = pd.DataFrame.from_records(records, columns=list(MESSAGE_COLUMNS))
+    return table.astype({"cached": "Int64"})
+
+
+def stale_note(rows: Sequence[MessageBudget]) -> str | None:
+    """A line naming the messages whose cached token count is stale, if any."""
+    stale = [r for r in rows if r.stale]
+    if not stale:
+        return None
+    listed = ", ".join(f"#{r.index} (cached {r.cached}, true {r.tokens})" for r in stale)
+    return f"{len(stale)} stale cached token count{'s' if len(stale) > 1 else ''}: {listed}"
+
+
+def chain_label(spend: SessionSpend) -> str:
+    """How a session of the chain is named on the bar chart's axis."""
+    return f"{spend.depth:+d} {spend.role} / {spend.session[:17]}"
+
+
+def chain_figure(chain: Sequence[SessionSpend]) -> go.Figure:
+    """Prompt tokens per session along the invocation chain, callers first."""
+    figure = go.Figure(
+        go.Bar(
+            x=[chain_label(s) for s in chain],
+            y=[s.prompt_tokens for s in chain],
+            customdata=[[s.session, s.calls] for s in chain],
+            hovertemplate="%{customdata[0]}<br>%{customdata[1]} calls<br>%{y} prompt tokens<extra></extra>",
+            name="prompt tokens",
+        )
+    )
+    figure.update_layout(xaxis_title="depth, role / session", yaxis_title="prompt tokens (summed over calls)")
+    return figure
+
+
+def chain_table(chain: Sequence[SessionSpend]) -> pd.DataFrame:
+    """The chain's sessions with their calls and tokens."""
+    rows = [(s.depth, s.role, s.session, s.calls, s.prompt_tokens, s.completion_tokens) for s in chain]
+    table = pd.DataFrame.from_records(rows, columns=list(CHAIN_COLUMNS))
+    return table.astype({"completion tokens": "Int64"})
+
+
+def chain_note(chain: Sequence[SessionSpend]) -> str:
+    """What the chain covers, because a chain of one may mean no records were written."""
+    if len(chain) <= 1:
+        return (
+            "The chain is this session alone: it called no other object and none called it, "
+            "or no invocation records exist (peteos writes none)."
+        )
+    return f"{len(chain)} sessions along the invocation chains through this session (depth 0 is this one)."
+
+
+def threshold_from_param(text: str | None) -> int | None:
+    """The ``?threshold=`` value as a positive token count; anything else draws no line."""
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        return None
+    return value if value > 0 else None
