@@ -36,6 +36,12 @@ page = st.navigation(
     [
         st.Page("pages/sessions.py", title="Sessions", icon=":material/list:", default=True),
         st.Page("pages/context.py", title="Context", icon=":material/chat:"),
+        st.Page("pages/fork_tree.py", title="Fork tree", icon=":material/account_tree:"),
+        st.Page("pages/traceback.py", title="Traceback", icon=":material/stacks:"),
+        st.Page("pages/token_budget.py", title="Token budget", icon=":material/data_usage:"),
+        st.Page("pages/replay.py", title="Replay & diff", icon=":material/replay:"),
+        st.Page("pages/compaction.py", title="Compaction", icon=":material/compress:"),
+        st.Page("pages/object_state.py", title="Object state", icon=":material/data_object:"),
     ]
 )
 pick_store()

@@ -33,9 +33,12 @@ def selected_session(root: str | None = None) -> Session:
     uuids = [o.uuid for o in overviews]
     labels = {o.uuid: session_label(o) for o in overviews}
     wanted = st.query_params.get("session")
-    current = next((u for u in uuids if wanted and matches_session(u, wanted)), None)
-    if wanted and current is None:
+    matching = [u for u in uuids if wanted and matches_session(u, wanted)]
+    current = matching[0] if len(matching) == 1 else None
+    if wanted and not matching:
         st.error(escape_markdown(f"no session of this store matches {wanted!r}"))
+    elif len(matching) > 1:
+        st.error(escape_markdown(f"{wanted!r} matches {len(matching)} sessions: pick one"))
     chosen = st.selectbox(
         "Session",
         uuids,

@@ -10,6 +10,7 @@ the runtime's LLM endpoint and store.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -114,7 +115,7 @@ class AgenticObject:
     def state(self) -> dict[str, Any]:
         """The public instance attributes, as JSON values (others shown by repr)."""
         public = {k: v for k, v in vars(self).items() if not k.startswith("_")}
-        value = json.loads(json.dumps(public, default=repr))
+        value = json.loads(json.dumps(public, default=_state_value))
         return value if isinstance(value, dict) else {}
 
     def invoke(
@@ -137,6 +138,18 @@ class AgenticObject:
         from soap_core.runtime._invoke import run_invocation
 
         return run_invocation(self, prompt, thread, output_schema, tool_choice, follow_up)
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-f]+")
+
+
+def _state_value(value: Any) -> str:
+    """A stable stand-in for an attribute that is not JSON: another agentic object by its
+    role and id, anything else by its repr without memory addresses (which would make
+    two processes' states differ where nothing did)."""
+    if isinstance(value, AgenticObject):
+        return f"<{type(value).role} {value.object_id}>"
+    return _ADDRESS.sub("", repr(value))
 
 
 def agentic(cls: C | None = None, *, role: str | None = None) -> Any:

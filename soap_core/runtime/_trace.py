@@ -35,6 +35,7 @@ class TraceFrame:
     outcome: str
     error: str | None
     depth: int
+    prompt: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -74,6 +75,7 @@ def _frame(record: InvocationRecord, depth: int) -> TraceFrame:
         outcome=record.outcome,
         error=record.error,
         depth=depth,
+        prompt=record.prompt,
     )
 
 

@@ -1,0 +1,97 @@
+"""Object state page: an agentic object's public state after each invocation of its
+session, and what changed between any two.
+
+The states come from the invocation records (``state_after``), which only the soapwb
+runtime writes: a peteos session has none, and the page says so. The two invocations
+compared live in ``?state_a=`` and ``?state_b=``.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from soap_core import SoapError
+from soap_core.runtime import InvocationRecord
+from workbench.loading import chosen_store, show_error_and_stop
+from workbench.object_state_views import (
+    diff_json,
+    diff_table,
+    invocation_label,
+    load_session_invocations,
+    numeric_figure,
+    records_summary,
+    state_changes,
+    state_table,
+)
+from workbench.selection import selected_session
+from workbench.views import StoreSignature, escape_markdown, store_signature
+
+
+@st.cache_data(show_spinner="Reading the invocation records…", max_entries=16)
+def _records(root: str, session_uuid: str, signature: StoreSignature) -> list[InvocationRecord]:
+    return load_session_invocations(root, session_uuid)
+
+
+def invocation_records(root: str, session_uuid: str) -> list[InvocationRecord]:
+    """The session's own invocation records, cached until the store changes; raises SoapError."""
+    return _records(root, session_uuid, store_signature(root))
+
+
+def pick_state(label: str, param: str, records: list[InvocationRecord], default: str) -> InvocationRecord:
+    """One invocation with a recorded state, kept in ``?<param>=`` (an invocation id)."""
+    ids = [r.id for r in records]
+    by_id = {r.id: r for r in records}
+    wanted = st.query_params.get(param)
+    if wanted and wanted not in by_id:
+        st.warning(
+            escape_markdown(f"{param}={wanted}: no invocation of this session with a state has that id")
+        )
+    current = wanted if wanted in by_id else default
+    chosen = st.selectbox(
+        label, ids, index=ids.index(current), format_func=lambda i: invocation_label(by_id[i])
+    )
+    st.query_params[param] = chosen
+    return by_id[chosen]
+
+
+def show_diff(records: list[InvocationRecord]) -> None:
+    """Two pickers and the difference between the states after those invocations."""
+    with_state = [r for r in records if r.state_after is not None]
+    if len(with_state) < 2:
+        st.info(f"A diff needs two invocations that recorded a state; this session has {len(with_state)}.")
+        return
+    left, right = st.columns(2)
+    with left:
+        before = pick_state("From (state after)", "state_a", with_state, with_state[0].id)
+    with right:
+        after = pick_state("To (state after)", "state_b", with_state, with_state[-1].id)
+    changes = state_changes(before.state_after, after.state_after)
+    if not changes:
+        st.text("The two states are equal.")
+        return
+    st.text(f"{len(changes)} difference{'' if len(changes) == 1 else 's'}")
+    st.dataframe(diff_table(changes), hide_index=True)
+    st.json(diff_json(changes), expanded=3)
+
+
+st.title("Object state")
+root = chosen_store()
+session = selected_session(root)
+try:
+    records = invocation_records(root, session.uuid)
+except SoapError as exc:
+    show_error_and_stop(exc)
+if not records:
+    st.info(
+        "This session has no invocation records, so no object state: only the soapwb runtime "
+        "records the state after each invocation (a store written by peteos has none)."
+    )
+    st.stop()
+st.text(f"{session.role} / {session.uuid}: {records_summary(records)}")
+st.subheader("State after each invocation")
+st.dataframe(state_table(records), hide_index=True)
+figure = numeric_figure(records)
+if figure is not None:
+    st.plotly_chart(figure, key="object_state_numbers")
+st.subheader("Difference between two invocations")
+show_diff(records)

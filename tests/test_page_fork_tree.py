@@ -1,0 +1,222 @@
+"""The Fork tree page, run headless with AppTest on the peteos sample store and on the
+workbench store: the figure draws exactly the nodes of ``fork_tree`` with their kinds,
+a node is opened from ``?context=`` or the picker, and two contexts are sent to Diff.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from soap_core import ContextNode, Session, Store, fork_tree
+from workbench.fork_tree_views import clicked_context, hover_text, tree_layout
+
+APP = Path(__file__).resolve().parents[1] / "app.py"
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "soap"
+SESSION = "20250611-3f0c2b6e-8a41-4d8e-9c1a-5b7d2e9f4a10"
+ROOT_CONTEXT = "b1d6e0a2-7c3f-4e59-a0b8-2f6d91c4e7a3"
+ACTIVE = "e7c40f19-2a6b-4d35-8e91-7b03a5c6d2f4"
+DISCARDED = "5e2a9c71-0b4d-4f8e-b36a-c9d71e02f5b8"
+KINDS = {"root", "fork", "replay", "discarded"}
+
+
+@pytest.fixture(autouse=True)
+def no_store_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SOAPWB_STORE", raising=False)
+
+
+def open_page(store: Path, **params: str) -> AppTest:
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.query_params["store"] = str(store)
+    at.query_params.update(params)
+    at.run()
+    at.switch_page("pages/fork_tree.py").run()
+    assert not at.exception
+    return at
+
+
+def figure(at: AppTest) -> dict[str, Any]:
+    [chart] = at.get("plotly_chart")
+    return json.loads(chart.proto.spec)
+
+
+def drawn_nodes(at: AppTest) -> dict[str, tuple[str, float, float]]:
+    """Context id → (kind, x, y) of every node marker, read from the figure's traces."""
+    nodes = {}
+    for trace in figure(at)["data"]:
+        if trace.get("name") in KINDS:
+            for [cid], x, y in zip(trace["customdata"], trace["x"], trace["y"], strict=True):
+                nodes[cid] = (trace["name"], x, y)
+    return nodes
+
+
+def trace_named(at: AppTest, name: str) -> dict[str, Any]:
+    return next(trace for trace in figure(at)["data"] if trace.get("name") == name)
+
+
+def analyst(store: Path) -> Session:
+    [summary] = [s for s in Store(store).sessions() if s.role == "Analyst"]
+    return Store(store).load_session(summary.uuid)
+
+
+def links(at: AppTest) -> list[tuple[str, str]]:
+    return [(link.proto.page, link.proto.query_string) for link in at.page_link]
+
+
+class TestTheTree:
+    def test_the_figure_draws_every_node_of_fork_tree_with_its_kind_and_place(self) -> None:
+        at = open_page(FIXTURE, session=SESSION)
+        nodes = fork_tree(Store(FIXTURE).load_session(SESSION))
+        assert drawn_nodes(at) == {n.id: (n.kind, n.depth, row) for row, n in enumerate(nodes)}
+
+    def test_the_discarded_child_of_the_fixture_is_drawn_hollow(self) -> None:
+        at = open_page(FIXTURE, session=SESSION)
+        assert drawn_nodes(at)[DISCARDED][0] == "discarded"
+        assert trace_named(at, "discarded")["marker"]["symbol"] == "circle-open"
+        assert trace_named(at, "fork")["marker"]["symbol"] != "circle-open"
+
+    def test_the_active_context_is_ringed(self) -> None:
+        at = open_page(FIXTURE, session=SESSION)
+        assert trace_named(at, "active")["customdata"] == [[ACTIVE]]
+
+    def test_edges_join_each_child_to_its_parent(self) -> None:
+        at = open_page(FIXTURE, session=SESSION)
+        edges = trace_named(at, "edges")
+        nodes = drawn_nodes(at)
+        segments = len(edges["x"]) // 4
+        assert segments == 2
+        for child in (DISCARDED, ACTIVE):
+            _, x, y = nodes[child]
+            assert any(edges["x"][4 * i + 2] == x and edges["y"][4 * i + 2] == y for i in range(segments))
+
+    def test_the_table_lists_the_nodes_of_fork_tree(self) -> None:
+        at = open_page(FIXTURE, session=SESSION)
+        table = at.dataframe[0].value
+        rows = table.astype(object).where(table.notna(), None).to_dict("records")
+        nodes = fork_tree(Store(FIXTURE).load_session(SESSION))
+        assert rows == [
+            {"id": n.id, "kind": n.kind, "parent": n.parent_id, "messages": n.messages, "active": n.active}
+            for n in nodes
+        ]
+        assert [r["messages"] for r in rows] == [7, None, 6]
+
+    def test_the_replay_fork_of_the_workbench_store_is_drawn_as_a_replay(self, workbench_store: Path) -> None:
+        session = analyst(workbench_store)
+        at = open_page(workbench_store, session=session.uuid)
+        nodes = fork_tree(session)
+        drawn = drawn_nodes(at)
+        assert {cid: kind for cid, (kind, _, _) in drawn.items()} == {n.id: n.kind for n in nodes}
+        [replay] = [n for n in nodes if n.kind == "replay"]
+        assert drawn[replay.id][0] == "replay"
+        hover = trace_named(at, "replay")["hovertext"][0]
+        assert replay.id in hover
+        assert "Count once more." in hover
+        assert "overrides" in hover
+
+    def test_the_summary_counts_the_kinds(self, workbench_store: Path) -> None:
+        session = analyst(workbench_store)
+        at = open_page(workbench_store, session=session.uuid)
+        nodes = fork_tree(session)
+        forks = sum(1 for n in nodes if n.kind == "fork")
+        assert f"{len(nodes)} contexts: 1 root, {forks} fork, 1 replay" in at.text[0].value
+
+
+class TestOpeningANode:
+    def test_by_default_the_active_context_is_offered(self) -> None:
+        at = open_page(FIXTURE, session=SESSION)
+        assert next(box for box in at.selectbox if box.label == "Node").value == ACTIVE
+        assert at.query_params["context"] == ACTIVE
+        [(page, query)] = links(at)
+        assert page == "context"
+        assert f"context={ACTIVE}" in query
+        assert f"session={SESSION}" in query
+
+    def test_the_context_query_param_opens_that_node(self) -> None:
+        at = open_page(FIXTURE, session=SESSION, context="b1d6")
+        node_picker = next(box for box in at.selectbox if box.label == "Node")
+        assert node_picker.value == ROOT_CONTEXT
+        assert at.query_params["context"] == ROOT_CONTEXT
+        [(page, query)] = links(at)
+        assert page == "context"
+        assert f"context={ROOT_CONTEXT}" in query
+
+    def test_picking_a_node_records_it_and_links_to_it(self) -> None:
+        at = open_page(FIXTURE, session=SESSION)
+        next(box for box in at.selectbox if box.label == "Node").set_value(ROOT_CONTEXT).run()
+        assert not at.exception
+        assert at.query_params["context"] == ROOT_CONTEXT
+        assert f"context={ROOT_CONTEXT}" in links(at)[0][1]
+
+    def test_a_discarded_node_says_it_has_no_file_and_offers_no_link(self) -> None:
+        at = open_page(FIXTURE, session=SESSION, context=DISCARDED)
+        assert any("never saved" in info.value for info in at.info)
+        assert not [link for link in links(at) if link[0] == "context"]
+
+    def test_an_unknown_context_is_an_error_and_the_tree_is_still_drawn(self) -> None:
+        at = open_page(FIXTURE, session=SESSION, context="ffff")
+        assert at.error
+        assert "ffff" in at.error[0].value
+        assert at.get("plotly_chart")
+
+    def test_an_unknown_session_is_an_error(self) -> None:
+        at = open_page(FIXTURE, session="no-such-session")
+        assert at.error
+        assert not at.get("plotly_chart")
+
+    def test_without_a_session_it_asks_for_one(self) -> None:
+        at = open_page(FIXTURE)
+        assert at.info
+        assert not at.get("plotly_chart")
+
+
+class TestSendingToDiff:
+    def test_two_picked_contexts_link_to_the_replay_page(self, workbench_store: Path) -> None:
+        session = analyst(workbench_store)
+        [first, *_, last] = [n.id for n in fork_tree(session)]
+        at = open_page(workbench_store, session=session.uuid)
+        at.multiselect[0].set_value([first, last]).run()
+        assert not at.exception
+        assert (at.query_params["diff_a"], at.query_params["diff_b"]) == (first, last)
+        [query] = [query for page, query in links(at) if page == "replay"]
+        assert f"diff_a={first}" in query
+        assert f"diff_b={last}" in query
+
+    def test_the_pair_comes_back_from_the_query_params(self) -> None:
+        at = open_page(FIXTURE, session=SESSION, diff_a=ROOT_CONTEXT, diff_b=ACTIVE)
+        assert at.multiselect[0].value == [ROOT_CONTEXT, ACTIVE]
+        assert [page for page, _ in links(at)].count("replay") == 1
+
+    def test_a_discarded_context_cannot_be_sent(self) -> None:
+        at = open_page(FIXTURE, session=SESSION)
+        assert DISCARDED not in at.multiselect[0].options
+        assert not [link for link in links(at) if link[0] == "replay"]
+
+    def test_a_session_with_one_context_says_so(self, workbench_store: Path) -> None:
+        [summary] = [s for s in Store(workbench_store).sessions() if s.role == "Archivist"]
+        at = open_page(workbench_store, session=summary.uuid)
+        assert any("two saved contexts" in info.value for info in at.info)
+
+
+class TestTheFigureFunctions:
+    def test_a_click_returns_the_context_id_of_the_point(self) -> None:
+        assert clicked_context([{"point_index": 0, "customdata": [ACTIVE]}]) == ACTIVE
+        assert clicked_context([{"customdata": ACTIVE}]) == ACTIVE
+        assert clicked_context([{"point_index": 0}]) is None
+        assert clicked_context([]) is None
+
+    def test_markup_from_a_replay_record_is_escaped_in_the_hover(self) -> None:
+        node = ContextNode("c1", "p1", (), "replay", 1, False, 3, "c1.json")
+        replay = {"of_context": "p1", "of_index": 2, "overrides": {"edits": {"2": "<script>x</script>"}}}
+        text = hover_text(node, replay)
+        assert "<script>" not in text
+        assert "&lt;script&gt;" in text
+
+    def test_the_layout_puts_each_node_at_its_depth_and_order(self) -> None:
+        nodes = fork_tree(Store(FIXTURE).load_session(SESSION))
+        layout = tree_layout(nodes)
+        assert layout.positions == {ROOT_CONTEXT: (0, 0), DISCARDED: (1, 1), ACTIVE: (1, 2)}
+        assert layout.edges == [(ROOT_CONTEXT, DISCARDED), (ROOT_CONTEXT, ACTIVE)]

@@ -1,0 +1,249 @@
+"""The Traceback page, run headless with AppTest: the stack and the timeline through an
+invocation are those of ``invocation_chain``, each frame links to the message that
+made its call, refusals stand out, and a peteos store says it has no records.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from soap_core import Store
+from soap_core.runtime import InvocationTrace, invocation_chain, read_invocations
+from workbench.traceback_views import one_line, short_session, trace_frames
+
+APP = Path(__file__).resolve().parents[1] / "app.py"
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "soap"
+SESSION = "20250611-3f0c2b6e-8a41-4d8e-9c1a-5b7d2e9f4a10"
+
+
+@pytest.fixture(autouse=True)
+def no_store_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SOAPWB_STORE", raising=False)
+
+
+def open_page(store: Path, **params: str) -> AppTest:
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.query_params["store"] = str(store)
+    at.query_params.update(params)
+    at.run()
+    at.switch_page("pages/traceback.py").run()
+    assert not at.exception
+    return at
+
+
+def uuid_of(store: Path, role: str) -> str:
+    [summary] = [s for s in Store(store).sessions() if s.role == role]
+    return summary.uuid
+
+
+def chain(store: Path, role: str) -> list[InvocationTrace]:
+    return invocation_chain(Store(store), uuid_of(store, role))
+
+
+def records(table: pd.DataFrame) -> list[dict[str, Any]]:
+    return table.astype(object).where(table.notna(), None).to_dict("records")
+
+
+def stack(at: AppTest) -> list[dict[str, Any]]:
+    """The call stack table (the second table; the first lists the invocations)."""
+    return records(at.dataframe[1].value)
+
+
+def timeline(at: AppTest) -> list[dict[str, Any]]:
+    [chart] = at.get("plotly_chart")
+    return json.loads(chart.proto.spec)["data"]
+
+
+def context_links(at: AppTest) -> list[str]:
+    return [link.proto.query_string for link in at.page_link if link.proto.page == "context"]
+
+
+def refused_trace(store: Path) -> InvocationTrace:
+    [trace] = [t for t in chain(store, "Analyst") if t.invocation and t.invocation.outcome == "refused"]
+    return trace
+
+
+class TestTheStack:
+    def test_the_archivist_stack_is_analyst_researcher_archivist(self, workbench_store: Path) -> None:
+        at = open_page(workbench_store, session=uuid_of(workbench_store, "Archivist"))
+        rows = stack(at)
+        assert [r["role"] for r in rows] == ["Analyst", "Researcher", "Archivist"]
+        assert [r["depth"] for r in rows] == [-2, -1, 0]
+        assert [r["called from"] for r in rows] == [None, "Analyst", "Researcher"]
+
+    def test_the_stack_holds_the_frames_of_invocation_chain(self, workbench_store: Path) -> None:
+        at = open_page(workbench_store, session=uuid_of(workbench_store, "Archivist"))
+        [trace] = chain(workbench_store, "Archivist")
+        expected = [
+            (
+                f.role,
+                f.session,
+                f.caller_session,
+                f.context_id,
+                f.message_index,
+                f.started_at,
+                f.ended_at,
+                f.error,
+            )
+            for f in trace_frames(trace)
+        ]
+        shown = [
+            (
+                r["role"],
+                r["session"],
+                r["caller session"],
+                r["context"],
+                r["message"],
+                r["start"],
+                r["end"],
+                r["error"],
+            )
+            for r in stack(at)
+        ]
+        assert shown == expected
+        assert [r["outcome"] for r in stack(at)] == ["✅ ok"] * 3
+
+    def test_each_frame_links_to_the_message_that_made_its_call(self, workbench_store: Path) -> None:
+        at = open_page(workbench_store, session=uuid_of(workbench_store, "Archivist"))
+        [trace] = chain(workbench_store, "Archivist")
+        callers = [f for f in trace_frames(trace) if f.context_id is not None]
+        assert len(callers) == 2
+        shown = context_links(at)
+        assert len(shown) == 2
+        for frame, query in zip(callers, shown, strict=True):
+            assert f"session={frame.caller_session}" in query
+            assert f"context={frame.context_id}" in query
+            assert f"message={frame.message_index}" in query
+        assert any("called from Python" in text.value for text in at.text)
+
+    def test_the_researcher_sees_its_caller_above_and_its_callee_below(self, workbench_store: Path) -> None:
+        at = open_page(workbench_store, session=uuid_of(workbench_store, "Researcher"))
+        assert [(r["role"], r["depth"]) for r in stack(at)] == [
+            ("Analyst", -1),
+            ("Researcher", 0),
+            ("Archivist", 1),
+        ]
+
+
+class TestRefusals:
+    def test_the_refused_invocation_of_the_analyst_shows_as_refused(self, workbench_store: Path) -> None:
+        trace = refused_trace(workbench_store)
+        assert trace.invocation is not None
+        at = open_page(
+            workbench_store,
+            session=uuid_of(workbench_store, "Analyst"),
+            invocation=trace.invocation.invocation_id,
+        )
+        rows = stack(at)
+        assert [(r["role"], r["outcome"]) for r in rows] == [("Analyst", "✅ ok"), ("Analyst", "⛔ refused")]
+        assert "already active" in rows[-1]["error"]
+        [error] = at.error
+        assert "refused" in error.value
+        assert [trace["name"] for trace in timeline(at)] == ["ok", "refused"]
+
+    def test_the_refusal_shows_below_the_invocation_that_asked_for_it(self, workbench_store: Path) -> None:
+        [asking] = [
+            t for t in chain(workbench_store, "Analyst") if t.callees and t.callees[0].outcome == "refused"
+        ]
+        assert asking.invocation is not None
+        at = open_page(
+            workbench_store,
+            session=uuid_of(workbench_store, "Analyst"),
+            invocation=asking.invocation.invocation_id,
+        )
+        assert [r["outcome"] for r in stack(at)] == ["✅ ok", "⛔ refused"]
+        assert at.error
+
+    def test_the_invocations_table_marks_the_refusal(self, workbench_store: Path) -> None:
+        at = open_page(workbench_store, session=uuid_of(workbench_store, "Analyst"))
+        traces = chain(workbench_store, "Analyst")
+        rows = records(at.dataframe[0].value)
+        assert [r["invocation"] for r in rows] == [t.invocation.invocation_id for t in traces if t.invocation]
+        assert [r["outcome"] for r in rows].count("⛔ refused") == 1
+        analyst_dir = Store(workbench_store).find(uuid_of(workbench_store, "Analyst")).path
+        prompts = {r.id: r.prompt for r in read_invocations(analyst_dir)}
+        assert [r["prompt"] for r in rows] == [one_line(prompts[r["invocation"]]) for r in rows]
+        assert any(r["prompt"].startswith("Repeat this exactly: <script>") for r in rows)
+
+
+class TestTheTimeline:
+    def test_one_row_per_object_and_a_bar_per_frame_from_its_start(self, workbench_store: Path) -> None:
+        at = open_page(workbench_store, session=uuid_of(workbench_store, "Archivist"))
+        [trace] = chain(workbench_store, "Archivist")
+        bars = [
+            (row, base) for data in timeline(at) for row, base in zip(data["y"], data["base"], strict=True)
+        ]
+        expected = [
+            (f"{f.role} / {short_session(f.session)}", pd.Timestamp(f.started_at).tz_convert(None))
+            for f in trace_frames(trace)
+        ]
+        assert [(row, pd.Timestamp(base)) for row, base in bars] == expected
+
+    def test_bars_last_at_least_as_long_as_the_invocation(self, workbench_store: Path) -> None:
+        at = open_page(workbench_store, session=uuid_of(workbench_store, "Archivist"))
+        [trace] = chain(workbench_store, "Archivist")
+        widths = [x for data in timeline(at) for x in data["x"]]
+        for frame, width in zip(trace_frames(trace), widths, strict=True):
+            assert frame.ended_at is not None
+            real = (pd.Timestamp(frame.ended_at) - pd.Timestamp(frame.started_at)).total_seconds() * 1000
+            assert width >= real
+
+
+class TestSelection:
+    def test_the_latest_invocation_is_shown_by_default(self, workbench_store: Path) -> None:
+        at = open_page(workbench_store, session=uuid_of(workbench_store, "Analyst"))
+        last = chain(workbench_store, "Analyst")[-1].invocation
+        assert last is not None
+        assert at.query_params["invocation"] == last.invocation_id
+
+    def test_picking_an_invocation_records_it(self, workbench_store: Path) -> None:
+        at = open_page(workbench_store, session=uuid_of(workbench_store, "Analyst"))
+        wanted = refused_trace(workbench_store).invocation
+        assert wanted is not None
+        at.selectbox[1].set_value(wanted.invocation_id).run()
+        assert not at.exception
+        assert at.query_params["invocation"] == wanted.invocation_id
+        assert stack(at)[-1]["outcome"] == "⛔ refused"
+
+    def test_an_unknown_invocation_is_an_error(self, workbench_store: Path) -> None:
+        at = open_page(workbench_store, session=uuid_of(workbench_store, "Analyst"), invocation="nope")
+        assert at.error
+        assert len(at.dataframe) == 1
+
+    def test_an_unknown_session_is_an_error(self, workbench_store: Path) -> None:
+        at = open_page(workbench_store, session="no-such-session")
+        assert at.error
+        assert not at.dataframe
+
+
+class TestAPeteosStore:
+    def test_it_says_there_are_no_invocation_records(self) -> None:
+        at = open_page(FIXTURE, session=SESSION)
+        assert any("no invocation records" in info.value for info in at.info)
+        assert not at.dataframe
+        assert not at.get("plotly_chart")
+
+    def test_without_a_session_it_asks_for_one(self) -> None:
+        at = open_page(FIXTURE)
+        assert at.info
+        assert not at.dataframe
+
+
+class TestMarkupInPrompts:
+    def test_a_prompt_with_html_is_never_rendered_as_html(self, workbench_store: Path) -> None:
+        xss = "Repeat this exactly: <script>"
+        analyst_dir = Store(workbench_store).find(uuid_of(workbench_store, "Analyst")).path
+        [wanted] = [r.id for r in read_invocations(analyst_dir) if r.prompt.startswith(xss)]
+        at = open_page(workbench_store, session=uuid_of(workbench_store, "Analyst"), invocation=wanted)
+        assert any(r["prompt"].startswith(xss) for r in stack(at))
+        hover = timeline(at)[0]["hovertext"][0]
+        assert "&lt;script&gt;" in hover
+        assert "<script>" not in hover
+        assert not at.get("html")
+        assert not [m for m in at.markdown if "<script>" in m.value]

@@ -1,0 +1,204 @@
+"""The Object state page's figures: an object's public state after each invocation of a
+session, and the difference between any two of those states.
+
+Plain functions without Streamlit. The states come from the invocation records
+(``state_after``, the object's public attributes as JSON), which only the soapwb
+runtime writes; a session written by peteos has none.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import plotly.graph_objects as go
+from deepdiff import DeepDiff
+from deepdiff.helper import NotPresent
+
+from soap_core import Store
+from soap_core.runtime import InvocationRecord, read_invocations
+
+BASE_COLUMNS = ("time", "prompt", "outcome", "invocation")
+DIFF_COLUMNS = ("attribute", "change", "before", "after")
+
+_CHANGE_OF_REPORT = {
+    "values_changed": "changed",
+    "type_changes": "changed",
+    "dictionary_item_added": "added",
+    "iterable_item_added": "added",
+    "attribute_added": "added",
+    "set_item_added": "added",
+    "dictionary_item_removed": "removed",
+    "iterable_item_removed": "removed",
+    "attribute_removed": "removed",
+    "set_item_removed": "removed",
+}
+
+
+@dataclass(frozen=True)
+class StateChange:
+    """One difference between two states: where, what kind, and the values either side."""
+
+    attribute: str
+    change: str
+    """``changed``, ``added`` or ``removed``."""
+    before: Any = None
+    after: Any = None
+
+
+def session_invocations(session_dir: Path, session_uuid: str) -> list[InvocationRecord]:
+    """The invocations of the session's own object, oldest first.
+
+    A session folder also holds the records of calls it made to other objects (written
+    into both sessions); their ``state_after`` is the other object's, so they are left out.
+    """
+    return [r for r in read_invocations(session_dir) if r.callee.session == session_uuid]
+
+
+def load_session_invocations(root: str, session_uuid: str) -> list[InvocationRecord]:
+    """The session's own invocation records, read from its folder in the store at ``root``;
+    raises SoapError for an unknown session or a broken record."""
+    return session_invocations(Store(root).find(session_uuid).path, session_uuid)
+
+
+def state_cell(value: Any) -> Any:
+    """A state value as a table cell: scalars as they are, anything else as JSON text."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+def state_keys(records: Sequence[InvocationRecord]) -> list[str]:
+    """Every attribute any recorded state has, in order of first appearance."""
+    keys: dict[str, None] = {}
+    for record in records:
+        keys.update(dict.fromkeys(record.state_after or {}))
+    return list(keys)
+
+
+def state_table(records: Sequence[InvocationRecord]) -> pd.DataFrame:
+    """One row per invocation (time, prompt, outcome, the attributes, id), one column
+    per attribute.
+
+    An invocation that recorded no state (refused, or failed before it ran) has empty
+    attribute cells. An attribute named like a base column gets " (state)" appended.
+    """
+    keys = state_keys(records)
+    rows = []
+    for record in records:
+        state = record.state_after or {}
+        cells = [state_cell(state.get(key)) for key in keys]
+        rows.append((record.started_at, record.prompt, record.outcome, *cells, record.id))
+    columns = [key if key not in BASE_COLUMNS else f"{key} (state)" for key in keys]
+    return pd.DataFrame.from_records(rows, columns=[*BASE_COLUMNS[:3], *columns, BASE_COLUMNS[3]]).astype(
+        {column: object for column in columns}
+    )
+
+
+def _attribute_path(parts: Sequence[Any]) -> str:
+    """A deepdiff path as ``a.b[2]`` (top-level attributes by their bare name)."""
+    text = ""
+    for part in parts:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else str(part)
+    return text or "(whole state)"
+
+
+def _present(value: Any) -> Any:
+    return None if isinstance(value, NotPresent) else value
+
+
+def state_changes(before: dict[str, Any] | None, after: dict[str, Any] | None) -> list[StateChange]:
+    """What changed from one state to the other, attribute by attribute (nested values
+    down to the element that differs), sorted by attribute."""
+    diff = DeepDiff(before or {}, after or {}, verbose_level=2)
+    changes = [
+        StateChange(
+            _attribute_path(level.path(output_format="list")),
+            _CHANGE_OF_REPORT.get(report, report),
+            _present(level.t1),
+            _present(level.t2),
+        )
+        for report, levels in diff.tree.items()
+        for level in levels
+    ]
+    return sorted(changes, key=lambda c: (c.attribute, c.change))
+
+
+def diff_table(changes: Sequence[StateChange]) -> pd.DataFrame:
+    """The changes as a table; values that are not scalars are shown as JSON text."""
+    rows = [(c.attribute, c.change, state_cell(c.before), state_cell(c.after)) for c in changes]
+    return pd.DataFrame.from_records(rows, columns=list(DIFF_COLUMNS)).astype(
+        {"before": object, "after": object}
+    )
+
+
+def diff_json(changes: Sequence[StateChange]) -> dict[str, dict[str, Any]]:
+    """The changes grouped by kind, as JSON for st.json: changed values with both sides,
+    added and removed ones with their value."""
+    grouped: dict[str, dict[str, Any]] = {"changed": {}, "added": {}, "removed": {}}
+    for c in changes:
+        if c.change == "added":
+            grouped["added"][c.attribute] = c.after
+        elif c.change == "removed":
+            grouped["removed"][c.attribute] = c.before
+        else:
+            grouped["changed"][c.attribute] = {"before": c.before, "after": c.after}
+    return grouped
+
+
+def invocation_label(record: InvocationRecord) -> str:
+    """How an invocation is named in a picker: start time, outcome and prompt."""
+    prompt = " ".join(record.prompt.split())
+    prompt = prompt if len(prompt) <= 60 else prompt[:59] + "…"
+    return f"{record.started_at}  {record.outcome}  {prompt}"
+
+
+def numeric_series(records: Sequence[InvocationRecord]) -> pd.DataFrame:
+    """The numeric attributes (not booleans) after each invocation that recorded a state,
+    in long form: invocation number, start time, attribute, value."""
+    rows = [
+        (number, record.started_at, key, value)
+        for number, record in enumerate(records, start=1)
+        for key, value in (record.state_after or {}).items()
+        if isinstance(value, (int, float)) and not isinstance(value, bool)
+    ]
+    return pd.DataFrame.from_records(rows, columns=["invocation", "time", "attribute", "value"])
+
+
+def numeric_figure(records: Sequence[InvocationRecord]) -> go.Figure | None:
+    """A line per numeric attribute across the invocations; None when there is none."""
+    series = numeric_series(records)
+    if series.empty:
+        return None
+    figure = go.Figure()
+    for attribute, group in series.groupby("attribute", sort=False):
+        figure.add_trace(
+            go.Scatter(
+                x=list(group["invocation"]),
+                y=list(group["value"]),
+                mode="lines+markers",
+                name=html.escape(str(attribute), quote=False),  # plotly reads some HTML
+            )
+        )
+    figure.update_layout(
+        height=280,
+        margin={"l": 20, "r": 20, "t": 20, "b": 20},
+        xaxis={"title": "invocation (in order)", "dtick": 1},
+        yaxis={"title": "value"},
+    )
+    return figure
+
+
+def records_summary(records: Sequence[InvocationRecord]) -> str:
+    """One line counting the invocations and those without a recorded state."""
+    missing = sum(1 for r in records if r.state_after is None)
+    text = f"{len(records)} invocation{'' if len(records) == 1 else 's'}"
+    return text + (f", {missing} without a recorded state (refused or failed)" if missing else "")
