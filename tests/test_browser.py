@@ -107,13 +107,23 @@ def open_page(browser: Browser, url: str) -> Page:
 
 
 def settle(page: Page, timeout_s: float = 60) -> None:
-    """Wait until the script run is over (the status widget says nothing is running)."""
+    """Wait until the script run is over and every placeholder and chart has drawn."""
     deadline = time.monotonic() + timeout_s
+
+    def busy() -> bool:
+        charts = page.locator('[data-testid="stPlotlyChart"]')
+        drawn = page.locator('[data-testid="stPlotlyChart"] .main-svg')
+        return bool(
+            page.locator('[data-testid="stStatusWidget"]').count()
+            or page.locator('[data-testid="stSkeleton"]').count()
+            or drawn.count() < charts.count()
+        )
+
     time.sleep(0.5)
-    while page.locator('[data-testid="stStatusWidget"]').count() and time.monotonic() < deadline:
+    while busy() and time.monotonic() < deadline:
         time.sleep(0.2)
     page.wait_for_load_state("networkidle")
-    time.sleep(0.5)
+    time.sleep(1.0)
 
 
 def analyst(store: Path) -> str:
