@@ -68,18 +68,6 @@ def _calls_recorded(root: str, uuid: str, signature: StoreSignature) -> bool:
     return any(b.recorded for b in call_budgets(load_session(root, uuid)))
 
 
-def resolve_session_param(root: str) -> None:
-    """Turn ``?session=`` into the full uuid it names, the way the store resolves refs
-    (the picker only knows whole-uuid prefixes); a ref naming no readable session is
-    an error, not a silently empty picker."""
-    wanted = st.query_params.get("session")
-    if wanted:
-        try:
-            st.query_params["session"] = load_session(root, wanted).uuid
-        except SoapError as exc:
-            show_error_and_stop(exc)
-
-
 def pick_numbers(kind: str, start: list[float | int]) -> str:
     """The number inputs of one strategy kind; returns its spec."""
     if kind == "rolling-tokens":
@@ -215,7 +203,6 @@ def show_session(root: str, session: Session) -> None:
 
 st.title("Compaction")
 store_root = chosen_store()
-resolve_session_param(store_root)
 chosen = selected_session(store_root)
 st.text(f"{chosen.role} / {chosen.uuid}")
 show_session(store_root, chosen)

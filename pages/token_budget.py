@@ -38,18 +38,6 @@ def _chain_budget(root: str, uuid: str, signature: StoreSignature) -> list[Sessi
     return chain_budget(Store(root), uuid)
 
 
-def resolve_session_param(root: str) -> None:
-    """Turn ``?session=`` into the full uuid it names, the way the store resolves refs
-    (the picker only knows whole-uuid prefixes); a ref naming no readable session is
-    an error, not a silently empty picker."""
-    wanted = st.query_params.get("session")
-    if wanted:
-        try:
-            st.query_params["session"] = load_session(root, wanted).uuid
-        except SoapError as exc:
-            show_error_and_stop(exc)
-
-
 def pick_threshold() -> int | None:
     """The compaction threshold typed here (kept in ``?threshold=``); empty draws no line."""
     typed = st.number_input(
@@ -108,7 +96,6 @@ def show_chain(root: str, session: Session) -> None:
 
 st.title("Token budget")
 store_root = chosen_store()
-resolve_session_param(store_root)
 chosen = selected_session(store_root)
 st.text(f"{chosen.role} / {chosen.uuid}")
 show_calls(store_root, chosen)

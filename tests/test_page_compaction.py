@@ -17,6 +17,7 @@ from streamlit.testing.v1 import AppTest
 from analysis import history_of, simulate
 from soap_core import REPLAY_KEY, Store
 from soap_core.runtime.local_model import LocalModelServer
+from tests.apptest import open_app_page
 from tests.conftest import snapshot
 from workbench.compaction_views import default_specs
 
@@ -36,13 +37,7 @@ def no_store_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def open_page(store: Path, timeout: float = 60, **params: str) -> AppTest:
-    at = AppTest.from_file(str(APP), default_timeout=timeout)
-    at.query_params["store"] = str(store)
-    at.query_params.update(params)
-    at.run()
-    at.switch_page("pages/compaction.py").run()
-    assert not at.exception
-    return at
+    return open_app_page(store, "compaction", timeout, **params)
 
 
 def curves(at: AppTest) -> dict[str, dict[str, Any]]:

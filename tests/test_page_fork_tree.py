@@ -13,6 +13,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from soap_core import ContextNode, Session, Store, fork_tree
+from tests.apptest import open_app_page
 from workbench.fork_tree_views import clicked_context, hover_text, tree_layout
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
@@ -30,13 +31,7 @@ def no_store_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def open_page(store: Path, **params: str) -> AppTest:
-    at = AppTest.from_file(str(APP), default_timeout=60)
-    at.query_params["store"] = str(store)
-    at.query_params.update(params)
-    at.run()
-    at.switch_page("pages/fork_tree.py").run()
-    assert not at.exception
-    return at
+    return open_app_page(store, "fork_tree", **params)
 
 
 def figure(at: AppTest) -> dict[str, Any]:

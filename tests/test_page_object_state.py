@@ -15,6 +15,7 @@ from streamlit.testing.v1 import AppTest
 
 from soap_core import Store
 from soap_core.runtime import InvocationRecord, read_invocations
+from tests.apptest import open_app_page
 from workbench.object_state_views import StateChange, state_changes, state_table
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
@@ -28,13 +29,7 @@ def no_store_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def open_page(store: Path, **params: str) -> AppTest:
-    at = AppTest.from_file(str(APP), default_timeout=60)
-    at.query_params["store"] = str(store)
-    at.query_params.update(params)
-    at.run()
-    at.switch_page("pages/object_state.py").run()
-    assert not at.exception
-    return at
+    return open_app_page(store, "object_state", **params)
 
 
 def uuid_of(store: Path, role: str) -> str:

@@ -15,6 +15,7 @@ from streamlit.testing.v1 import AppTest
 
 from analysis import CATEGORIES, call_budgets, chain_budget, message_budgets
 from soap_core import Store
+from tests.apptest import open_app_page
 from workbench.token_budget_views import (
     COMPACTION_TRACE,
     CONTEXT_LIMIT_TRACE,
@@ -36,13 +37,7 @@ def no_store_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def open_page(store: Path, **params: str) -> AppTest:
-    at = AppTest.from_file(str(APP), default_timeout=60)
-    at.query_params["store"] = str(store)
-    at.query_params.update(params)
-    at.run()
-    at.switch_page("pages/token_budget.py").run()
-    assert not at.exception
-    return at
+    return open_app_page(store, "token_budget", **params)
 
 
 def chart(at: AppTest, index: int) -> dict[str, Any]:
