@@ -169,6 +169,12 @@ def materialize(session: Session, context: Context | str | None = None, at: int 
     elif isinstance(context, str):
         context = session.context(context)
     index = resolve_index(context, at)
+    if session.state_data.get("_soapwb_source") == "openpoke":
+        from importers.openpoke import materialize_entry  # here: importers build on replay
+
+        rebuilt = materialize_entry(session, context, index)
+        if rebuilt is not None:  # an imported entry: OpenPoke's request, not a role history
+            return rebuilt
     notes: list[str] = []
     origin, origin_index = origin_of(session, context, index)
     if origin.id != context.id:

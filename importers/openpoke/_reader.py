@@ -1,0 +1,302 @@
+"""Reading an OpenPoke ``server/data`` directory, the way OpenPoke itself reads it.
+
+What is read (FORMATS.md §2.1-§2.6):
+
+* ``conversation/poke_conversation.log``: the append-only log. Entry indices count only
+  the lines that parse, as OpenPoke's ``last_index`` does.
+* ``conversation/poke_working_memory.log``: ``summary_info`` (``last_index`` and
+  ``updated_at``, an aware UTC time), the summary and the entries not yet summarised.
+  Several ``summary_info`` lines: the last wins, as in ``load_summary_state``.
+* ``execution_agents/<slug>.log`` and ``roster.json`` (a JSON array of names; the older
+  array of ``{"name", "recent_actions"}`` objects is read too).
+* ``timezone.txt``: the IANA zone of every entry timestamp (default UTC, also for a
+  name zoneinfo does not know, as OpenPoke falls back).
+* ``chat_history.json``, the pre-log format, is noticed and reported, not imported.
+
+Entry timestamps are naive local wall-clock times in that zone; :func:`to_utc` gives the
+instant (the earlier one where a DST change makes a time ambiguous). A file OpenPoke
+could not read either (not UTF-8, a folder where a file belongs) raises
+:class:`ImporterError`; everything OpenPoke would shrug off is a notice.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from importers._errors import ImporterError
+from importers.openpoke._log import LogEntry, ParsedLog, SkippedLine, parse_log
+
+CONVERSATION_LOG = "conversation/poke_conversation.log"
+WORKING_MEMORY_LOG = "conversation/poke_working_memory.log"
+EXECUTION_DIR = "execution_agents"
+ROSTER_FILE = "execution_agents/roster.json"
+TIMEZONE_FILE = "timezone.txt"
+LEGACY_HISTORY = "chat_history.json"
+LOCAL_FORMAT = "%Y-%m-%d %H:%M:%S"
+_MARKERS = ("conversation", EXECUTION_DIR, LEGACY_HISTORY)
+
+
+@dataclass(frozen=True)
+class WorkingMemory:
+    """``poke_working_memory.log`` as ``load_summary_state`` reads it."""
+
+    last_index: int
+    """Index of the last summarised entry of the conversation log; -1: no summary yet."""
+    updated_at: datetime | None
+    """When the summary was written: aware, UTC in every file OpenPoke writes."""
+    updated_at_raw: str | None
+    summary: str
+    entries: tuple[LogEntry, ...]
+    """The unsummarised tail (indices here count within this file, not the log)."""
+    log: ParsedLog
+
+    @property
+    def has_summary(self) -> bool:
+        return bool(self.summary.strip())
+
+
+@dataclass(frozen=True)
+class ExecutionLog:
+    """One execution agent's journal."""
+
+    slug: str
+    name: str
+    """The roster name whose slug is this file's; the slug itself when none matches."""
+    log: ParsedLog
+
+
+@dataclass(frozen=True)
+class OpenPokeData:
+    """Everything read from one data dir."""
+
+    data_dir: Path
+    timezone: str
+    conversation: ParsedLog
+    working_memory: WorkingMemory | None
+    execution_logs: tuple[ExecutionLog, ...]
+    roster: tuple[str, ...]
+    legacy_history: int | None
+    """Messages in ``chat_history.json`` (the pre-log format), None when it is absent."""
+    notices: tuple[str, ...]
+
+    @property
+    def zone(self) -> ZoneInfo:
+        return ZoneInfo(self.timezone)
+
+    @property
+    def entries(self) -> tuple[LogEntry, ...]:
+        return self.conversation.entries
+
+    def skipped(self) -> list[SkippedLine]:
+        """Every line OpenPoke would skip, in all the logs read."""
+        logs = [self.conversation]
+        if self.working_memory is not None:
+            logs.append(self.working_memory.log)
+        logs.extend(e.log for e in self.execution_logs)
+        return [line for log in logs for line in log.skipped]
+
+
+def slugify(name: str) -> str:
+    """OpenPoke's file name for an agent: lower case, other characters → ``-``, runs
+    collapsed, ends stripped, ``agent`` if nothing is left."""
+    slug = "".join(ch.lower() if ch.isalnum() else "-" for ch in name.strip()).strip("-")
+    while "--" in slug:
+        slug = slug.replace("--", "-")
+    return slug or "agent"
+
+
+def parse_local(timestamp: str) -> datetime | None:
+    """An entry timestamp as a naive datetime, None if it is not ``YYYY-MM-DD HH:MM:SS``."""
+    try:
+        return datetime.strptime(timestamp, LOCAL_FORMAT)
+    except ValueError:
+        return None
+
+
+def to_utc(timestamp: str, zone: ZoneInfo) -> datetime | None:
+    """The instant an entry timestamp names, in UTC (None when it does not parse)."""
+    local = parse_local(timestamp)
+    return None if local is None else local.replace(tzinfo=zone).astimezone(UTC)
+
+
+def parse_updated_at(raw: str) -> datetime | None:
+    """``updated_at`` as an aware datetime; a value without offset is taken as UTC."""
+    try:
+        value = datetime.fromisoformat(raw)
+    except ValueError:
+        return None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def find_data_dir(path: Path | str) -> Path:
+    """The OpenPoke data dir at ``path`` or at ``path/server/data``."""
+    given = Path(path).expanduser()
+    if not given.exists():
+        raise ImporterError(given, "no such directory")
+    if not given.is_dir():
+        raise ImporterError(given, "not a directory (give an OpenPoke checkout or its server/data)")
+    for candidate in (given, given / "server" / "data"):
+        if any((candidate / marker).exists() for marker in _MARKERS):
+            return candidate.resolve()
+    raise ImporterError(
+        given,
+        f"not an OpenPoke data dir: no {CONVERSATION_LOG}, {EXECUTION_DIR}/ or {LEGACY_HISTORY} "
+        "here or under server/data",
+    )
+
+
+def _read_text(path: Path) -> str | None:
+    """A file's text as OpenPoke reads it (UTF-8, no BOM handling); None if absent."""
+    if not path.exists():
+        return None
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ImporterError(path, f"cannot read: {exc.strerror or exc}") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ImporterError(
+            path, f"not UTF-8 text (byte {exc.start}): OpenPoke cannot read this file either"
+        ) from None
+
+
+def _read_timezone(data_dir: Path, notices: list[str]) -> str:
+    text = _read_text(data_dir / TIMEZONE_FILE)
+    name = (text or "").strip()
+    if not name:
+        return "UTC"
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        notices.append(f"{TIMEZONE_FILE}: unknown time zone {name!r}: UTC is used, as OpenPoke does")
+        return "UTC"
+    return name
+
+
+def _read_working_memory(data_dir: Path, notices: list[str]) -> WorkingMemory | None:
+    text = _read_text(data_dir / WORKING_MEMORY_LOG)
+    if text is None:
+        notices.append(
+            f"{WORKING_MEMORY_LOG}: absent (OpenPoke creates it at start-up): no summary to import"
+        )
+        return None
+    log = parse_log(text, WORKING_MEMORY_LOG, "working_memory")
+    last_index, updated_at, updated_raw, summary = -1, None, None, ""
+    entries: list[LogEntry] = []
+    for entry in log.entries:
+        if entry.tag == "summary_info":
+            try:
+                info = json.loads(entry.text)
+            except json.JSONDecodeError:
+                notices.append(
+                    f"{WORKING_MEMORY_LOG}:{entry.line}: summary_info is not JSON (ignored, as OpenPoke does)"
+                )
+                continue
+            if not isinstance(info, dict):
+                continue
+            if isinstance(info.get("last_index"), int):
+                last_index = info["last_index"]
+            raw = info.get("updated_at")
+            if isinstance(raw, str) and raw:
+                updated_raw, updated_at = raw, parse_updated_at(raw)
+                if updated_at is None:
+                    notices.append(
+                        f"{WORKING_MEMORY_LOG}:{entry.line}: updated_at {raw!r} is not an ISO time"
+                    )
+        elif entry.tag == "conversation_summary":
+            summary = entry.text
+        else:
+            entries.append(entry)
+    return WorkingMemory(last_index, updated_at, updated_raw, summary, tuple(entries), log)
+
+
+def _read_roster(data_dir: Path, notices: list[str]) -> tuple[str, ...]:
+    text = _read_text(data_dir / ROSTER_FILE)
+    if text is None:
+        return ()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        notices.append(f"{ROSTER_FILE}: not JSON ({exc.msg} at line {exc.lineno}): no active agents")
+        return ()
+    if not isinstance(data, list):
+        notices.append(f"{ROSTER_FILE}: not a JSON array: no active agents")
+        return ()
+    names: list[str] = []
+    for item in data:
+        if isinstance(item, str):
+            names.append(item)
+        elif isinstance(item, dict) and isinstance(item.get("name"), str):
+            names.append(item["name"])  # the older roster: [{"name", "recent_actions"}]
+    return tuple(names)
+
+
+def _read_execution_logs(
+    data_dir: Path, roster: tuple[str, ...], notices: list[str]
+) -> tuple[ExecutionLog, ...]:
+    folder = data_dir / EXECUTION_DIR
+    if not folder.is_dir():
+        return ()
+    by_slug = {slugify(name): name for name in roster}
+    logs = []
+    for path in sorted(folder.glob("*.log")):
+        text = _read_text(path)
+        slug = path.stem
+        name = by_slug.get(slug)
+        if name is None:
+            notices.append(
+                f"{EXECUTION_DIR}/{path.name}: no roster name has this slug: the agent is named {slug!r}"
+            )
+            name = slug
+        logs.append(ExecutionLog(slug, name, parse_log(text or "", f"{EXECUTION_DIR}/{path.name}")))
+    return tuple(logs)
+
+
+def _read_legacy_history(data_dir: Path, notices: list[str]) -> int | None:
+    path = data_dir / LEGACY_HISTORY
+    text = _read_text(path)
+    if text is None:
+        return None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        data = None
+    count = len(data) if isinstance(data, list) else 0
+    notices.append(
+        f"{LEGACY_HISTORY}: the pre-log history format ({count} messages, a JSON array of "
+        "{role, content}, used before the conversation log existed): noticed, not imported"
+    )
+    return count
+
+
+def read_openpoke(path: Path | str) -> OpenPokeData:
+    """Read the data dir at ``path`` (or ``path/server/data``)."""
+    data_dir = find_data_dir(path)
+    notices: list[str] = []
+    timezone = _read_timezone(data_dir, notices)
+    log_text = _read_text(data_dir / CONVERSATION_LOG)
+    if log_text is None:
+        notices.append(f"{CONVERSATION_LOG}: absent: no conversation to import")
+    conversation = parse_log(log_text or "", CONVERSATION_LOG)
+    if conversation.legacy_lines:
+        lines = ", ".join(str(n) for n in conversation.legacy_lines)
+        notices.append(
+            f"{CONVERSATION_LOG}: line(s) {lines} use the legacy <replies> tag (no timestamp); OpenPoke's "
+            "parser accepts them as entries with tag 'replies', so they count as entries here too"
+        )
+    roster = _read_roster(data_dir, notices)
+    return OpenPokeData(
+        data_dir=data_dir,
+        timezone=timezone,
+        conversation=conversation,
+        working_memory=_read_working_memory(data_dir, notices),
+        execution_logs=_read_execution_logs(data_dir, roster, notices),
+        roster=roster,
+        legacy_history=_read_legacy_history(data_dir, notices),
+        notices=tuple(notices),
+    )

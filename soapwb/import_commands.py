@@ -1,0 +1,80 @@
+"""``soapwb import openpoke``: an OpenPoke data dir into a store, idempotently."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from importers.openpoke import ImportReport, import_openpoke
+from soapwb.common import UsageError, add_store_options, emit_json
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser("import", help="import another framework's agent state into a store")
+    sources = parser.add_subparsers(dest="source", metavar="SOURCE", required=True)
+    openpoke = sources.add_parser(
+        "openpoke",
+        help="an OpenPoke server/data dir: the interaction agent, its summary, the execution agents",
+    )
+    openpoke.add_argument(
+        "dir", metavar="DIR", type=Path, help="OpenPoke's server/data, or a checkout holding it"
+    )
+    openpoke.add_argument(
+        "--openpoke-root",
+        metavar="DIR",
+        type=Path,
+        help="an OpenPoke checkout: materialize/replay then send its real system prompt (remembered)",
+    )
+    add_store_options(openpoke)
+    openpoke.set_defaults(handler=cmd_import_openpoke)
+
+
+def report_lines(report: ImportReport) -> list[str]:
+    """The text the command prints: what was read, skipped, written and noticed."""
+    lines = [f"read {report.data_dir} (time zone {report.timezone})"]
+    lines.append(f"  conversation log: {report.entries} entries, {len(report.skipped)} lines skipped")
+    if report.summary is not None:
+        s = report.summary
+        lines.append(
+            f"  working memory: summary of entries 0..{s.last_index} (updated_at {s.updated_at}), "
+            f"{s.unsummarised} unsummarised entries"
+        )
+    for name, count in report.execution_agents.items():
+        lines.append(f"  execution agent {name!r}: {count} entries")
+    if report.skipped:
+        lines.append("skipped lines (OpenPoke skips them silently):")
+        lines.extend(f"  {line.describe()}" for line in report.skipped)
+    lines.append(f"sessions in {report.store_dir}:")
+    for session in report.sessions:
+        new = (
+            f"{session.appended} new"
+            if session.rewritten_from is None
+            else (f"rebuilt from entry {session.rewritten_from}: the log changed")
+        )
+        lines.append(
+            f"  {session.status:<9} {session.role}/{session.uuid}  {session.name}: "
+            f"{session.messages} messages ({new})"
+        )
+    if not report.sessions:
+        lines.append("  none (no entries to import)")
+    if report.summary is not None and report.summary.context_id is not None:
+        lines.append(
+            f"summary fork: context {report.summary.context_id} (active; the root holds the full log)"
+        )
+    lines.append(f"invocation records: {report.invocations} ({report.invocations_written} written)")
+    lines.extend(f"note: {notice}" for notice in report.notices)
+    if not report.changed:
+        lines.append("nothing changed (already imported)")
+    return lines
+
+
+def cmd_import_openpoke(args: argparse.Namespace) -> int:
+    if not args.store:
+        raise UsageError("no store given: pass --store DIR or set SOAPWB_STORE")
+    report = import_openpoke(args.dir, args.store, openpoke_root=args.openpoke_root)
+    if args.json:
+        emit_json(report.as_dict())
+    else:
+        print("\n".join(report_lines(report)))
+    return 0
