@@ -32,6 +32,7 @@ from soap_core import (
     part_to_dict,
 )
 from workbench.loading import chosen_store, load_session, show_error_and_stop
+from workbench.openpoke_views import entry_choices, is_interaction, two_tracks
 from workbench.views import (
     anchors_at_no_message,
     context_label,
@@ -148,6 +149,35 @@ def pick_context(session: Session) -> Context:
     return session.contexts[chosen]
 
 
+def show_two_tracks(session: Session) -> None:
+    """For an imported OpenPoke conversation: the raw log beside the working memory as
+    the model saw it, at a chosen entry."""
+    choices = entry_choices(session)
+    if not choices:
+        return
+    st.subheader("OpenPoke: the log and the working memory")
+    labels = dict(choices)
+    wanted = st.query_params.get("entry")
+    indices = [index for index, _ in choices]
+    default = int(wanted) if wanted and wanted.isdigit() and int(wanted) in labels else indices[-1]
+    entry = st.selectbox(
+        "At entry", indices, index=indices.index(default), format_func=labels.__getitem__, key="entry"
+    )
+    st.query_params["entry"] = str(entry)
+    tracks = two_tracks(session, entry)
+    left, right = st.columns(2)
+    with left:
+        st.text(f"conversation log ({tracks.raw_source})")
+        st.code(tracks.raw_log, language=None)
+        for line in tracks.skipped:
+            st.text(f"skipped by OpenPoke: {line}")
+    with right:
+        st.text(f"working memory as the model saw it: {tracks.rule}")
+        st.code(tracks.working_memory, language=None)
+        for note in tracks.notes:
+            st.text(f"note: {note}")
+
+
 def show_system_prompts(session: Session, context: Context) -> None:
     """The system prompt as it read at each call made from this context."""
     prompts = system_prompt_history(session, context)
@@ -173,6 +203,8 @@ def show_session(session: Session) -> None:
     st.subheader("Fork tree")
     st.text("\n".join(fork_tree_lines(fork_tree(session), shown_id=context.id)))
     show_system_prompts(session, context)
+    if is_interaction(session):
+        show_two_tracks(session)
     st.subheader("Messages")
     chronological = st.toggle("Chronological order (by sequence number)", key="chronological")
     st.text(f"{len(context.messages)} messages, {context.total_token_count()} tokens (cl100k_base)")

@@ -11,6 +11,7 @@ import streamlit as st
 
 from soap_core import SessionOverview, SoapError
 from workbench.loading import chosen_store, search_hits, session_overviews, show_error_and_stop
+from workbench.openpoke_views import import_to_temporary_store, report_lines
 from workbench.views import escape_markdown, overview_table, session_label
 
 
@@ -62,7 +63,27 @@ def show_search(root: str) -> None:
         )
 
 
+def open_openpoke() -> None:
+    """Import an OpenPoke directory into a temporary store and switch the page to it."""
+    with st.expander("Open an OpenPoke directory"):
+        directory = st.text_input("OpenPoke checkout or server/data directory", key="openpoke_dir")
+        if not st.button("Import and open", key="openpoke_open", disabled=not directory):
+            return
+        try:
+            report = import_to_temporary_store(directory)
+        except SoapError as exc:
+            st.error(escape_markdown(str(exc)))
+            return
+        st.session_state["openpoke_report"] = report_lines(report)
+        st.session_state.pop("store_path", None)  # the sidebar picker takes the new ?store= on rerun
+        st.query_params["store"] = str(report.store_dir)
+        st.rerun()
+
+
 st.title("Sessions")
+open_openpoke()
+for line in st.session_state.get("openpoke_report", []):
+    st.text(line)
 root = chosen_store()
 try:
     overviews = session_overviews(root)

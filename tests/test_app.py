@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from importers.openpoke import import_openpoke
 from replay import system_prompt_history
 from soap_core import (
     TOOLS_ANCHOR,
@@ -32,6 +33,7 @@ from soap_core import (
     search_store,
     session_overview,
 )
+from workbench.openpoke_views import two_tracks
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "soap"
@@ -335,3 +337,36 @@ class TestSearchAndPrompts:
     def test_a_linked_message_is_marked(self) -> None:
         at = open_page(FIXTURE, "context", session=SESSION, message="3")
         assert "▶ message 3, as linked" in texts(at)
+
+
+class TestOpenPoke:
+    OPENPOKE = Path(__file__).resolve().parent / "fixtures" / "openpoke"
+
+    def test_an_openpoke_directory_opens_through_a_temporary_store(self) -> None:
+        at = open_page(FIXTURE, "sessions")
+        at.text_input(key="openpoke_dir").input(str(self.OPENPOKE / "long")).run()
+        at.button(key="openpoke_open").click().run()
+        assert not at.exception
+        store = Path(at.query_params["store"])
+        assert store != FIXTURE and store.name.startswith("soapwb-openpoke-")
+        roles = sorted(s.role for s in Store(store).sessions())
+        assert roles == ["OpenPokeExecution", "OpenPokeInteraction"]
+        assert "112 conversation entries read from" in " ".join(texts(at))
+        assert sorted(at.dataframe[0].value["role"].tolist()) == roles
+
+    def test_a_bad_openpoke_directory_is_an_error(self, tmp_path: Path) -> None:
+        at = open_page(FIXTURE, "sessions")
+        at.text_input(key="openpoke_dir").input(str(tmp_path / "nowhere")).run()
+        at.button(key="openpoke_open").click().run()
+        assert not at.exception and at.error
+        assert at.query_params["store"] == str(FIXTURE)
+
+    def test_the_context_page_shows_the_log_beside_the_working_memory(self, tmp_path: Path) -> None:
+        report = import_openpoke(self.OPENPOKE / "long", tmp_path / "store")
+        session = Store(tmp_path / "store").load_session(report.interaction_session or "")
+        at = open_page(tmp_path / "store", "context", session=session.uuid, entry="111")
+        expected = two_tracks(session, 111)
+        codes = [c.value for c in at.code]
+        assert expected.raw_log in codes and expected.working_memory in codes
+        assert expected.working_memory.startswith("<conversation_summary>")
+        assert f"working memory as the model saw it: {expected.rule}" in texts(at)
