@@ -159,3 +159,28 @@ def test_html_in_a_message_is_shown_as_text(served: tuple[str, Path], browser: B
     assert dialogs == []
     page.screenshot(path=str(SHOTS / "context-html-as-text.png"), full_page=False)
     page.close()
+
+
+def test_one_replay_clicked_through_saves_a_fork_and_shows_its_output(
+    served: tuple[str, Path], browser: Browser
+) -> None:
+    url, store = served
+    session = analyst(store)
+    before = {cid for cid in Store(store).load_session(session).contexts}
+    page = open_page(browser, f"{url}/replay?store={store}&session={session}")
+    page.get_by_role("button", name="Run").click()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        after = Store(store).load_session(session).contexts
+        new = [c for cid, c in after.items() if cid not in before and "soapwb_replay" in c.extra]
+        if new and new[0].messages and new[0].messages[-1].role == "assistant":
+            break
+        time.sleep(0.5)
+    else:
+        pytest.fail("no replay fork with an answer appeared")
+    settle(page)
+    text = page.inner_text('[data-testid="stMain"]')
+    assert new[0].id in text
+    assert page.locator('[data-testid="stException"]').count() == 0
+    page.screenshot(path=str(SHOTS / "replay-after-run.png"), full_page=True)
+    page.close()
