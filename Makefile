@@ -7,7 +7,7 @@ STORE  ?= $(CURDIR)/.demo-store
 HOST   ?= 127.0.0.1
 PORT   ?= 8501
 
-.PHONY: install run test lint typecheck unit clean
+.PHONY: install run test lint typecheck unit browser clean
 
 install: $(STAMP)
 
@@ -28,14 +28,21 @@ typecheck: install
 unit: install
 	$(BIN)/pytest
 
-test: lint typecheck unit
+test: lint typecheck browser unit
 
-# Until the runtime (issue 3) can build a demo store, the workbench opens on a copy of
-# the sample store that ships with the tests.
+# The browser tests drive Debian's chromium (Playwright's own browser download is not
+# reachable here). Installed once, with apt as root or through sudo.
+browser:
+	@command -v chromium >/dev/null || { \
+		echo "installing Debian's chromium for the browser tests"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium; }
+
+# Builds the demo store once (the demo starts and stops its own local model), then serves
+# the workbench with the local model beside it for replays. Ctrl-C stops both.
 run: install
-	test -d $(STORE) || cp -r tests/fixtures/soap $(STORE)
-	SOAPWB_STORE=$(STORE) $(BIN)/streamlit run app.py --server.address $(HOST) --server.port $(PORT) \
-		--server.headless true --browser.gatherUsageStats false
+	test -d $(STORE)/agents || $(BIN)/soapwb demo --store $(STORE)
+	$(BIN)/soapwb ui --store $(STORE) --host $(HOST) --port $(PORT)
 
 clean:
 	rm -rf $(VENV) .demo-store .pytest_cache .mypy_cache .ruff_cache

@@ -156,7 +156,8 @@ class NoCompaction(_Window):
 @dataclass
 class RollingTokens(_Window):
     """Over ``threshold`` tokens, keep the newest ``keep`` share of it (the seed's rule:
-    over 60,000, keep the most recent 30,000). Specials always stay and count."""
+    over 60,000, keep the most recent 30,000). Specials always stay and count, and so
+    does the newest message with its tool group, even over the budget."""
 
     threshold: int = 60_000
     keep: float = 0.5
@@ -169,8 +170,8 @@ class RollingTokens(_Window):
             return []
         budget = int(self.threshold * self.keep)
         gone: list[str] = []
-        while self.items and self.total > budget:
-            gone += self.drop_group()
+        while self.items and self.total > budget and self.items[0].group != self.items[-1].group:
+            gone += self.drop_group()  # the newest group always stays, as in Context
         return gone
 
 

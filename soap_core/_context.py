@@ -283,7 +283,9 @@ class Context:
     def rolling_token_window(self, max_tokens: int, encoding: str = DEFAULT_ENCODING) -> Context | None:
         """Fork keeping the special messages, then walking back from the end while the
         running total (specials included) stays within ``max_tokens``; a tool result
-        never stays without its call. None when the whole context already fits."""
+        never stays without its call. The newest message (with its tool group) always
+        stays, even over the budget: a model called without the question it is to answer
+        is worse than one called over budget. None when the whole context already fits."""
         if self.total_token_count(encoding) <= max_tokens:
             return None
         specials = self._special_indices()
@@ -291,7 +293,7 @@ class Context:
         kept: list[int] = []
         for group in reversed(self._tool_groups()):
             cost = sum(self.messages[i].count_tokens(encoding) for i in group)
-            if total + cost > max_tokens:
+            if total + cost > max_tokens and kept:
                 break
             total += cost
             kept.extend(group)

@@ -86,7 +86,7 @@ class ToolUsePart(_PartBase):
     def parsed_arguments(self) -> Any:
         """The arguments as JSON values, or the raw string if it is not valid JSON."""
         try:
-            return json.loads(self.arguments)
+            return json.loads(self.arguments, strict=False)
         except ValueError:
             return self.arguments
 

@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from soap_core import SoapError
 from soapwb import (
     analysis_commands,
+    demo_commands,
+    import_commands,
     llm_commands,
     replay_commands,
     runtime_commands,
@@ -37,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     replay_commands.register(commands)
     analysis_commands.register(commands)
     ui_commands.register(commands)
+    demo_commands.register(commands)
+    import_commands.register(commands)
     return parser
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from soap_core import Context, Store
+from tests.demo_store import demo_build, demo_store  # noqa: F401  (built once, against the local model)
 from tests.llm import llm_server  # noqa: F401  (the one session-wide local model server)
 from tests.workbench_store import workbench_store  # noqa: F401  (a small store with every kind of record)
 

@@ -117,11 +117,12 @@ def test_rolling_token_window_keeps_specials_and_the_newest_that_fit() -> None:
     assert parent.rolling_token_window(parent.total_token_count()) is None
 
 
-def test_rolling_token_window_never_keeps_a_result_without_its_call() -> None:
+def test_rolling_token_window_keeps_the_newest_call_with_its_result_even_over_budget() -> None:
     parent = load_fixture_context(PARENT_ID)
     child = parent.rolling_token_window(79 + 174 + 46)  # the result would fit alone, its call not
     assert child is not None
-    assert [m.role for m in child.messages] == ["system", "tool"]
+    assert [m.role for m in child.messages] == ["system", "tool", "assistant", "tool_result"]
+    assert child.total_token_count() == 79 + 174 + 58 + 46
 
 
 def test_rolling_sequence_window_keeps_the_last_n_and_tool_pairs_together() -> None:

@@ -92,7 +92,9 @@ def build_workbench_store(root: Path) -> Path:
     analyst = Analyst(runtime=runtime, object_id="analyst")
     researcher.archivist, analyst.researcher = archivist, researcher
     analyst.invoke("How many errors are in the log?", thread="investigation", tool_choice="count_errors")
-    analyst.invoke("Where do they come from?", thread="investigation", tool_choice="ask_researcher", follow_up="none")
+    analyst.invoke(
+        "Where do they come from?", thread="investigation", tool_choice="ask_researcher", follow_up="none"
+    )
     analyst.invoke("Ask yourself.", thread="investigation", tool_choice="ask_myself", follow_up="none")
     analyst.invoke("Repeat this exactly: " + XSS, thread="investigation", tool_choice="none")
     analyst.invoke("Count again.", thread="investigation", tool_choice="count_errors", follow_up="none")

@@ -72,8 +72,9 @@ class AgenticObject:
     """The role name: the folder under ``agents/``; the class name unless set."""
     system_prompt: ClassVar[str] = "You are a helpful assistant."
     settings: ClassVar[ModelSettings] = ModelSettings()
-    compaction: ClassVar[Compaction | None] = None
-    """Runs before every model call; None applies the context-limit budget rule."""
+    compaction: Compaction | None = None
+    """Runs before every model call; None applies the context-limit budget rule. A class
+    sets it for all its objects; an object may set its own (a threshold, a summarizer)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

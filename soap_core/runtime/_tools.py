@@ -118,7 +118,8 @@ def run_tool(target: Any, spec: ToolSpec, arguments: str) -> tuple[Any, str | No
     error the model can read and correct.
     """
     try:
-        args = json.loads(arguments) if arguments.strip() else {}
+        # strict=False: grammar-constrained servers let raw newlines into strings
+        args = json.loads(arguments, strict=False) if arguments.strip() else {}
     except json.JSONDecodeError as exc:
         return None, f"arguments are not valid JSON ({exc.msg}): {arguments[:200]}"
     if not isinstance(args, dict):
