@@ -41,8 +41,9 @@ browser:
 # Builds the demo store once (the demo starts and stops its own local model), then serves
 # the workbench with the local model beside it for replays. Ctrl-C stops both.
 run: install
-	test -d $(STORE)/agents || $(BIN)/soapwb demo --store $(STORE)
+	test -d $(STORE)/agents || { rm -rf $(STORE).partial && \
+		$(BIN)/soapwb demo --store $(STORE).partial && mv $(STORE).partial $(STORE); }
 	$(BIN)/soapwb ui --store $(STORE) --host $(HOST) --port $(PORT)
 
 clean:
-	rm -rf $(VENV) .demo-store .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .demo-store .demo-store.partial .pytest_cache .mypy_cache .ruff_cache test-output
