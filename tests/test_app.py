@@ -33,6 +33,7 @@ from soap_core import (
     search_store,
     session_overview,
 )
+from tests.apptest import open_app_page
 from workbench.openpoke_views import two_tracks
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
@@ -53,16 +54,7 @@ def no_store_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def open_page(store: Path | None, page: str = "sessions", **params: str) -> AppTest:
-    """Run the app with ``?store=`` and ``params`` set, then open ``pages/<page>.py``."""
-    at = AppTest.from_file(str(APP), default_timeout=30)
-    if store is not None:
-        at.query_params["store"] = str(store)
-    at.query_params.update(params)
-    at.run()
-    if page != "sessions":
-        at.switch_page(f"pages/{page}.py").run()
-    assert not at.exception
-    return at
+    return open_app_page(store, page, 30, **params)
 
 
 def texts(at: AppTest) -> list[str]:
