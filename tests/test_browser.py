@@ -4,6 +4,7 @@ in test-output/browser/ (the README's come from there)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -45,16 +46,12 @@ PAGES = {
 }
 
 
-@pytest.fixture(scope="module")
-def served(
-    tmp_path_factory: pytest.TempPathFactory, workbench_store: Path, llm_server: LocalModelServer
-) -> Iterator[tuple[str, Path]]:
-    """``streamlit run app.py`` on a loopback port over a copy of the workbench store."""
-    store = tmp_path_factory.mktemp("browser") / "store"
-    shutil.copytree(workbench_store, store)
+@contextlib.contextmanager
+def streamlit_app(store: Path, log_path: Path, **env_extra: str) -> Iterator[str]:
+    """``streamlit run app.py`` on a free loopback port; yields its URL."""
     port = free_port()
-    env = {**os.environ, "SOAPWB_STORE": str(store), "OPENAI_BASE_URL": llm_server.base_url}
-    log = (tmp_path_factory.mktemp("streamlit") / "streamlit.log").open("w")
+    env = {**os.environ, "SOAPWB_STORE": str(store), **env_extra}
+    log = log_path.open("w")
     command = [
         sys.executable,
         "-m",
@@ -83,11 +80,23 @@ def served(
             assert time.monotonic() < deadline, "streamlit never answered"
             time.sleep(0.3)
     try:
-        yield url, store
+        yield url
     finally:
         process.terminate()
         process.wait(timeout=20)
         log.close()
+
+
+@pytest.fixture(scope="module")
+def served(
+    tmp_path_factory: pytest.TempPathFactory, workbench_store: Path, llm_server: LocalModelServer
+) -> Iterator[tuple[str, Path]]:
+    """The app over a copy of the workbench store, with the local model for replays."""
+    store = tmp_path_factory.mktemp("browser") / "store"
+    shutil.copytree(workbench_store, store)
+    log = tmp_path_factory.mktemp("streamlit") / "streamlit.log"
+    with streamlit_app(store, log, OPENAI_BASE_URL=llm_server.base_url) as url:
+        yield url, store
 
 
 @pytest.fixture(scope="module")
@@ -184,3 +193,15 @@ def test_one_replay_clicked_through_saves_a_fork_and_shows_its_output(
     assert page.locator('[data-testid="stException"]').count() == 0
     page.screenshot(path=str(SHOTS / "replay-after-run.png"), full_page=True)
     page.close()
+
+
+def test_the_first_request_of_a_new_server_for_a_page_url_gets_the_apps_navigation(
+    workbench_store: Path, browser: Browser, tmp_path: Path
+) -> None:
+    with streamlit_app(workbench_store, tmp_path / "streamlit.log") as url:
+        page = open_page(browser, f"{url}/traceback")
+        page.wait_for_selector('[data-testid="stSidebar"] >> text=Store directory', timeout=20_000)
+        sidebar = page.inner_text('[data-testid="stSidebar"]')
+        assert "Store directory" in sidebar and "Token budget" in sidebar
+        assert "No store chosen" not in page.inner_text('[data-testid="stMain"]')
+        page.close()
