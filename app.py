@@ -12,6 +12,8 @@ import os
 
 import streamlit as st
 
+from workbench.loading import APP_RAN
+
 STORE_KEY = "store_path"
 
 
@@ -32,6 +34,7 @@ def pick_store() -> str:
 
 
 st.set_page_config(page_title="soap-workbench", layout="wide")
+st.session_state[APP_RAN] = True
 page = st.navigation(
     [
         st.Page("pages/sessions.py", title="Sessions", icon=":material/list:", default=True),

@@ -22,6 +22,10 @@ def show_error_and_stop(exc: Exception) -> NoReturn:
     st.stop()
 
 
+APP_RAN = "_soapwb_app_ran"
+"""Set by app.py in the session state the first time it runs."""
+
+
 def run_through_the_app() -> None:
     """Make sure a page runs inside app.py's navigation.
 
@@ -29,11 +33,13 @@ def run_through_the_app() -> None:
     process uses its legacy multipage mode: a URL naming a page runs that page's file
     alone, without app.py (no store picker, the folder's file names as navigation)
     until some run has called ``st.navigation``. A page that finds itself run that way
-    switches the legacy mode off and reruns, so app.py takes over.
+    before app.py ever ran in this session switches the legacy mode off and reruns, so
+    app.py takes over. (AppTest resets the mode before every run; there app.py has run
+    first, and the pages keep running as they are.)
     """
     from streamlit.runtime.pages_manager import PagesManager
 
-    if PagesManager.uses_pages_directory:
+    if PagesManager.uses_pages_directory and not st.session_state.get(APP_RAN):
         PagesManager.uses_pages_directory = False
         st.rerun()
 
