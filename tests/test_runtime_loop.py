@@ -4,6 +4,8 @@ test_runtime.py; these pin down branches a small model rarely takes on purpose."
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -222,3 +224,30 @@ def test_an_invocation_from_plain_code_inside_another_is_recorded_in_both_sessio
     assert inner_record.caller is not None and inner_record.caller.role == "Outer"
     assert inner_record.caller.context_id is None  # not made from a message
     assert inner_record.parent_invocation_id in {r.id for r in outer_records if r.callee.role == "Outer"}
+
+
+def test_a_session_written_by_another_process_before_the_lock_is_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import soap_core.runtime._invoke as invoke_module
+    from soap_core import Message as SoapMessage
+    from soap_core import Store, TextPart
+
+    shop, _ = make(tmp_path, says("first"), says("second"))
+    shop.invoke("one", thread="t")
+    real_lock = invoke_module.session_lock
+
+    @contextlib.contextmanager
+    def lock_after_another_writer(directory: Path, uuid: str) -> Iterator[Any]:
+        store = Store(tmp_path)  # another process finishes its turn just before we lock
+        session = store.load_session(uuid)
+        session.active_context.append(SoapMessage.create("user", [TextPart("written elsewhere")]))
+        store.save_session(session)
+        with real_lock(directory, uuid) as previous:
+            yield previous
+
+    monkeypatch.setattr(invoke_module, "session_lock", lock_after_another_writer)
+    shop.invoke("two", thread="t")
+    [summary] = shop.runtime.store.sessions()
+    texts = [m.text() for m in shop.runtime.store.load_session(summary.uuid).active_context.messages]
+    assert texts[-4:] == ["first", "written elsewhere", "two", "second"]

@@ -27,6 +27,7 @@ from soap_core._errors import SoapError
 from soap_core._message import Message
 from soap_core._parts import TextPart, ThinkingPart, ToolPart, ToolResultPart, ToolUsePart
 from soap_core._session import Session
+from soap_core._store import SESSION_FILE
 from soap_core.runtime._agentic import AgenticObject
 from soap_core.runtime._compaction import ContextBudget
 from soap_core.runtime._llm import LLMError
@@ -386,6 +387,8 @@ def run_invocation(
             record.outcome, record.error, record.ended_at = "refused", str(exc), utc_now()
             write_invocation(dirs, record)
             raise
+        if (directory / SESSION_FILE).is_file():  # read again under the lock: another
+            session = obj.runtime.store.load_session(directory.name)  # process may have just written it
         run = _Run(obj, session, record, schema)
         return _run_locked(
             run, lambda: run.loop(prompt, _choice(tool_choice), _choice(follow_up)), dirs, previous_owner
