@@ -168,7 +168,7 @@ def call_budgets(session: Session) -> list[CallBudget]:
     previous: str | None = None
     for context, index, call in _calls(session, calls):
         if call is not None:
-            messages = _recorded_messages(session, context, call)
+            messages = _recorded_messages(session, context, call, calls)
             message_id, stamp = call.get("message_id"), call.get("started_at")
             limit, usage = call.get("context_limit"), call.get("usage")
         else:
@@ -204,11 +204,13 @@ def _calls(session: Session, calls: list[dict[str, Any]]) -> list[tuple[Context,
     ]
 
 
-def _recorded_messages(session: Session, context: Context, call: dict[str, Any]) -> list[Message]:
+def _recorded_messages(
+    session: Session, context: Context, call: dict[str, Any], calls: list[dict[str, Any]]
+) -> list[Message]:
     if call.get("message_id") is None:  # a failed call: what it was sent is still on disk
         return context.messages[: call["message_index"]]
     try:
-        return materialize(session, context, call["message_id"]).messages
+        return materialize(session, context, call["message_id"], calls=calls).messages
     except SoapError:
         return context.messages[: call["message_index"]]
 

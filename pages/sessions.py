@@ -10,8 +10,9 @@ import pandas as pd
 import streamlit as st
 
 from soap_core import SessionOverview, SoapError
-from workbench.loading import chosen_store, search_hits, session_overviews, show_error_and_stop
+from workbench.loading import chosen_store, search_hits
 from workbench.openpoke_views import import_to_temporary_store, report_lines
+from workbench.selection import store_overviews
 from workbench.views import escape_markdown, overview_table, session_label
 
 
@@ -85,13 +86,7 @@ open_openpoke()
 for line in st.session_state.get("openpoke_report", []):
     st.text(line)
 root = chosen_store()
-try:
-    overviews = session_overviews(root)
-except SoapError as exc:
-    show_error_and_stop(exc)
-if not overviews:
-    st.info("This store has no sessions yet.")
-    st.stop()
+overviews = store_overviews(root)
 broken = sum(1 for o in overviews if o.error)
 counted = f"{len(overviews)} session{'' if len(overviews) == 1 else 's'}"
 st.text(counted + (f", {broken} broken (see the error column)" if broken else ""))

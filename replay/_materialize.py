@@ -159,10 +159,18 @@ def request_messages(
     return [specials.get(m.message_type) or m if m.is_special else m for m in messages]
 
 
-def materialize(session: Session, context: Context | str | None = None, at: int | str = -1) -> Materialized:
+def materialize(
+    session: Session,
+    context: Context | str | None = None,
+    at: int | str = -1,
+    *,
+    calls: list[dict[str, Any]] | None = None,
+) -> Materialized:
     """The request that produced the message at display index (or message id) ``at``.
 
     ``at`` may equal the number of messages: the request the next call would send.
+    ``calls`` is the session's call log when the caller has already read it (reading it
+    once per message would make a pass over a session quadratic in file reads).
     """
     if context is None:
         context = session.active_context
@@ -179,7 +187,8 @@ def materialize(session: Session, context: Context | str | None = None, at: int 
     origin, origin_index = origin_of(session, context, index)
     if origin.id != context.id:
         notes.append(f"message {index} was copied by a fork: the call was made from context {origin.id}")
-    calls = read_calls(session.directory) if session.directory else []
+    if calls is None:
+        calls = read_calls(session.directory) if session.directory else []
     call = recorded_call(calls, origin, origin_index)
     if index < len(context.messages) and context.messages[index].role != "assistant":
         notes.append(f"message {index} is a {context.messages[index].role} message, not a model output")
@@ -231,7 +240,7 @@ def system_prompt_history(session: Session, context: Context) -> list[PromptAtCa
     ]
     history = []
     for call in sorted(mine, key=lambda c: c["message_index"]):
-        found = materialize(session, context, call["message_id"])
+        found = materialize(session, context, call["message_id"], calls=calls)
         system = next((m for m in found.messages if m.message_type == "SystemPromptMessage"), None)
         if system is not None:
             history.append(PromptAtCall(found.index, system.text(), True))

@@ -45,7 +45,8 @@ def request_differences(recorded: dict[str, Any], materialized: dict[str, Any]) 
 def verify_session(session: Session) -> list[Verification]:
     """Check every recorded call of ``session`` that produced a message."""
     results = []
-    for call in read_calls(session.directory) if session.directory else []:
+    calls = read_calls(session.directory) if session.directory else []
+    for call in calls:
         if call.get("message_id") is None:
             continue  # a failed call produced nothing to rematerialize
         base = {
@@ -58,7 +59,7 @@ def verify_session(session: Session) -> list[Verification]:
         }
         try:
             context = session.contexts[call["context_id"]]
-            found = materialize(session, context, call["message_id"])
+            found = materialize(session, context, call["message_id"], calls=calls)
         except (KeyError, SoapError) as exc:
             results.append(Verification(**base, materialized_hash=None, match=False, error=str(exc)))
             continue

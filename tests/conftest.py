@@ -24,6 +24,14 @@ CHILD_ID = "e7c40f19-2a6b-4d35-8e91-7b03a5c6d2f4"
 DISCARDED_ID = "5e2a9c71-0b4d-4f8e-b36a-c9d71e02f5b8"
 
 
+@pytest.fixture(autouse=True)
+def no_store_or_endpoint_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests name their store and endpoint; a developer's $SOAPWB_STORE or
+    $OPENAI_BASE_URL must not leak into them."""
+    monkeypatch.delenv("SOAPWB_STORE", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+
+
 @pytest.fixture
 def store_copy(tmp_path: Path) -> Path:
     """A writable copy of the sample store (the config dir)."""

@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from streamlit.testing.v1 import AppTest
 
 from importers.openpoke import import_openpoke
@@ -46,11 +45,6 @@ EVIL = "<script>alert(1)</script><img src=x onerror=alert(2)>"
 PNG_1X1 = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
 )
-
-
-@pytest.fixture(autouse=True)
-def no_store_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("SOAPWB_STORE", raising=False)
 
 
 def open_page(store: Path | None, page: str = "sessions", **params: str) -> AppTest:

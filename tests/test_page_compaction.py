@@ -30,12 +30,6 @@ DROPPED_LINE = re.compile(r"^(.+): (\d+) messages? dropped by call \d+$")
 EVIL = "<script>alert(1)</script><img src=x onerror=alert(2)>"
 
 
-@pytest.fixture(autouse=True)
-def no_store_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("SOAPWB_STORE", raising=False)
-    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-
-
 def open_page(store: Path, timeout: float = 60, **params: str) -> AppTest:
     return open_app_page(store, "compaction", timeout, **params)
 

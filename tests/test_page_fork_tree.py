@@ -9,7 +9,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
 from streamlit.testing.v1 import AppTest
 
 from soap_core import ContextNode, Session, Store, fork_tree
@@ -23,11 +22,6 @@ ROOT_CONTEXT = "b1d6e0a2-7c3f-4e59-a0b8-2f6d91c4e7a3"
 ACTIVE = "e7c40f19-2a6b-4d35-8e91-7b03a5c6d2f4"
 DISCARDED = "5e2a9c71-0b4d-4f8e-b36a-c9d71e02f5b8"
 KINDS = {"root", "fork", "replay", "discarded"}
-
-
-@pytest.fixture(autouse=True)
-def no_store_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("SOAPWB_STORE", raising=False)
 
 
 def open_page(store: Path, **params: str) -> AppTest:

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import pytest
 from streamlit.testing.v1 import AppTest
 
 from soap_core import Store
@@ -21,11 +20,6 @@ from workbench.object_state_views import StateChange, state_changes, state_table
 APP = Path(__file__).resolve().parents[1] / "app.py"
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "soap"
 SESSION = "20250611-3f0c2b6e-8a41-4d8e-9c1a-5b7d2e9f4a10"
-
-
-@pytest.fixture(autouse=True)
-def no_store_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("SOAPWB_STORE", raising=False)
 
 
 def open_page(store: Path, **params: str) -> AppTest:

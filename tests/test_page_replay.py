@@ -49,12 +49,6 @@ PAGE = "pages/replay.py"
 ACTIVE = "e7c40f19-2a6b-4d35-8e91-7b03a5c6d2f4"
 
 
-@pytest.fixture(autouse=True)
-def no_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("SOAPWB_STORE", raising=False)
-    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-
-
 @pytest.fixture
 def writable_store(workbench_store: Path, tmp_path: Path) -> Path:
     """A copy of the workbench store that a test may run replays into."""

@@ -10,7 +10,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import pytest
 from streamlit.testing.v1 import AppTest
 
 from analysis import CATEGORIES, call_budgets, chain_budget, message_budgets
@@ -29,11 +28,6 @@ FIXTURE = Path(__file__).resolve().parent / "fixtures" / "soap"
 SESSION = "20250611-3f0c2b6e-8a41-4d8e-9c1a-5b7d2e9f4a10"
 ACTIVE = "e7c40f19-2a6b-4d35-8e91-7b03a5c6d2f4"
 ROOT_CONTEXT = "b1d6e0a2-7c3f-4e59-a0b8-2f6d91c4e7a3"
-
-
-@pytest.fixture(autouse=True)
-def no_store_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("SOAPWB_STORE", raising=False)
 
 
 def open_page(store: Path, **params: str) -> AppTest:

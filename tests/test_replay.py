@@ -134,20 +134,16 @@ def test_an_edited_replay_differs_where_it_was_edited(store: Store, llm_server: 
     assert contexts.first_divergence == 4 and contexts.turn == 2
 
 
+def replay_last(store: Store, session: str, server: LocalModelServer) -> list[str]:
+    """``soapwb replay`` of the session's last message against ``server``."""
+    return ["replay", session, "--at", "-1", "--base-url", server.base_url, "--store", str(store.root)]
+
+
 def test_samples_give_a_noise_band_and_an_edit_is_placed_against_it(
     store: Store, llm_server: LocalModelServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     session = only_session(store)
-    argv = [
-        "replay",
-        session.uuid,
-        "--at",
-        "-1",
-        "--base-url",
-        llm_server.base_url,
-        "--store",
-        str(store.root),
-    ]
+    argv = replay_last(store, session.uuid, llm_server)
     assert main([*argv, "--samples", "4", "--temperature", "1.0", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     outputs = [Output(r["text"] or "", tuple((n, a) for n, a in r["tool_calls"])) for r in report["runs"]]
@@ -168,16 +164,7 @@ def test_check_passes_an_unchanged_replay_and_fails_a_changed_one(
     store: Store, llm_server: LocalModelServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     session = only_session(store)
-    argv = [
-        "replay",
-        session.uuid,
-        "--at",
-        "-1",
-        "--base-url",
-        llm_server.base_url,
-        "--store",
-        str(store.root),
-    ]
+    argv = replay_last(store, session.uuid, llm_server)
     assert main([*argv, "--check"]) == 0
     assert main([*argv, "--check", "--edit", "4=What is two plus two?"]) == 1
     assert "check failed: 1 of 1 outputs differ from the original" in capsys.readouterr().out

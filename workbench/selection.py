@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from soap_core import Context, Session, SoapError
+from soap_core import Context, Session, SessionOverview, SoapError
 from workbench.loading import chosen_store, load_session, session_overviews, show_error_and_stop
 from workbench.views import context_label, escape_markdown, session_label
 
@@ -19,10 +19,8 @@ def matches_session(session_uuid: str, ref: str) -> bool:
     return session_uuid.startswith(ref) or session_uuid.partition("-")[2].startswith(ref)
 
 
-def selected_session(root: str | None = None) -> Session:
-    """The session of ``?session=`` (uuid or prefix), else one picked here; stops the page
-    with a clear message when there is none or it cannot be read."""
-    root = root or chosen_store()
+def store_overviews(root: str) -> list[SessionOverview]:
+    """The store's listing rows; stops the page with a message when there are none."""
     try:
         overviews = session_overviews(root)
     except SoapError as exc:
@@ -30,6 +28,14 @@ def selected_session(root: str | None = None) -> Session:
     if not overviews:
         st.info("This store has no sessions yet.")
         st.stop()
+    return overviews
+
+
+def selected_session(root: str | None = None) -> Session:
+    """The session of ``?session=`` (uuid or prefix), else one picked here; stops the page
+    with a clear message when there is none or it cannot be read."""
+    root = root or chosen_store()
+    overviews = store_overviews(root)
     uuids = [o.uuid for o in overviews]
     labels = {o.uuid: session_label(o) for o in overviews}
     wanted = st.query_params.get("session")
