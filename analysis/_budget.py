@@ -15,6 +15,7 @@ from typing import Any
 from replay import materialize, origin_of
 from soap_core import (
     REPLAY_KEY,
+    CallRecord,
     Context,
     MediaPart,
     Message,
@@ -25,8 +26,9 @@ from soap_core import (
     ToolPart,
     ToolResultPart,
     ToolUsePart,
+    read_calls,
 )
-from soap_core.runtime import invocation_chain, read_calls
+from soap_core.runtime import invocation_chain
 
 CATEGORIES = (
     "system_prompt",
@@ -163,14 +165,14 @@ def _events_between(session: Session, previous: str | None, current: str) -> lis
 
 def call_budgets(session: Session) -> list[CallBudget]:
     """The context size of every LLM call of ``session``, oldest first."""
-    calls = [c for c in (read_calls(session.directory) if session.directory else []) if not c.get("replay")]
+    calls = [c for c in (read_calls(session.directory) if session.directory else []) if not c.replay]
     budgets: list[CallBudget] = []
     previous: str | None = None
     for context, index, call in _calls(session, calls):
         if call is not None:
             messages = _recorded_messages(session, context, call, calls)
-            message_id, stamp = call.get("message_id"), call.get("started_at")
-            limit, usage = call.get("context_limit"), call.get("usage")
+            message_id, stamp = call.message_id, call.started_at or None
+            limit, usage = call.context_limit, call.usage
         else:
             messages, message_id = context.messages[:index], context.messages[index].id
             stamp, limit, usage = context.messages[index].creation_timestamp, None, None
@@ -193,26 +195,26 @@ def call_budgets(session: Session) -> list[CallBudget]:
     return budgets
 
 
-def _calls(session: Session, calls: list[dict[str, Any]]) -> list[tuple[Context, int, dict[str, Any] | None]]:
+def _calls(session: Session, calls: list[CallRecord]) -> list[tuple[Context, int, CallRecord | None]]:
     """(context, message index, call record) per call: recorded ones, else reconstructed."""
     if not calls:
         return [(context, index, None) for context, index in _reconstructed_calls(session)]
     return [
-        (session.contexts[c["context_id"]], c["message_index"], c)
+        (session.contexts[c.context_id], c.message_index, c)
         for c in calls
-        if c["context_id"] in session.contexts
+        if c.context_id in session.contexts
     ]
 
 
 def _recorded_messages(
-    session: Session, context: Context, call: dict[str, Any], calls: list[dict[str, Any]]
+    session: Session, context: Context, call: CallRecord, calls: list[CallRecord]
 ) -> list[Message]:
-    if call.get("message_id") is None:  # a failed call: what it was sent is still on disk
-        return context.messages[: call["message_index"]]
+    if call.message_id is None:  # a failed call: what it was sent is still on disk
+        return context.messages[: call.message_index]
     try:
-        return materialize(session, context, call["message_id"], calls=calls).messages
+        return materialize(session, context, call.message_id, calls=calls).messages
     except SoapError:
-        return context.messages[: call["message_index"]]
+        return context.messages[: call.message_index]
 
 
 @dataclass

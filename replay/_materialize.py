@@ -3,30 +3,20 @@
 The request the model received when it produced the message at display index ``at``
 is: the messages before it in display order, in the context where the call was made
 (which, for a message a fork copied, is the ancestor it was first produced in), with
-the system prompt and tool definitions *as they were at that call*. Our runtime records
-which content-map entries those were built from; for stores written by peteos (no call
-log) the texts on disk are the best knowledge there is, and the result says so.
+the system prompt and tool definitions *as they were at that call*, sent in the shape
+the framework that made the call gave it. This module is the generic part; each
+framework's shape is a request source (:mod:`replay._sources`): our runtime
+(:mod:`replay._runtime_source`), peteos (:mod:`replay._peteos_source`), importers.
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from soap_core import (
-    Context,
-    Message,
-    Session,
-    SoapError,
-    TextPart,
-    ToolPart,
-    chat_request,
-    request_hash,
-)
-from soap_core.runtime import read_calls
-
-_NOT_PARAMETERS = ("model", "messages", "tools")
+from replay._sources import source_for
+from soap_core import CallRecord, Context, Message, Session, SoapError, read_calls
 
 
 class MaterializeError(SoapError):
@@ -49,9 +39,11 @@ class Materialized:
     messages: list[Message]
     """The sOAP messages the request was built from (specials as at that call)."""
     parameters: dict[str, Any]
-    """Model and sampling parameters (empty where no call was recorded)."""
-    call: dict[str, Any] | None = None
+    """Model and sampling parameters: the body's keys other than messages and tools."""
+    call: CallRecord | None = None
     notes: list[str] = field(default_factory=list)
+    source: str = "soapwb"
+    """The request source that built it (:func:`replay.source_named` gives it back)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -61,7 +53,8 @@ class Materialized:
             "index": self.index,
             "message_id": self.message_id,
             "request_hash": self.request_hash,
-            "recorded_call": self.call["id"] if self.call else None,
+            "recorded_call": self.call.id if self.call else None,
+            "source": self.source,
             "notes": self.notes,
             "request": self.request,
         }
@@ -102,61 +95,40 @@ def origin_of(session: Session, context: Context, index: int) -> tuple[Context, 
     return context, index
 
 
-def recorded_call(calls: list[dict[str, Any]], context: Context, index: int) -> dict[str, Any] | None:
+def recorded_call(calls: Sequence[CallRecord], context: Context, index: int) -> CallRecord | None:
     """The recorded call that produced the message at ``index`` of ``context``."""
     if index >= len(context.messages):
         return None
     message_id = context.messages[index].id
     for call in calls:
-        if call.get("context_id") == context.id and call.get("message_id") == message_id:
+        if call.context_id == context.id and call.message_id == message_id:
             return call
     return None
 
 
-def _system_prompt_at(context: Context, call: dict[str, Any], notes: list[str]) -> Message | None:
-    system = context.system_prompt
-    keys = call.get("system_prompt_hooks")
-    if system is None or keys is None:
-        return system
-    missing = [k for k in keys if k not in context.content_map]
-    if missing or system.static_text is None:
-        notes.append(
-            "the system prompt's hook outputs are not all in the content map: using the text on disk"
-        )
-        return system
-    rebuilt = system.copy()
-    rebuilt.content = [TextPart("\n\n".join([system.static_text, *(context.content_map[k] for k in keys)]))]
-    return rebuilt
+@dataclass
+class CallSite:
+    """Where the call behind a message was made, and what is known of it."""
+
+    context: Context
+    index: int
+    call: CallRecord | None
+    notes: list[str]
+
+    @property
+    def message_id(self) -> str | None:
+        return self.context.messages[self.index].id if self.index < len(self.context.messages) else None
 
 
-def _tools_at(context: Context, call: dict[str, Any], notes: list[str]) -> Message | None:
-    definitions = context.tool_definitions
-    key = call.get("tool_list_hook")
-    if definitions is None or key is None:
-        return definitions
-    if key not in context.content_map:
-        notes.append("the tool listing of the call is not in the content map: using the tools on disk")
-        return definitions
-    rebuilt = definitions.copy()
-    listing = json.loads(context.content_map[key])
-    rebuilt.content = [
-        ToolPart(t["name"], t.get("description", ""), t.get("parameters", {})) for t in listing
-    ]
-    return rebuilt
-
-
-def request_messages(
-    context: Context, index: int, call: dict[str, Any] | None, notes: list[str]
-) -> list[Message]:
-    """The messages before ``index`` with the specials as they read at ``call``."""
-    messages = list(context.messages[:index])
-    if call is None:
-        return messages
-    specials = {
-        "SystemPromptMessage": _system_prompt_at(context, call, notes),
-        "ToolDefinitionsMessage": _tools_at(context, call, notes),
-    }
-    return [specials.get(m.message_type) or m if m.is_special else m for m in messages]
+def call_site(session: Session, context: Context, index: int, calls: Sequence[CallRecord]) -> CallSite:
+    """The context and index the call behind ``index`` was made at, with its record."""
+    notes: list[str] = []
+    origin, origin_index = origin_of(session, context, index)
+    if origin.id != context.id:
+        notes.append(f"message {index} was copied by a fork: the call was made from context {origin.id}")
+    if index < len(context.messages) and context.messages[index].role != "assistant":
+        notes.append(f"message {index} is a {context.messages[index].role} message, not a model output")
+    return CallSite(origin, origin_index, recorded_call(calls, origin, origin_index), notes)
 
 
 def materialize(
@@ -164,58 +136,28 @@ def materialize(
     context: Context | str | None = None,
     at: int | str = -1,
     *,
-    calls: list[dict[str, Any]] | None = None,
+    calls: Sequence[CallRecord] | None = None,
 ) -> Materialized:
     """The request that produced the message at display index (or message id) ``at``.
 
-    ``at`` may equal the number of messages: the request the next call would send.
-    ``calls`` is the session's call log when the caller has already read it (reading it
-    once per message would make a pass over a session quadratic in file reads).
+    ``at`` may equal the number of messages: the request the next call would send. The
+    session's request source (:mod:`replay._sources`: our runtime, peteos, OpenPoke, ...)
+    builds it as that framework did. ``calls`` is the session's call log when the caller
+    has already read it (reading it once per message would make a pass over a session
+    quadratic in file reads).
     """
     if context is None:
         context = session.active_context
     elif isinstance(context, str):
         context = session.context(context)
     index = resolve_index(context, at)
-    if session.state_data.get("_soapwb_source") == "openpoke":
-        from importers.openpoke import materialize_entry  # here: importers build on replay
-
-        rebuilt = materialize_entry(session, context, index)
-        if rebuilt is not None:  # an imported entry: OpenPoke's request, not a role history
-            return rebuilt
-    notes: list[str] = []
-    origin, origin_index = origin_of(session, context, index)
-    if origin.id != context.id:
-        notes.append(f"message {index} was copied by a fork: the call was made from context {origin.id}")
     if calls is None:
         calls = read_calls(session.directory) if session.directory else []
-    call = recorded_call(calls, origin, origin_index)
-    if index < len(context.messages) and context.messages[index].role != "assistant":
-        notes.append(f"message {index} is a {context.messages[index].role} message, not a model output")
-    if call is None:
-        notes.append("no recorded call: model and sampling parameters are unknown")
-        parameters: dict[str, Any] = {}
-    else:
-        parameters = {k: v for k, v in call["request"].items() if k not in ("messages", "tools")}
-    messages = request_messages(origin, origin_index, call, notes)
-    request = chat_request(
-        messages,
-        model=parameters.get("model"),
-        parameters={k: v for k, v in parameters.items() if k not in _NOT_PARAMETERS},
-    )
-    return Materialized(
-        session=session.uuid,
-        role=session.role,
-        context_id=origin.id,
-        index=origin_index,
-        message_id=origin.messages[origin_index].id if origin_index < len(origin.messages) else None,
-        request=request,
-        request_hash=request_hash(request),
-        messages=messages,
-        parameters=parameters,
-        call=call,
-        notes=notes,
-    )
+    for source in source_for(session):
+        found = source.materialize(session, context, index, calls)
+        if found is not None:
+            return found
+    raise MaterializeError(f"no request source can rebuild message {index} of session {session.uuid}")
 
 
 @dataclass(frozen=True)
@@ -235,12 +177,10 @@ def system_prompt_history(session: Session, context: Context) -> list[PromptAtCa
     Without a call log only the text on disk is known: the last materialization's.
     """
     calls = read_calls(session.directory) if session.directory else []
-    mine = [
-        c for c in calls if c.get("context_id") == context.id and c.get("message_id") and not c.get("replay")
-    ]
+    mine = [c for c in calls if c.context_id == context.id and c.message_id and not c.replay]
     history = []
-    for call in sorted(mine, key=lambda c: c["message_index"]):
-        found = materialize(session, context, call["message_id"], calls=calls)
+    for call in sorted(mine, key=lambda c: c.message_index):
+        found = materialize(session, context, str(call.message_id), calls=calls)
         system = next((m for m in found.messages if m.message_type == "SystemPromptMessage"), None)
         if system is not None:
             history.append(PromptAtCall(found.index, system.text(), True))

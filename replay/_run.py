@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from replay._materialize import Materialized
+from replay._sources import source_named
 from soap_core import (
     REPLAY_KEY,
     Context,
@@ -25,11 +26,12 @@ from soap_core import (
     Store,
     TextPart,
     ToolResultPart,
-    chat_request,
+    new_record_id,
     request_hash,
+    utc_now,
+    write_call,
 )
 from soap_core.runtime import CallRecord, Completion, LLMError, assistant_message
-from soap_core.runtime._records import new_record_id, utc_now, write_call
 
 
 class Endpoint(Protocol):
@@ -197,7 +199,7 @@ def replay(
     overrides = overrides or Overrides()
     messages = replay_messages(found, overrides)
     model, parameters = replay_parameters(found, overrides, endpoint)
-    request = chat_request(messages, model=model, parameters=parameters)
+    request = source_named(found.source).build_request(messages, model=model, parameters=parameters)
     origin = {"of_context": found.context_id, "of_index": found.index, "of_message_id": found.message_id}
     if label is not None:
         origin["label"] = label

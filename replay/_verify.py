@@ -13,8 +13,7 @@ from typing import Any
 from deepdiff import DeepDiff
 
 from replay._materialize import materialize
-from soap_core import Session, SoapError, Store
-from soap_core.runtime import read_calls
+from soap_core import Session, SoapError, Store, read_calls
 
 
 @dataclass
@@ -47,24 +46,24 @@ def verify_session(session: Session) -> list[Verification]:
     results = []
     calls = read_calls(session.directory) if session.directory else []
     for call in calls:
-        if call.get("message_id") is None:
+        if call.message_id is None:
             continue  # a failed call produced nothing to rematerialize
-        base = {
-            "call_id": call["id"],
+        base: dict[str, Any] = {
+            "call_id": call.id,
             "session": session.uuid,
             "role": session.role,
-            "context_id": call["context_id"],
-            "message_index": call["message_index"],
-            "recorded_hash": call["request_hash"],
+            "context_id": call.context_id,
+            "message_index": call.message_index,
+            "recorded_hash": call.request_hash,
         }
         try:
-            context = session.contexts[call["context_id"]]
-            found = materialize(session, context, call["message_id"], calls=calls)
+            context = session.contexts[call.context_id]
+            found = materialize(session, context, call.message_id, calls=calls)
         except (KeyError, SoapError) as exc:
             results.append(Verification(**base, materialized_hash=None, match=False, error=str(exc)))
             continue
-        match = found.request_hash == call["request_hash"]
-        differences = {} if match else request_differences(call["request"], found.request)
+        match = found.request_hash == call.request_hash
+        differences = {} if match else request_differences(call.request, found.request)
         results.append(
             Verification(**base, materialized_hash=found.request_hash, match=match, differences=differences)
         )

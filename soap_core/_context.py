@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from soap_core._codec import in_file_order, optional_typed
@@ -48,6 +49,29 @@ _KEY_ORDER = (
     "tool_definitions_message_id",
 )
 _FORK_KEYS = ("origin_context_id", "parent_mutation_counter")
+_SPECIAL_ID_KEYS = ("system_prompt_message_id", "tool_definitions_message_id")
+
+
+@dataclass(frozen=True)
+class WindowDisagreement:
+    """The message ids a rolling token window of ``max_tokens`` keeps, by true counts and
+    by peteos's cached ones; they differ only where cached counts are stale or missing."""
+
+    max_tokens: int
+    kept_by_true_counts: tuple[str, ...]
+    kept_by_cached_counts: tuple[str, ...]
+
+    @property
+    def only_by_true(self) -> list[str]:
+        return [i for i in self.kept_by_true_counts if i not in set(self.kept_by_cached_counts)]
+
+    @property
+    def only_by_cached(self) -> list[str]:
+        return [i for i in self.kept_by_cached_counts if i not in set(self.kept_by_true_counts)]
+
+    @property
+    def agree(self) -> bool:
+        return self.kept_by_true_counts == self.kept_by_cached_counts
 
 
 def content_hash(text: str) -> str:
@@ -299,6 +323,80 @@ class Context:
             kept.extend(group)
         return self.fork(specials + kept)
 
+    def peteos_token_window(
+        self, max_tokens: int, encoding: str = DEFAULT_ENCODING, *, strip_dangling_results: bool = True
+    ) -> Context | None:
+        """``rolling_token_window`` as peteos computes it: with the *cached* counts.
+
+        A message's cached ``token_count`` is used where it has one (stale or not), and
+        a message without one gets its true count cached, as peteos's ``count_tokens``
+        does, so the fork carries the counts peteos writes. Messages are walked back one
+        by one in sequence order (a tool result can lose its call); nothing may be kept
+        but the specials. peteos 0.6 then drops tool results whose call is not kept
+        (``strip_dangling_results``; 0.5 does not). peteos 0.6.13 does that over a
+        ``set``, so which results survive varies from run to run; here the messages are
+        taken in display order, which makes the choice deterministic. None when the
+        whole context already fits.
+        """
+        for message in self.messages:
+            if message.token_count is None:
+                message.record_token_count()
+        specials = [i for i in self._special_indices() if self.messages[i].id in self._special_ids()]
+        numbered = sorted(
+            (m.sequence_number, i)
+            for i, m in enumerate(self.messages)
+            if i not in specials and m.sequence_number is not None
+        )
+        if not numbered:
+            return None
+        cached = [self.messages[i].token_count or 0 for _, i in numbered]
+        running = sum(self.messages[i].token_count or 0 for i in specials)
+        if running + sum(cached) <= max_tokens:
+            return None
+        kept = 0
+        for count in reversed(cached):
+            if running + count > max_tokens:
+                break
+            running += count
+            kept += 1
+        start = numbered[len(numbered) - kept][0] if kept else self.mutation_counter
+        chosen = sorted(i for seq, i in numbered if start <= seq < self.mutation_counter)
+        if strip_dangling_results:
+            chosen = self._without_dangling_results(chosen)
+        return self.fork(specials + chosen)
+
+    def _special_ids(self) -> set[str]:
+        return {i for i in (self.system_prompt_message_id, self.tool_definitions_message_id) if i} or {
+            m.id for m in self.messages if m.is_special
+        }
+
+    def _without_dangling_results(self, indices: list[int]) -> list[int]:
+        """peteos's ``_strip_dangling_tool_results``, over messages in display order."""
+        seen: set[str] = set()
+        kept: list[int] = []
+        for i in indices:
+            message = self.messages[i]
+            seen.update(p.call_id for p in message.tool_uses())
+            if any(p.call_id not in seen for p in message.tool_results()):
+                continue
+            seen.difference_update(p.call_id for p in message.tool_results())
+            kept.append(i)
+        return kept
+
+    def window_disagreement(self, max_tokens: int, encoding: str = DEFAULT_ENCODING) -> WindowDisagreement:
+        """Which messages a rolling token window keeps with true counts and with the
+        cached ones peteos uses: where stale counts change a compaction. Works on a copy:
+        this context is not changed."""
+        probe = Context.from_dict(self.to_dict())
+        by_true = probe.rolling_token_window(max_tokens, encoding)
+        by_cached = probe.peteos_token_window(max_tokens, encoding)
+        everything = [m.id for m in self.messages]
+        return WindowDisagreement(
+            max_tokens,
+            tuple(m.id for m in by_true.messages) if by_true else tuple(everything),
+            tuple(m.id for m in by_cached.messages) if by_cached else tuple(everything),
+        )
+
     def strip_thinking(self) -> Context:
         """Fork of everything without thinking parts. Cached token counts are kept (and
         so become stale, as in peteos); messages left empty are dropped and the anchors
@@ -387,8 +485,18 @@ class Context:
             self._key_order,
             _KEY_ORDER,
             self._file_keys,
-            lambda key, _value: key not in _FORK_KEYS or self.is_fork,
+            self._write_new_key,
         )
+
+    def _write_new_key(self, key: str, value: Any) -> bool:
+        """Whether a key the file did not have is added. Fork keys only on forks; a
+        context peteos made with ``Session.create()`` has no special-id keys at all, and
+        they stay absent while they are null."""
+        if key in _FORK_KEYS:
+            return self.is_fork
+        if key in _SPECIAL_ID_KEYS and self._file_keys:
+            return value is not None
+        return True
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Context) and self.to_dict() == other.to_dict()

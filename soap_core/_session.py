@@ -10,8 +10,11 @@ from typing import Any
 from soap_core._codec import in_file_order
 from soap_core._context import Context
 from soap_core._errors import ContextNotFoundError, FormatError, SoapError
+from soap_core._layout import Layout
 
 THREAD_ID_KEY = "_persistent_thread_id"
+OBJECT_KEY = "_soapwb_object"
+"""``state_data`` key our runtime writes into each session it creates: the object's id."""
 _KEY_ORDER = ("uuid", "active_context_id", "auto_approve_tools", "state_data", "is_active")
 
 
@@ -40,6 +43,8 @@ class Session:
         self.load_errors: dict[str, SoapError] = {}
         self.directory: Path | None = None
         """The folder this session was read from; saving writes back there."""
+        self.layout: Layout = "agents"
+        """The store generation the session was read from (``sessions``: peteos 0.6)."""
         self.extra: dict[str, Any] = {}
         self._key_order: tuple[str, ...] = _KEY_ORDER
         self._file_keys: frozenset[str] = frozenset()

@@ -1,4 +1,6 @@
-"""The store: a sOAP config dir, ``<config_dir>/agents/<role>/<session_uuid>/``.
+"""The store: a sOAP config dir of either peteos generation (:mod:`soap_core._layout`):
+``agents/<role>/<session_uuid>/`` (peteos <= 0.5, our runtime) and
+``sessions/<session_uuid>/`` with roles from ``instances/`` (peteos 0.6), both listed.
 
 Each session directory holds ``session.json`` and one file per saved context, named
 ``<id>.json`` or ``<YYYYMMDD>-<id>.json``; files are keyed by the ``id`` inside them.
@@ -23,6 +25,7 @@ from soap_core._errors import (
     StoreError,
 )
 from soap_core._jsonio import read_json, write_json_atomic
+from soap_core._layout import UNKNOWN_ROLE, InstanceClaim, Layout, locate, read_instances
 from soap_core._session import Session
 
 SESSION_FILE = "session.json"
@@ -41,6 +44,10 @@ class SessionSummary:
     active_context_id: str | None
     context_files: int
     error: str | None = None
+    layout: Layout = "agents"
+    """Which generation's folder the session lives in (``sessions``: peteos 0.6)."""
+    instance: str | None = None
+    """For a 0.6 session: the name of the instance whose ``thread_store`` claims it."""
 
     @property
     def broken(self) -> bool:
@@ -60,17 +67,20 @@ def _uuid_part(session_uuid: str) -> str:
 
 
 class Store:
-    """A sOAP store rooted at a config dir (or directly at its ``agents`` folder)."""
+    """A sOAP store: a config dir of either generation, its ``.peteos``, or the ``agents``
+    or ``sessions`` folder itself. New sessions of our runtime go to ``agents/<role>/``."""
 
     def __init__(self, config_dir: Path | str) -> None:
         self.root = Path(config_dir)
-        nested = self.root / "agents"
-        self.agents_dir = self.root if self.root.name == "agents" and not nested.is_dir() else nested
+        self.layout = locate(self.root)
+        self.agents_dir = self.layout.agents_dir
+        self.sessions_dir = self.layout.sessions_dir
 
     def __repr__(self) -> str:
         return f"Store({str(self.root)!r})"
 
     def session_dir(self, role: str, session_uuid: str) -> Path:
+        """Where our runtime creates a session (the ``agents`` layout it always wrote)."""
         return self.agents_dir / role / session_uuid
 
     def roles(self) -> list[str]:
@@ -78,33 +88,60 @@ class Store:
             return []
         return sorted(p.name for p in self.agents_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
 
-    def _session_dirs(self) -> list[tuple[str, Path]]:
+    def instance_claims(self) -> dict[str, InstanceClaim]:
+        """Session uuid -> the 0.6 instance that claims it (every instance file read once)."""
+        claims, _errors = read_instances(self.layout.instances_dir)
+        return claims
+
+    def session_parent_dirs(self) -> list[Path]:
+        """The folders whose entries are session folders: each role folder, ``sessions``."""
+        parents = [self.agents_dir / role for role in self.roles()]
+        return [*parents, self.sessions_dir] if self.sessions_dir.is_dir() else parents
+
+    def _session_dirs(self) -> list[tuple[str, Path, Layout, str | None]]:
         if not self.root.is_dir():
             raise StoreError(self.root, "no such store directory")
         try:
-            return [
-                (role, path)
+            found: list[tuple[str, Path, Layout, str | None]] = [
+                (role, path, "agents", None)
                 for role in self.roles()
                 for path in sorted((self.agents_dir / role).iterdir())
                 if path.is_dir() and not path.name.startswith(".")
             ]
+            if self.sessions_dir.is_dir():
+                claims = self.instance_claims()
+                for path in sorted(self.sessions_dir.iterdir()):
+                    if path.is_dir() and not path.name.startswith("."):
+                        claim = claims.get(path.name)
+                        role = claim.role if claim else UNKNOWN_ROLE
+                        found.append((role, path, "sessions", claim.instance if claim else None))
         except OSError as exc:
-            raise StoreError(exc.filename or self.agents_dir, f"cannot list: {exc.strerror}") from exc
+            raise StoreError(exc.filename or self.root, f"cannot list: {exc.strerror}") from exc
+        return found
 
     # -- listing ------------------------------------------------------------------------
 
     def sessions(self) -> list[SessionSummary]:
         """Every session of every role, read from ``session.json`` only; broken ones marked."""
-        return [self._summary(role, path) for role, path in self._session_dirs()]
+        return [self._summary(*found) for found in self._session_dirs()]
 
-    def _summary(self, role: str, path: Path) -> SessionSummary:
+    def _summary(self, role: str, path: Path, layout: Layout, instance: str | None) -> SessionSummary:
         files = len(_context_paths(path))
         try:
             session = self.read_session_file(role, path)
         except SoapError as exc:
-            return SessionSummary(role, path.name, path, None, False, None, files, str(exc))
+            return SessionSummary(role, path.name, path, None, False, None, files, str(exc), layout, instance)
         return SessionSummary(
-            role, session.uuid, path, session.thread_id, session.is_active, session.active_context_id, files
+            role,
+            session.uuid,
+            path,
+            session.thread_id,
+            session.is_active,
+            session.active_context_id,
+            files,
+            None,
+            layout,
+            instance,
         )
 
     def find(self, ref: str) -> SessionSummary:
@@ -119,9 +156,9 @@ class Store:
         if len(matches) == 1:
             return matches[0]
         if not matches:
-            raise SessionNotFoundError(self.agents_dir, f"no session matches {ref!r}")
+            raise SessionNotFoundError(self.root, f"no session matches {ref!r}")
         names = ", ".join(f"{s.role}/{s.path.name}" for s in matches[:5])
-        raise AmbiguousSessionError(self.agents_dir, f"{ref!r} matches {len(matches)} sessions: {names}")
+        raise AmbiguousSessionError(self.root, f"{ref!r} matches {len(matches)} sessions: {names}")
 
     # -- loading ------------------------------------------------------------------------
 
@@ -152,6 +189,7 @@ class Store:
         summary = self.find(ref)
         session = self.read_session_file(summary.role, summary.path)
         session.directory = summary.path
+        session.layout = summary.layout
         for path in _context_paths(summary.path):
             try:
                 context = self.read_context(path)

@@ -36,7 +36,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         emit_json([row.as_dict() for row in rows])
         return 0
     if not rows:
-        print(f"no sessions in {store.agents_dir}")
+        print(f"no sessions in {store.root} (looked in {store.agents_dir} and {store.sessions_dir})")
         return 0
     table = [
         (

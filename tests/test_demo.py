@@ -101,11 +101,11 @@ def test_every_invocation_starts_with_the_tool_call_it_was_given(store: Store) -
     forced = 0
     for summary in store.sessions():
         for call in read_calls(summary.path):
-            assert call["error"] is None and call["response"] is not None
-            choice = call["request"].get("tool_choice")
+            assert call.error is None and call.response is not None
+            choice = call.request.get("tool_choice")
             if isinstance(choice, dict):
                 forced += 1
-                made = call["response"]["choices"][0]["message"]["tool_calls"]
+                made = call.response["choices"][0]["message"]["tool_calls"]
                 assert [c["function"]["name"] for c in made][:1] == [choice["function"]["name"]]
     assert forced >= 20
 

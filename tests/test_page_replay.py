@@ -134,9 +134,9 @@ class TestTheRequest:
         session = analyst(workbench_store)
         at = open_replay(workbench_store, session=session.uuid)
         found = materialize(session, session.active_context_id, -1)
-        assert found.call is not None and found.call["request_hash"] == found.request_hash
+        assert found.call is not None and found.call.request_hash == found.request_hash
         [success] = at.success
-        assert "matches" in success.value and found.call["id"].replace("-", "\\-") in success.value
+        assert "matches" in success.value and found.call.id.replace("-", "\\-") in success.value
         assert found.request in json_values(at)
 
     def test_a_message_a_fork_copied_is_verified_against_its_ancestor_call(
@@ -161,7 +161,7 @@ class TestTheRequest:
         at = open_replay(writable_store, session=session.uuid)
         assert at.error and "Mismatch" in at.error[0].value
         assert found.call is not None
-        assert request_differences(found.call["request"], found.request) in json_values(at)
+        assert request_differences(found.call.request, found.request) in json_values(at)
 
     def test_the_edit_form_offers_each_editable_message_prefilled(self, workbench_store: Path) -> None:
         session = analyst(workbench_store)

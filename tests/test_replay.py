@@ -83,9 +83,9 @@ def test_a_temperature_zero_replay_reproduces_the_request_and_the_output(
 ) -> None:
     session = only_session(store)
     found = materialize(session, None, -1)
-    assert found.call is not None and found.request_hash == found.call["request_hash"]
+    assert found.call is not None and found.request_hash == found.call.request_hash
     [run] = replay(store, session, found, endpoint(llm_server))
-    assert run.ok and run.request_hash == found.call["request_hash"]
+    assert run.ok and run.request_hash == found.call.request_hash
     original = session.contexts[found.context_id].messages[found.index]
     assert run.output is not None and run.output.text() == original.text()
     assert diff_outputs(Output.of(original), Output.of(run.output)).identical
@@ -194,20 +194,24 @@ def test_soapwb_diff_compares_runs_and_contexts(
 PETEOS_TOOLS = ["get_name", "produce_output", "produce_error"]
 
 
-def test_materializing_the_peteos_fixture_gives_what_peteos_sent(store_copy: Path) -> None:
+def test_materializing_the_peteos_fixture_gives_the_body_of_peteoss_adapter(store_copy: Path) -> None:
+    """The fixture is peteos-0.5-shaped (no call log): the body is the one
+    ``OpenAIChatBot._build_body`` builds; tests/test_peteos_peer.py checks that shape
+    against peteos itself."""
     session = Store(store_copy).load_session("3f0c")
     found = materialize(session, None, 5)  # "You asked me to remember 42.", in the active fork
-    assert found.call is None and "model" not in found.request
+    assert found.call is None and found.source == "peteos-0.5" and "model" not in found.request
+    assert list(found.request) == ["stream", "max_tokens", "messages", "tools"]
+    assert any("model is not recorded" in note for note in found.notes)
     assert found.request["messages"] == [
         {"role": "system", "content": session.active_context.messages[0].text()},
         {"role": "user", "content": "What number did I ask you to remember?"},
         {
             "role": "assistant",
-            "content": "",
             "tool_calls": [
                 {
-                    "id": "toolu_01HXk3Vq9pZ2mN7cR4tY8wLb",
                     "type": "function",
+                    "id": "toolu_01HXk3Vq9pZ2mN7cR4tY8wLb",
                     "function": {"name": "produce_output", "arguments": '{"answer": 42}'},
                 }
             ],

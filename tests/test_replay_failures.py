@@ -148,13 +148,13 @@ def assert_failure_recorded(root: Path, found: replay.Materialized, run: replay.
     record = fork.extra.get(REPLAY_KEY, {})
     assert record.get("error") == run.error, f"the fork's {REPLAY_KEY} record lost the error: {record}"
     assert record["of_index"] == AT
-    calls = [c for c in read_calls(directory) if c["id"] == run.call_id]
+    calls = [c for c in read_calls(directory) if c.id == run.call_id]
     assert len(calls) == 1, f"no call record {run.call_id} under {directory / 'calls'}"
     [call] = calls
-    assert call["context_id"] == run.fork_id
-    assert call["error"] == run.error, f"the call record lost the error: {call['error']!r}"
-    assert (call["response"], call["message_id"], call["usage"]) == (None, None, None)
-    assert call["request_hash"] == run.request_hash
+    assert call.context_id == run.fork_id
+    assert call.error == run.error, f"the call record lost the error: {call.error!r}"
+    assert (call.response, call.message_id, call.usage) == (None, None, None)
+    assert call.request_hash == run.request_hash
 
 
 # -- the library: replay.replay ------------------------------------------------------------
@@ -312,19 +312,19 @@ def test_concurrent_samples_against_a_flaky_server_each_keep_their_own_fork_and_
     assert len({r["call_id"] for r in runs}) == 4
 
     session = Store(store_copy).load_session("3f0c")
-    calls = {c["id"]: c for c in read_calls(session_dir(store_copy))}
+    calls = {c.id: c for c in read_calls(session_dir(store_copy))}
     for run in runs:
         fork, call = session.contexts[run["fork_id"]], calls[run["call_id"]]
-        assert call["context_id"] == run["fork_id"]
+        assert call.context_id == run["fork_id"]
         if run["ok"]:
             assert run["text"] == "hello"
             assert fork.messages[-1].role == "assistant" and fork.messages[-1].text() == "hello"
             assert "error" not in fork.extra[REPLAY_KEY]
-            assert call["error"] is None and call["response"]["choices"][0]["message"]["content"] == "hello"
+            assert call.error is None and call.response["choices"][0]["message"]["content"] == "hello"
         else:
             assert "failed: HTTP error: HTTP 500" in run["error"]
             assert len(fork.messages) == AT, "a failed fork holds the request only"
             assert fork.extra[REPLAY_KEY]["error"] == run["error"]
-            assert call["error"] == run["error"] and call["response"] is None
+            assert call.error == run["error"] and call.response is None
     assert len(new_files(before, snapshot(store_copy))) == 8  # four forks, four call records
     assert [v for v in replay.verify_store(Store(store_copy)) if not v.match] == []

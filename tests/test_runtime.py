@@ -161,14 +161,14 @@ def test_every_call_is_recorded_with_its_exact_request(runtime: Runtime) -> None
     calls = read_calls(session.directory or Path())
     assert len(calls) == 2
     for call in calls:
-        assert call["request_hash"] == request_hash(call["request"])
-        assert call["base_url"] == runtime.endpoint.base_url
-        assert call["context_id"] == session.active_context_id
-        produced = session.active_context.messages[call["message_index"]]
-        assert produced.id == call["message_id"] and produced.role == "assistant"
-        assert call["usage"]["completion_tokens"] > 0 and call["latency_s"] > 0
-    assert calls[0]["request"]["tool_choice"] == {"type": "function", "function": {"name": "add"}}
-    assert calls[1]["request"]["messages"][-1]["role"] == "tool"
+        assert call.request_hash == request_hash(call.request)
+        assert call.base_url == runtime.endpoint.base_url
+        assert call.context_id == session.active_context_id
+        produced = session.active_context.messages[call.message_index]
+        assert produced.id == call.message_id and produced.role == "assistant"
+        assert call.usage["completion_tokens"] > 0 and call.latency_s > 0
+    assert calls[0].request["tool_choice"] == {"type": "function", "function": {"name": "add"}}
+    assert calls[1].request["messages"][-1]["role"] == "tool"
 
 
 def test_a_three_deep_chain_walks_back_from_the_innermost_session_using_files(runtime: Runtime) -> None:

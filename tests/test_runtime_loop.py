@@ -156,8 +156,8 @@ def test_an_llm_failure_is_recorded_and_leaves_the_session_unlocked(tmp_path: Pa
     session = shop.runtime.store.load_session(summary.uuid)
     assert not session.is_active and "LLMError" in session.state_data["_soapwb_last_error"]
     [call] = read_calls(summary.path)
-    assert "connection: refused" in call["error"] and call["response"] is None
-    assert call["request_hash"] == request_hash(call["request"])
+    assert "connection: refused" in call.error and call.response is None
+    assert call.request_hash == request_hash(call.request)
     assert shop.invoke("again", thread="t") == "back again"  # lock released, same session
     assert "_soapwb_last_error" not in shop.runtime.store.load_session(summary.uuid).state_data
 
@@ -199,7 +199,7 @@ def test_an_object_without_tools_offers_only_the_output_tools_and_only_with_a_sc
     assert plain.invoke("and now?", thread="t") == "plain"
     assert "tools" not in endpoint.requests[1] and "tool_choice" not in endpoint.requests[1]
     calls_made = read_calls(plain.runtime.store.sessions()[0].path)
-    assert calls_made[0]["tool_list_hook"] != calls_made[1]["tool_list_hook"]
+    assert calls_made[0].tool_list_hook != calls_made[1].tool_list_hook
 
 
 def test_an_invocation_from_plain_code_inside_another_is_recorded_in_both_sessions(tmp_path: Path) -> None:

@@ -27,8 +27,7 @@ from replay import (
     noise_band,
     request_differences,
 )
-from soap_core import Context, Message, Session
-from soap_core.runtime import read_calls
+from soap_core import Context, Message, Session, read_calls
 
 PREVIEW_WIDTH = 60
 WORD_COLUMNS = ("op", "words")
@@ -111,11 +110,11 @@ def verification_of(found: Materialized) -> Verdict:
     """The rematerialized request against the recorded call, by hash; where they differ."""
     if found.call is None:
         return Verdict("unrecorded")
-    recorded = str(found.call.get("request_hash"))
-    call_id = str(found.call.get("id"))
+    recorded = found.call.request_hash
+    call_id = found.call.id
     if recorded == found.request_hash:
         return Verdict("match", call_id, recorded)
-    differences = request_differences(found.call.get("request") or {}, found.request)
+    differences = request_differences(found.call.request, found.request)
     return Verdict("mismatch", call_id, recorded, differences)
 
 
@@ -197,8 +196,8 @@ def original_output(session: Session, found: Materialized) -> Output:
     """What the model answered when the message was made, with the call's usage and latency."""
     origin = session.contexts.get(found.context_id)
     message = origin.messages[found.index] if origin and found.index < len(origin.messages) else None
-    call = found.call or {}
-    return Output.of(message, call.get("usage"), call.get("latency_s"))
+    call = found.call
+    return Output.of(message, call.usage if call else None, call.latency_s if call else None)
 
 
 def run_output(run: ReplayRun) -> Output:
@@ -284,9 +283,9 @@ def output_of_reference(reference: Reference) -> Output:
     usage = latency = None
     directory = reference.session.directory
     if message is not None and directory is not None:
-        call = next((c for c in read_calls(directory) if c.get("message_id") == message.id), None)
+        call = next((c for c in read_calls(directory) if c.message_id == message.id), None)
         if call is not None:
-            usage, latency = call.get("usage"), call.get("latency_s")
+            usage, latency = call.usage, call.latency_s
     return Output.of(message, usage, latency)
 
 

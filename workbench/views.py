@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from soap_core import (
+    INSTANCE_FILE,
     REPLAY_KEY,
     ContextNode,
     MediaPart,
@@ -67,11 +68,13 @@ def store_signature(root: str) -> StoreSignature:
     rename) changes at least one entry, so this is a sound cache key for everything
     read from the store, while costing only ``stat`` calls.
     """
-    agents_dir = str(Store(root).agents_dir)
-    paths = [root, agents_dir]
-    for role_dir in _listing(agents_dir):
-        paths.append(role_dir)
-        for session_dir in _listing(role_dir):
+    store = Store(root)
+    paths = [root, str(store.agents_dir), str(store.layout.instances_dir)]
+    # peteos rewrites agentic_object.json in place: its own mtime tells a new thread
+    paths.extend(os.path.join(d, INSTANCE_FILE) for d in _listing(str(store.layout.instances_dir)))
+    for parent in store.session_parent_dirs():
+        paths.append(str(parent))
+        for session_dir in _listing(str(parent)):
             paths.append(session_dir)
             paths.extend(_listing(session_dir))
     return tuple(entry for entry in map(_stat_entry, paths) if entry is not None)

@@ -3,6 +3,14 @@
 Public names are re-exported here; the ``_modules`` behind them are private.
 """
 
+from soap_core._records import (
+    CallRecord,
+    InvocationRecord,
+    Party,
+    read_calls,
+    read_invocation,
+    read_invocations,
+)
 from soap_core.runtime._agentic import AgenticObject, ModelSettings, Runtime, agentic
 from soap_core.runtime._compaction import (
     Compaction,
@@ -19,14 +27,6 @@ from soap_core.runtime._invoke import (
 )
 from soap_core.runtime._llm import Completion, LLMEndpoint, LLMError
 from soap_core.runtime._locks import ActiveSessionError
-from soap_core.runtime._records import (
-    CallRecord,
-    InvocationRecord,
-    Party,
-    read_calls,
-    read_invocation,
-    read_invocations,
-)
 from soap_core.runtime._tools import ToolSpec, tool
 from soap_core.runtime._trace import InvocationTrace, TraceFrame, invocation_chain
 

@@ -26,13 +26,7 @@ from soap_core._context import Context
 from soap_core._errors import SoapError
 from soap_core._message import Message
 from soap_core._parts import TextPart, ThinkingPart, ToolPart, ToolResultPart, ToolUsePart
-from soap_core._session import Session
-from soap_core._store import SESSION_FILE
-from soap_core.runtime._agentic import AgenticObject
-from soap_core.runtime._compaction import ContextBudget
-from soap_core.runtime._llm import LLMError
-from soap_core.runtime._locks import CHAIN, ActiveSessionError, Frame, owner_info, session_lock
-from soap_core.runtime._records import (
+from soap_core._records import (
     CallRecord,
     InvocationRecord,
     Party,
@@ -41,9 +35,14 @@ from soap_core.runtime._records import (
     write_call,
     write_invocation,
 )
+from soap_core._session import OBJECT_KEY, Session
+from soap_core._store import SESSION_FILE
+from soap_core.runtime._agentic import AgenticObject
+from soap_core.runtime._compaction import ContextBudget
+from soap_core.runtime._llm import LLMError
+from soap_core.runtime._locks import CHAIN, ActiveSessionError, Frame, owner_info, session_lock
 from soap_core.runtime._tools import ToolSpec, json_type, run_tool
 
-OBJECT_KEY = "_soapwb_object"
 OWNER_KEY = "_soapwb_owner"
 ERROR_KEY = "_soapwb_last_error"
 OUTPUT_REMINDER = (

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from soap_core._errors import SoapError
-from soap_core.runtime._records import utc_now
+from soap_core._records import utc_now
 
 LOCK_FILE = ".soapwb.lock"
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from soap_core._records import InvocationRecord, read_invocation, read_invocations
 from soap_core._store import Store
-from soap_core.runtime._records import InvocationRecord, read_invocation, read_invocations
 
 
 @dataclass(frozen=True)

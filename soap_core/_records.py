@@ -1,4 +1,7 @@
-"""What the runtime records beside a session: LLM calls and cross-object invocations.
+"""What we record beside a session: LLM calls and cross-object invocations.
+
+Typed records every layer reads (the runtime writes them, replay, the budgets and the
+pages read them); they live beside the store because they are part of its format.
 
 peteos records neither. We keep them in sub-folders of the session directory, which
 peteos never reads and our context reader does not glob, so both still read the
@@ -18,7 +21,7 @@ Every record starts with a ``format`` field naming its kind and version.
 from __future__ import annotations
 
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -52,8 +55,8 @@ class CallRecord:
     message_index: int
     request: dict[str, Any]
     request_hash: str
-    base_url: str
-    started_at: str
+    base_url: str = ""
+    started_at: str = ""
     invocation_id: str | None = None
     message_id: str | None = None
     ended_at: str | None = None
@@ -76,6 +79,51 @@ class CallRecord:
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
         return {"format": data.pop("format"), **data}
+
+    @classmethod
+    def from_dict(cls, data: Any, path: Path) -> CallRecord:
+        """A call record read from ``path``; FormatError naming the field that is wrong."""
+        if not isinstance(data, dict) or data.get("format") != CALL_FORMAT:
+            raise FormatError(path, "$.format", f"not a {CALL_FORMAT} record")
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        for key, kind in _CALL_TYPES.items():
+            if key not in values:
+                if key in _CALL_REQUIRED:
+                    raise FormatError(path, f"$.{key}", "missing")
+                continue
+            value = values[key]
+            if value is None and key not in _CALL_REQUIRED:
+                continue
+            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+                raise FormatError(path, f"$.{key}", f"expected {getattr(kind, '__name__', kind)}")
+        return cls(**values)
+
+
+_CALL_REQUIRED = ("id", "session", "role", "context_id", "message_index", "request", "request_hash")
+_CALL_TYPES: dict[str, type | tuple[type, ...]] = {
+    "id": str,
+    "session": str,
+    "role": str,
+    "context_id": str,
+    "message_index": int,
+    "request": dict,
+    "request_hash": str,
+    "base_url": str,
+    "started_at": str,
+    "message_id": str,
+    "invocation_id": str,
+    "ended_at": str,
+    "latency_s": (int, float),
+    "response": dict,
+    "usage": dict,
+    "error": str,
+    "system_prompt_hooks": list,
+    "tool_list_hook": str,
+    "context_limit": int,
+    "compaction": str,
+    "replay": dict,
+}
 
 
 @dataclass
@@ -133,18 +181,12 @@ def write_call(session_dir: Path, record: CallRecord) -> Path:
     return path
 
 
-def read_calls(session_dir: Path) -> list[dict[str, Any]]:
+def read_calls(session_dir: Path) -> list[CallRecord]:
     """Every call record of a session, oldest first (ids sort by time)."""
     folder = session_dir / CALLS_DIR
     if not folder.is_dir():
         return []
-    records = []
-    for path in sorted(folder.glob("*.json")):
-        data = read_json(path)
-        if not isinstance(data, dict) or data.get("format") != CALL_FORMAT:
-            raise FormatError(path, "$.format", f"not a {CALL_FORMAT} record")
-        records.append(data)
-    return records
+    return [CallRecord.from_dict(read_json(path), path) for path in sorted(folder.glob("*.json"))]
 
 
 def write_invocation(session_dirs: list[Path], record: InvocationRecord) -> None:
