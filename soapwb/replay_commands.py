@@ -10,20 +10,21 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from importers.openpoke import AddressError, materialize_at
 from replay import (
+    Materialized,
     NoiseBand,
     Output,
     Overrides,
     ReplayRun,
     diff_contexts,
     diff_outputs,
-    materialize,
     noise_band,
     replay,
     verify_store,
 )
 from replay._refs import resolve_reference
-from soap_core import SoapError
+from soap_core import Session, SoapError
 from soap_core.runtime import LLMEndpoint
 from soapwb.common import UsageError, add_store_options, emit_json, open_store
 
@@ -100,26 +101,48 @@ def register(commands: Any) -> None:
     diff.set_defaults(handler=cmd_diff)
 
 
+_AT_HELP = (
+    "which request. N: in a session imported from OpenPoke, log entry N, the user_message or "
+    "agent_message OpenPoke answered (numbered as `soapwb import openpoke` and `show` on the root "
+    "context count them, whichever context is active); in any other session, the display index "
+    "of the output in the context (negative counts from the end). entry:N and message:N (a display "
+    "index, also in an OpenPoke session) say which explicitly; anything else is a message id or prefix"
+)
+
+
 def _add_target(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("session", metavar="SESSION", help="session uuid or a unique prefix of one")
     parser.add_argument("--context", metavar="ID", help="context id or prefix (default: the active one)")
+    parser.add_argument("--at", required=True, metavar="N|entry:N|message:N|ID", help=_AT_HELP)
     parser.add_argument(
-        "--at",
-        required=True,
-        metavar="N",
-        help="display index (negative counts from the end) or message id of the output",
+        "--openpoke-root",
+        metavar="DIR",
+        type=Path,
+        help="for a session imported from OpenPoke: the OpenPoke checkout whose system prompt and "
+        "tools to send, for this command only (import --openpoke-root remembers one)",
     )
+
+
+def materialize_target(args: argparse.Namespace, session: Session) -> Materialized:
+    """The request ``--context``/``--at`` name, with ``--openpoke-root`` for an OpenPoke entry."""
+    try:
+        return materialize_at(
+            session, args.context, args.at, openpoke_root=getattr(args, "openpoke_root", None)
+        )
+    except AddressError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def cmd_materialize(args: argparse.Namespace) -> int:
     store = open_store(args)
     session = store.load_session(args.session, require_active=args.context is None)
-    found = materialize(session, args.context, args.at)
+    found = materialize_target(args, session)
     if args.json:
         emit_json(found.as_dict())
         return 0
-    source = f"recorded call {found.call['id']}" if found.call else "no recorded call"
-    print(f"{found.role}/{found.session} context {found.context_id} message {found.index} ({source})")
+    recorded = f"recorded call {found.call.id}" if found.call else "no recorded call"
+    print(f"{found.role}/{found.session} context {found.context_id} message {found.index} ({recorded})")
+    print(f"built as {found.source} sends it")
     print(f"request hash {found.request_hash}")
     for note in found.notes:
         print(f"note: {note}")
@@ -194,12 +217,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise UsageError("--samples and --concurrency must be at least 1, --noise at least 0")
     store = open_store(args)
     session = store.load_session(args.session, require_active=args.context is None)
-    found = materialize(session, args.context, args.at)
+    found = materialize_target(args, session)
     overrides = overrides_from(args)
     original_message = session.contexts[found.context_id].messages[found.index] if found.message_id else None
-    original = Output.of(
-        original_message, (found.call or {}).get("usage"), (found.call or {}).get("latency_s")
-    )
+    call = found.call
+    original = Output.of(original_message, call.usage if call else None, call.latency_s if call else None)
     with endpoint_for(args) as endpoint:
         runs = replay(
             store,

@@ -453,6 +453,7 @@ def test_the_request_at_the_third_user_message_of_the_short_log_is_exactly_openp
             {"role": "system", "content": PLACEHOLDER_PROMPT},
             {"role": "user", "content": EXPECTED_AT_SEND_IT},
         ],
+        "stream": False,
         "tools": [tool_schema(t) for t in INTERACTION_TOOLS],
     }
     assert [
@@ -463,7 +464,7 @@ def test_the_request_at_the_third_user_message_of_the_short_log_is_exactly_openp
         "ToolDefinitionsMessage",
         "Message",
     ]
-    assert found.parameters == {"model": "anthropic/claude-sonnet-4"}
+    assert found.parameters == {"model": "anthropic/claude-sonnet-4", "stream": False}
     assert (found.context_id, found.index, found.message_id) == (
         root.id,
         10,

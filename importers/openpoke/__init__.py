@@ -8,12 +8,17 @@
 * :func:`working_memory_at` and :func:`tracks_at` give the two tracks at an entry: the raw
   log and the working memory as the model saw it (:mod:`._memory`).
 * :func:`materialize_entry` rebuilds the interaction agent's request at an entry; replay's
-  ``materialize`` dispatches to it for imported sessions (:mod:`._materialize`).
+  ``materialize`` dispatches to it for imported sessions (:mod:`._materialize`), and
+  :func:`entry_position` finds an entry by its number; :func:`roster_at` gives the
+  ``<active_agents>`` of that request (:mod:`._roster`).
+* Times: :func:`resolve_folds` reads a DST fall-back's repeated hour by the log's order,
+  once, in the reader; :func:`entry_instant` is every entry's UTC instant (:mod:`._reader`).
 
 Public names are re-exported here; the ``_modules`` behind them are private.
 """
 
 from importers._errors import ImporterError
+from importers.openpoke._addressing import AddressError, materialize_at, resolve_target
 from importers.openpoke._import import ImportReport, SessionReport, SummaryReport, import_openpoke
 from importers.openpoke._log import (
     LogEntry,
@@ -43,8 +48,11 @@ from importers.openpoke._mapping import (
 from importers.openpoke._materialize import (
     INTERACTION_TOOLS,
     OPENPOKE_MODEL,
+    OPENPOKE_PARAMETERS,
     PLACEHOLDER_PROMPT,
+    entry_position,
     materialize_entry,
+    openpoke_request,
     render_request_content,
 )
 from importers.openpoke._memory import (
@@ -61,11 +69,14 @@ from importers.openpoke._reader import (
     ExecutionLog,
     OpenPokeData,
     WorkingMemory,
+    entry_instant,
     find_data_dir,
     read_openpoke,
+    resolve_folds,
     slugify,
     to_utc,
 )
+from importers.openpoke._roster import ActiveAgents, roster_at, roster_history
 
 __all__ = [
     "EXECUTION_ROLE",
@@ -73,11 +84,14 @@ __all__ = [
     "INTERACTION_TOOLS",
     "META_KEY",
     "OPENPOKE_MODEL",
+    "OPENPOKE_PARAMETERS",
     "PLACEHOLDER_PROMPT",
     "SOURCE",
     "SOURCE_KEY",
     "STATE_KEY",
     "SUMMARY_TAG",
+    "ActiveAgents",
+    "AddressError",
     "ExecutionLog",
     "ImportReport",
     "ImporterError",
@@ -96,13 +110,17 @@ __all__ = [
     "conversation_entries",
     "decode_payload",
     "encode_payload",
+    "entry_instant",
+    "entry_position",
     "find_data_dir",
     "format_line",
     "import_openpoke",
     "is_openpoke_session",
     "known_summaries",
+    "materialize_at",
     "materialize_entry",
     "openpoke_meta",
+    "openpoke_request",
     "openpoke_state",
     "parse_line",
     "parse_log",
@@ -110,6 +128,10 @@ __all__ = [
     "render_entry",
     "render_request_content",
     "render_transcript",
+    "resolve_folds",
+    "resolve_target",
+    "roster_at",
+    "roster_history",
     "slugify",
     "to_utc",
     "tracks_at",

@@ -62,6 +62,7 @@ from importers.openpoke._reader import (
     parse_local,
     read_openpoke,
 )
+from importers.openpoke._roster import roster_history
 from soap_core import (
     DEFAULT_ANCHORS,
     MESSAGES_ANCHOR,
@@ -337,6 +338,7 @@ def _import_interaction(
             "log": CONVERSATION_LOG,
             "timezone": data.timezone,
             "roster": list(data.roster),
+            "roster_history": roster_history(data),
             "root_context_id": root.id,
             "openpoke_root": openpoke_root or previous.get("openpoke_root"),
         },

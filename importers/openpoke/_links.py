@@ -35,9 +35,9 @@ from importers.openpoke._mapping import (
     INTERACTION_ROLE,
     stable_id,
 )
-from importers.openpoke._reader import ExecutionLog, parse_local, to_utc
+from importers.openpoke._reader import ExecutionLog, entry_instant
 from soap_core import Context, Session, SoapError, read_json
-from soap_core.runtime._records import INVOCATIONS_DIR, InvocationRecord, Party, write_invocation
+from soap_core._records import INVOCATIONS_DIR, InvocationRecord, Party, write_invocation
 
 _NO_TIME = "00000000T000000000000"
 
@@ -79,7 +79,7 @@ def turns(imported: Imported, entries: tuple[LogEntry, ...], zone: ZoneInfo) -> 
     for number, start in enumerate(starts):
         end = starts[number + 1] if number + 1 < len(starts) else len(entries)
         first, last = entries[start], entries[end - 1]
-        began = to_utc(first.timestamp, zone)
+        began = entry_instant(first, zone)
         records.append(
             InvocationRecord(
                 id=_record_id(began, imported.session.uuid, "turn", start),
@@ -88,7 +88,7 @@ def turns(imported: Imported, entries: tuple[LogEntry, ...], zone: ZoneInfo) -> 
                 prompt=first.text,
                 thread=None,
                 started_at=_utc_text(began, first.timestamp),
-                ended_at=_utc_text(to_utc(last.timestamp, zone), last.timestamp),
+                ended_at=_utc_text(entry_instant(last, zone), last.timestamp),
                 outcome="ok",
                 result=[{"index": e.index, "tag": e.tag, "text": e.text} for e in entries[start + 1 : end]],
             )
@@ -96,14 +96,16 @@ def turns(imported: Imported, entries: tuple[LogEntry, ...], zone: ZoneInfo) -> 
     return records
 
 
-def _call_site(entries: tuple[LogEntry, ...], moment: datetime | None) -> int | None:
-    """The last interaction entry at or before ``moment`` (local times, one zone)."""
+def _call_site(entries: tuple[LogEntry, ...], moment: datetime | None, zone: ZoneInfo) -> int | None:
+    """The last interaction entry at or before ``moment`` (UTC): instants, not local
+    texts, so that a DST fall-back's repeated hour orders right (both logs' folds come
+    from their own order, :func:`importers.openpoke._reader.resolve_folds`)."""
     if moment is None:
         return None
     site = None
     for entry in entries:
-        local = parse_local(entry.timestamp)
-        if local is not None and local <= moment:
+        instant = entry_instant(entry, zone)
+        if instant is not None and instant <= moment:
             site = entry.index
     return site
 
@@ -125,8 +127,8 @@ def handoffs(
             if open_record is not None:
                 open_record.outcome = "error"
                 open_record.error = "no agent_response before the next agent_request (timed out or crashed?)"
-            began = to_utc(entry.timestamp, zone)
-            site = _call_site(entries, parse_local(entry.timestamp))
+            began = entry_instant(entry, zone)
+            site = _call_site(entries, began, zone)
             turn = max((i for i in turn_of if i is not None and site is not None and i <= site), default=None)
             open_record = InvocationRecord(
                 id=_record_id(began, execution.session.uuid, "handoff", entry.index),
@@ -146,7 +148,7 @@ def handoffs(
             )
             records.append(open_record)
         elif entry.tag == "agent_response" and open_record is not None:
-            open_record.ended_at = _utc_text(to_utc(entry.timestamp, zone), entry.timestamp)
+            open_record.ended_at = _utc_text(entry_instant(entry, zone), entry.timestamp)
             if entry.text.startswith("Error:"):
                 open_record.outcome, open_record.error = "error", entry.text
             else:

@@ -54,6 +54,10 @@ class LogEntry:
     """The decoded payload, as OpenPoke's readers return it."""
     line: int
     """Physical line number (1-based) in its file."""
+    fold: int = 0
+    """Which of the two instants a timestamp in a DST fall-back's repeated hour names
+    (``datetime.fold``): 1 for the second pass. The parser cannot know (it has no zone);
+    :func:`importers.openpoke._reader.resolve_folds` sets it from the log's order."""
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,13 @@ any other tag      user         kept as hidden input, and reported
 =================  ===========  ========================================================
 
 Every imported message carries ``metadata["openpoke"] = {"tag", "index", "timestamp",
-"hidden"}`` (the timestamp exactly as in the log), its ``creation_timestamp`` is the
+"hidden"}`` (the timestamp exactly as in the log), plus ``"fold": 1`` for a timestamp in
+the second pass of a DST fall-back's repeated hour (the log's order tells, see
+:func:`importers.openpoke._reader.resolve_folds`), its ``creation_timestamp`` is the
 entry's naive local time in ISO form (absent when the log has none), and its text is
 the decoded payload. The session's ``state_data`` holds ``"_soapwb_source": "openpoke"``
-and, under ``"_openpoke"``, the data dir, the time zone, the roster, the OpenPoke
+and, under ``"_openpoke"``, the data dir, the time zone, the roster (and when each name
+joined it, :mod:`importers.openpoke._roster`), the OpenPoke
 checkout (if given) and the root context's id: everything materialization needs, so it
 works from the store alone.
 
@@ -82,9 +85,15 @@ def entry_message(
     entry: LogEntry, role: str, hidden: bool, message_id: str, content: list[Any] | None = None
 ) -> Message:
     """The message for one entry, with the ``openpoke`` metadata and its local time."""
-    metadata = {
-        META_KEY: {"tag": entry.tag, "index": entry.index, "timestamp": entry.timestamp, "hidden": hidden}
+    meta: dict[str, Any] = {
+        "tag": entry.tag,
+        "index": entry.index,
+        "timestamp": entry.timestamp,
+        "hidden": hidden,
     }
+    if entry.fold:  # only in a DST fall-back's repeated hour: the second of the two instants
+        meta["fold"] = entry.fold
+    metadata = {META_KEY: meta}
     message = Message(
         role,
         content if content is not None else [TextPart(entry.text)],

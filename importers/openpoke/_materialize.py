@@ -18,21 +18,30 @@ a blank line (FORMATS.md §2.5, ``agent.prepare_message_with_history``)::
 
 So :func:`materialize_entry` gives a :class:`replay.Materialized` whose ``messages`` are
 ``[system prompt, the 4 tool definitions, that user message]``; replay sends exactly
-those. Its ``index`` and ``message_id`` name the *output* of the call, as for any
-materialization: the first ``poke_reply`` or ``wait`` of the turn (None when the turn
-logged none), so a replay is compared with what OpenPoke logged.
+those. Its ``request`` is the body OpenPoke posts, key for key and in its order:
+``server/openrouter_client/client.py:request_chat_completion`` builds ``{"model",
+"messages" (the system prompt first, ``_build_messages``, left out when empty),
+"stream": False}`` and adds ``"tools"`` when there are any. Its ``index`` and
+``message_id`` name the *output* of the call, as for any materialization: the first
+``poke_reply`` or ``wait`` of the turn (None when the turn logged none), so a replay is
+compared with what OpenPoke logged.
+
+``<active_agents>`` is the roster as it stood at the entry, rebuilt from the execution
+logs (:mod:`importers.openpoke._roster`). :func:`entry_position` turns an entry number
+into a place in a context (the command line's ``--at entry:N``).
 
 Limits, also written into the notes: the system prompt is read from an OpenPoke checkout
-(``openpoke_root``, given here or at import time), else a clearly marked placeholder is
-sent; the roster is the one read at import (OpenPoke keeps no history of it); only the
-first model call of a turn can be rebuilt, because OpenPoke does not persist the tool
-loop's messages; and payloads went through OpenPoke's lossy backslash-n decoding.
+(``openpoke_root``, given here or at import time) as it is now, else a clearly marked
+placeholder is sent; only the first model call of a turn can be rebuilt, because
+OpenPoke does not persist the tool loop's messages; and payloads went through OpenPoke's
+lossy backslash-n decoding.
 """
 
 from __future__ import annotations
 
 import ast
 import html
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +49,14 @@ from importers.openpoke._mapping import (
     EXECUTION_ROLE,
     INCOMING_TAGS,
     OUTPUT_TAGS,
+    SOURCE,
     SUMMARY_TAG,
     is_openpoke_session,
     openpoke_meta,
     openpoke_state,
 )
 from importers.openpoke._memory import WorkingMemoryState, working_memory_at
+from importers.openpoke._roster import roster_at
 from replay._materialize import Materialized, MaterializeError
 from soap_core import Context, Message, Session, TextPart, ToolPart, chat_request, request_hash
 
@@ -144,13 +155,16 @@ def _in_checkout(root: Path, parts: tuple[str, ...]) -> Path | None:
 
 
 def system_prompt(openpoke_root: str | None, given: bool) -> tuple[str, str]:
-    """The interaction agent's system prompt (stripped, as OpenPoke loads it) and a note
+    """The interaction agent's system prompt (stripped, as OpenPoke loads it once at
+    start-up: ``server/agents/interaction_agent/agent.py:SYSTEM_PROMPT``) and a note
     saying where it came from."""
     if openpoke_root is None:
         return PLACEHOLDER_PROMPT, (
             "system prompt: PLACEHOLDER, not OpenPoke's. [OpenPoke system prompt not available: "
             "pass --openpoke-root]"
         )
+    if given and not Path(openpoke_root).is_dir():
+        raise MaterializeError(f"OpenPoke checkout {openpoke_root}: no such directory")
     path = _in_checkout(Path(openpoke_root), PROMPT_PATH)
     if path is None:
         problem = f"{openpoke_root} has no server/agents/interaction_agent/system_prompt.md"
@@ -158,7 +172,7 @@ def system_prompt(openpoke_root: str | None, given: bool) -> tuple[str, str]:
             raise MaterializeError(f"openpoke_root: {problem}")
         return PLACEHOLDER_PROMPT, f"system prompt: PLACEHOLDER, not OpenPoke's ({problem})"
     try:
-        return path.read_text("utf-8").strip(), f"system prompt: read from {path}"
+        return path.read_text("utf-8").strip(), f"system prompt: read from {path} (as the checkout is now)"
     except (OSError, UnicodeDecodeError) as exc:
         raise MaterializeError(f"{path}: cannot read the system prompt: {exc}") from None
 
@@ -263,8 +277,8 @@ def _refuse(session: Session, context: Context, index: int, meta: dict[str, Any]
     root = session.contexts.get(str(openpoke_state(session).get("root_context_id")))
     start = _turn_start(root, int(entry)) if root is not None and isinstance(entry, int) else None
     turn = (
-        f"; this entry belongs to the turn of entry {start[0]} (message {start[1]} of the root context "
-        f"{root.id})"
+        f"; it is part of the turn of entry {start[0]} (message {start[1]} of the root context "
+        f"{root.id}): materialize that entry (--at {start[0]})"
         if start is not None and root is not None
         else ""
     )
@@ -272,6 +286,34 @@ def _refuse(session: Session, context: Context, index: int, meta: dict[str, Any]
         f"{where} is entry {entry}, a {tag}: only user_message and agent_message entries can be "
         f"materialized (OpenPoke builds a request only when one of them arrives{turn})"
     )
+
+
+OPENPOKE_PARAMETERS: dict[str, Any] = {"model": OPENPOKE_MODEL, "stream": False}
+"""What OpenPoke sends besides the messages and tools (``Settings.interaction_agent_model``,
+a pydantic default, not read from the environment; ``stream`` fixed in
+``request_chat_completion``). A replay sends them too."""
+
+
+def openpoke_request(
+    messages: Sequence[Message],
+    *,
+    model: str | None = OPENPOKE_MODEL,
+    parameters: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The body ``server/openrouter_client/client.py:request_chat_completion`` posts:
+    ``model``, ``messages``, ``stream`` (False) and, when there are tools, ``tools``, in
+    that order (httpx sends the dict in its order). Other ``parameters`` (a replay's
+    ``max_tokens``, say; OpenPoke sends none) follow; None values are left out. The
+    signature is a request source's ``build_request``."""
+    extra = {k: v for k, v in (parameters or {}).items() if v is not None}
+    chat = chat_request(messages, model=model)
+    request: dict[str, Any] = {"model": chat["model"]} if "model" in chat else {}
+    request["messages"] = chat["messages"]
+    request["stream"] = extra.pop("stream", False)
+    if chat.get("tools"):
+        request["tools"] = chat["tools"]
+    request.update({k: v for k, v in extra.items() if k not in ("model", "messages", "tools")})
+    return request
 
 
 def _memory_note(memory: WorkingMemoryState) -> str:
@@ -307,7 +349,7 @@ def materialize_entry(
     root, root_index = _root_index(session, context, index)
     state = openpoke_state(session)
     memory = working_memory_at(session, int(meta["index"]))
-    roster = [str(name) for name in state.get("roster", [])]
+    agents = roster_at(session, int(meta["index"]))
     text = context.messages[index].text()
     stored_root = state.get("openpoke_root")
     checkout = (
@@ -319,14 +361,13 @@ def materialize_entry(
     )
     prompt, prompt_note = system_prompt(checkout, given=openpoke_root is not None)
     tools, tools_note = interaction_tools(checkout)
+    content = render_request_content(memory.transcript, list(agents.names), meta["tag"], text)
     messages = [
-        Message.system_prompt(prompt),
+        *([Message.system_prompt(prompt)] if prompt else []),  # client.py:_build_messages: `if system:`
         Message.tool_definitions_message(tools),
-        Message.create(
-            "user", [TextPart(render_request_content(memory.transcript, roster, meta["tag"], text))]
-        ),
+        Message.create("user", [TextPart(content)]),
     ]
-    request = chat_request(messages, model=OPENPOKE_MODEL)
+    request = openpoke_request(messages)
     output = _turn_output(root, root_index)
     notes = [
         f"OpenPoke interaction request at entry {meta['index']} ({meta['tag']}, {meta.get('timestamp')})",
@@ -334,7 +375,7 @@ def materialize_entry(
         tools_note,
         _memory_note(memory),
         *memory.notes,
-        f"active agents: roster.json as read at import ({len(roster)} names; OpenPoke keeps no history of it)",
+        *agents.notes,
         "only the turn's first model call is rebuilt: OpenPoke does not persist its tool loop (up to 8 calls)",
         f"the original output is entry {output[0]}"
         if output
@@ -349,6 +390,77 @@ def materialize_entry(
         request=request,
         request_hash=request_hash(request),
         messages=messages,
-        parameters={"model": OPENPOKE_MODEL},
+        parameters=dict(OPENPOKE_PARAMETERS),
         notes=notes,
+        source=SOURCE,
     )
+
+
+def _entry_positions(root: Context) -> dict[int, int]:
+    """Entry index → display index in the imported root context (the summary excluded)."""
+    positions: dict[int, int] = {}
+    for position, message in enumerate(root.messages):
+        meta = openpoke_meta(message)
+        if meta is not None and meta["tag"] != SUMMARY_TAG and isinstance(meta.get("index"), int):
+            positions.setdefault(int(meta["index"]), position)
+    return positions
+
+
+def _holds(context: Context) -> str:
+    """What a context holds, in entries, for an error message."""
+    indices: list[int] = []
+    summary = None
+    for message in context.messages:
+        meta = openpoke_meta(message)
+        if meta is None:
+            continue
+        if meta["tag"] == SUMMARY_TAG:
+            summary = meta.get("last_index")
+        elif isinstance(meta.get("index"), int):
+            indices.append(int(meta["index"]))
+    parts = [f"the summary of entries 0..{summary}"] if summary is not None else []
+    if indices:
+        parts.append(f"entries {min(indices)}..{max(indices)}")
+    return " and ".join(parts) if parts else "no log entries (not an imported context)"
+
+
+def entry_position(session: Session, entry: int, context: Context | None = None) -> tuple[Context, int]:
+    """Where log entry ``entry`` of an imported session is: ``(context, display index)``.
+
+    ``entry`` is the entry's index in the log it was imported from (the conversation log,
+    or an execution agent's log), counted as OpenPoke counts (``last_index``); negative
+    counts from the end of the log. The context is the imported root, or ``context``
+    when given, which must then hold that entry (a summary fork holds the summary and
+    copies of the entries after it). Raises :class:`MaterializeError` saying which
+    entries exist.
+    """
+    if not is_openpoke_session(session):
+        raise MaterializeError(
+            f"session {session.uuid} ({session.role}) was not imported from OpenPoke, so it has no log "
+            "entries: address a message by its display index or id"
+        )
+    root = session.contexts.get(str(openpoke_state(session).get("root_context_id")))
+    if root is None:
+        raise MaterializeError(f"session {session.uuid}: the imported root context is missing (import again)")
+    positions = _entry_positions(root)
+    if not positions:
+        raise MaterializeError(f"session {session.uuid} holds no imported log entries")
+    last = max(positions)
+    number = entry + last + 1 if entry < 0 else entry
+    log = str(openpoke_state(session).get("log", "the log"))
+    if number not in positions:
+        raise MaterializeError(
+            f"no entry {entry}: session {session.uuid} holds entries 0..{last} of {log} "
+            f"({len(positions)} entries; negative numbers count from the end)"
+        )
+    if context is None or context.id == root.id:
+        return root, positions[number]
+    message_id = root.messages[positions[number]].id
+    found = next((i for i, m in enumerate(context.messages) if m.id == message_id), None)
+    if found is None:
+        raise MaterializeError(
+            f"entry {number} is not in context {context.id}, which holds {_holds(context)}; "
+            f"the imported root {root.id} holds entries 0..{last} (leave out --context for it; "
+            "--at message:N is display index N of this context)"
+        )
+    return context, found

@@ -13,8 +13,9 @@ session, so the states known are: "no summary" and each of those summaries. Entr
 saw summary S when
 
 * ``i > S.last_index`` (S covers only entries before ``i``), and
-* the entry's local time, read in the session's time zone, is strictly after
-  ``S.updated_at`` (UTC): summarisation runs in the background once 110 entries are
+* the entry's local time, read in the session's time zone (in a DST fall-back's
+  repeated hour, the instant the log's order gives: the entry's ``fold``), is strictly
+  after ``S.updated_at`` (UTC): summarisation runs in the background once 110 entries are
   unsummarised, and entries that arrive while it runs still see the old state. Entry
   times have whole seconds, so an entry within the same second as ``updated_at`` counts
   as before it.
@@ -56,6 +57,13 @@ class TranscriptEntry:
     timestamp: str
     text: str
     message_id: str
+    fold: int = 0
+    """1 for a time in the second pass of a DST fall-back's repeated hour (see
+    :func:`importers.openpoke._reader.resolve_folds`)."""
+
+    def instant(self, zone: ZoneInfo) -> datetime | None:
+        """When the entry was logged, in UTC (None without a readable timestamp)."""
+        return to_utc(self.timestamp, zone, self.fold)
 
 
 @dataclass(frozen=True)
@@ -112,9 +120,15 @@ def conversation_entries(session: Session) -> list[TranscriptEntry]:
         meta = openpoke_meta(message)
         if meta is None or not isinstance(meta.get("index"), int):
             continue
+        fold = meta.get("fold")
         entries.append(
             TranscriptEntry(
-                meta["index"], meta["tag"], str(meta.get("timestamp", "")), message.text(), message.id
+                meta["index"],
+                meta["tag"],
+                str(meta.get("timestamp", "")),
+                message.text(),
+                message.id,
+                fold if fold in (0, 1) else 0,
             )
         )
     return sorted(entries, key=lambda e: e.index)
@@ -137,19 +151,28 @@ def known_summaries(session: Session) -> list[KnownSummary]:
     return sorted(found, key=lambda s: (s.updated_at is None, s.updated_at or datetime.min, s.last_index))
 
 
-def _zone(session: Session) -> ZoneInfo:
+def session_zone(session: Session) -> ZoneInfo:
+    """The time zone the imported entries' timestamps are in."""
     name = openpoke_state(session).get("timezone")
     return ZoneInfo(name if isinstance(name, str) and name else "UTC")
 
 
 def _seen(summary: KnownSummary, entry: TranscriptEntry, zone: ZoneInfo) -> bool:
-    arrived = to_utc(entry.timestamp, zone)
+    arrived = entry.instant(zone)  # with the fold the log's order gives (DST fall-back)
     return (
         entry.index > summary.last_index
         and summary.updated_at is not None
         and arrived is not None
         and arrived > summary.updated_at
     )
+
+
+def _pass(entry: TranscriptEntry, zone: ZoneInfo) -> str:
+    """`, the second pass (EST)` for a time in the second pass of a repeated hour."""
+    instant = entry.instant(zone)
+    if not entry.fold or instant is None:
+        return ""
+    return f", its second pass ({instant.astimezone(zone).tzname()}, {instant:%H:%M:%S} UTC)"
 
 
 def working_memory_at(session: Session, entry_index: int) -> WorkingMemoryState:
@@ -160,7 +183,7 @@ def working_memory_at(session: Session, entry_index: int) -> WorkingMemoryState:
     if entry_index not in by_index:
         raise ImporterError(session.directory or session.uuid, f"no imported entry {entry_index}")
     entry = by_index[entry_index]
-    zone = _zone(session)
+    zone = session_zone(session)
     summaries = known_summaries(session)
     seen = [s for s in summaries if _seen(s, entry, zone)]
     notes: list[str] = []
@@ -169,12 +192,12 @@ def working_memory_at(session: Session, entry_index: int) -> WorkingMemoryState:
         held = [e for e in entries if summary.last_index < e.index < entry_index]
         rule = (
             f"the summary of entries 0..{summary.last_index} (written {summary.updated_at_raw}, before "
-            f"entry {entry_index} arrived at {entry.timestamp} {zone.key}) and the entries after it"
+            f"entry {entry_index} arrived at {entry.timestamp} {zone.key}{_pass(entry, zone)}) and the entries after it"
         )
     else:
         held = [e for e in entries if e.index < entry_index]
         rule = f"no summary existed when entry {entry_index} arrived: every entry before it"
-        if summaries and to_utc(entry.timestamp, zone) is None:
+        if summaries and entry.instant(zone) is None:
             notes.append(
                 f"entry {entry_index} has no readable timestamp: no summary could be placed before it"
             )

@@ -13,16 +13,26 @@ What is read (FORMATS.md §2.1-§2.6):
   name zoneinfo does not know, as OpenPoke falls back).
 * ``chat_history.json``, the pre-log format, is noticed and reported, not imported.
 
-Entry timestamps are naive local wall-clock times in that zone; :func:`to_utc` gives the
-instant (the earlier one where a DST change makes a time ambiguous). A file OpenPoke
-could not read either (not UTF-8, a folder where a file belongs) raises
-:class:`ImporterError`; everything OpenPoke would shrug off is a notice.
+Entry timestamps are naive local wall-clock times in that zone, written by
+``now_in_user_timezone("%Y-%m-%d %H:%M:%S")`` (OpenPoke's ``server/utils/timezones.py``),
+which drops the offset: in the repeated hour of a DST fall-back (2025-11-02 01:00-02:00 in
+America/New_York) one text names two instants. The logs are append-only and each record's
+time is taken just before it is written (``ConversationLog._append``,
+``ExecutionAgentLogStore._append``, both synchronous on OpenPoke's one event loop), so a
+log's order is its time order: :func:`resolve_folds` reads a timestamp that goes back
+(by at most the repeated span) inside that hour as the second pass (``fold=1``), and so
+every later one in that hour. It runs here, once per log, and every reader of times
+(summary placement, hand-offs, the roster, the records) uses the entry's ``fold`` through
+:func:`entry_instant`. A file OpenPoke could not read either (not UTF-8, a folder where a
+file belongs) raises :class:`ImporterError`; everything OpenPoke would shrug off is a
+notice.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -117,10 +127,86 @@ def parse_local(timestamp: str) -> datetime | None:
         return None
 
 
-def to_utc(timestamp: str, zone: ZoneInfo) -> datetime | None:
-    """The instant an entry timestamp names, in UTC (None when it does not parse)."""
+def to_utc(timestamp: str, zone: ZoneInfo, fold: int = 0) -> datetime | None:
+    """The instant an entry timestamp names, in UTC (None when it does not parse).
+
+    ``fold`` picks one of the two instants a time in a DST fall-back's repeated hour
+    names (0: the first pass, 1: the second); an entry carries the one its log's order
+    shows (:func:`resolve_folds`), so pass ``entry.fold`` or use :func:`entry_instant`.
+    """
     local = parse_local(timestamp)
-    return None if local is None else local.replace(tzinfo=zone).astimezone(UTC)
+    return None if local is None else local.replace(tzinfo=zone, fold=fold).astimezone(UTC)
+
+
+def entry_instant(entry: LogEntry, zone: ZoneInfo) -> datetime | None:
+    """The instant of an entry, in UTC, with the fold its log's order gives."""
+    return to_utc(entry.timestamp, zone, entry.fold)
+
+
+def is_repeated(local: datetime, zone: ZoneInfo) -> bool:
+    """True when the naive ``local`` lies in a repeated span (a DST fall-back) of ``zone``:
+    its second pass is later than its first. (A time in a spring-forward gap also has two
+    readings, the other way round; OpenPoke never writes one, and it keeps fold 0.)"""
+    first = local.replace(tzinfo=zone, fold=0).astimezone(UTC)
+    return local.replace(tzinfo=zone, fold=1).astimezone(UTC) > first
+
+
+def resolve_folds(
+    entries: Iterable[LogEntry], zone: ZoneInfo, after: datetime | None = None
+) -> tuple[LogEntry, ...]:
+    """The entries with ``fold`` set from the log's order.
+
+    A log is in time order (see the module docstring), so an entry in a repeated span is
+    in the second pass when its first-pass instant lies before the previous timed entry's
+    instant and its second-pass instant does not: its time went back, by at most the
+    repeated span. Every later entry of that span then follows the same way, being after
+    a second-pass entry. When the order shows nothing (no time goes back), the first pass
+    is taken. ``after`` is the instant of the entry just before the first one (for a tail
+    of a log whose head is elsewhere).
+    """
+    previous = after
+    resolved: list[LogEntry] = []
+    for entry in entries:
+        local = parse_local(entry.timestamp)
+        if local is None:
+            resolved.append(entry)
+            continue
+        fold = 0
+        if previous is not None and is_repeated(local, zone):
+            first = local.replace(tzinfo=zone, fold=0).astimezone(UTC)
+            second = local.replace(tzinfo=zone, fold=1).astimezone(UTC)
+            if first < previous <= second:
+                fold = 1
+        resolved.append(replace(entry, fold=fold) if fold != entry.fold else entry)
+        previous = local.replace(tzinfo=zone, fold=fold).astimezone(UTC)
+    return tuple(resolved)
+
+
+def _with_folds(log: ParsedLog, zone: ZoneInfo, after: datetime | None = None) -> ParsedLog:
+    return replace(log, entries=resolve_folds(log.entries, zone, after))
+
+
+def _fold_notice(log: ParsedLog, zone: ZoneInfo) -> str | None:
+    """What the import made of entries in a repeated hour, or None when there are none."""
+    repeated = [
+        e for e in log.entries if (local := parse_local(e.timestamp)) is not None and is_repeated(local, zone)
+    ]
+    if not repeated:
+        return None
+    local = parse_local(repeated[0].timestamp)
+    assert local is not None
+    names = [local.replace(tzinfo=zone, fold=f).tzname() or "?" for f in (0, 1)]
+    second = [e for e in repeated if e.fold == 1]
+    lines = f"line {repeated[0].line}" + (f"-{repeated[-1].line}" if len(repeated) > 1 else "")
+    how = (
+        f"{len(second)} of them in the second pass ({names[1]}, from line {second[0].line}: the time goes back there)"
+        if second
+        else f"all read as the first pass ({names[0]}): no time goes back, so the order cannot show a second pass"
+    )
+    return (
+        f"{log.file}: {len(repeated)} entries ({lines}) have a time that {zone.key} repeats when DST ends "
+        f"(naive local times name two instants there); by the log's order {how}"
+    )
 
 
 def parse_updated_at(raw: str) -> datetime | None:
@@ -178,7 +264,9 @@ def _read_timezone(data_dir: Path, notices: list[str]) -> str:
     return name
 
 
-def _read_working_memory(data_dir: Path, notices: list[str]) -> WorkingMemory | None:
+def _read_working_memory(
+    data_dir: Path, conversation: ParsedLog, zone: ZoneInfo, notices: list[str]
+) -> WorkingMemory | None:
     text = _read_text(data_dir / WORKING_MEMORY_LOG)
     if text is None:
         notices.append(
@@ -212,7 +300,11 @@ def _read_working_memory(data_dir: Path, notices: list[str]) -> WorkingMemory | 
             summary = entry.text
         else:
             entries.append(entry)
-    return WorkingMemory(last_index, updated_at, updated_raw, summary, tuple(entries), log)
+    # The tail continues the conversation log after last_index: its folds follow on from
+    # that entry (the tail alone may start in a second pass whose first is summarised).
+    head = conversation.entries[last_index] if 0 <= last_index < len(conversation.entries) else None
+    tail = resolve_folds(entries, zone, entry_instant(head, zone) if head is not None else None)
+    return WorkingMemory(last_index, updated_at, updated_raw, summary, tail, log)
 
 
 def _read_roster(data_dir: Path, notices: list[str]) -> tuple[str, ...]:
@@ -237,7 +329,7 @@ def _read_roster(data_dir: Path, notices: list[str]) -> tuple[str, ...]:
 
 
 def _read_execution_logs(
-    data_dir: Path, roster: tuple[str, ...], notices: list[str]
+    data_dir: Path, roster: tuple[str, ...], zone: ZoneInfo, notices: list[str]
 ) -> tuple[ExecutionLog, ...]:
     folder = data_dir / EXECUTION_DIR
     if not folder.is_dir():
@@ -253,7 +345,8 @@ def _read_execution_logs(
                 f"{EXECUTION_DIR}/{path.name}: no roster name has this slug: the agent is named {slug!r}"
             )
             name = slug
-        logs.append(ExecutionLog(slug, name, parse_log(text or "", f"{EXECUTION_DIR}/{path.name}")))
+        log = _with_folds(parse_log(text or "", f"{EXECUTION_DIR}/{path.name}"), zone)
+        logs.append(ExecutionLog(slug, name, log))
     return tuple(logs)
 
 
@@ -279,10 +372,11 @@ def read_openpoke(path: Path | str) -> OpenPokeData:
     data_dir = find_data_dir(path)
     notices: list[str] = []
     timezone = _read_timezone(data_dir, notices)
+    zone = ZoneInfo(timezone)
     log_text = _read_text(data_dir / CONVERSATION_LOG)
     if log_text is None:
         notices.append(f"{CONVERSATION_LOG}: absent: no conversation to import")
-    conversation = parse_log(log_text or "", CONVERSATION_LOG)
+    conversation = _with_folds(parse_log(log_text or "", CONVERSATION_LOG), zone)
     if conversation.legacy_lines:
         lines = ", ".join(str(n) for n in conversation.legacy_lines)
         notices.append(
@@ -290,12 +384,17 @@ def read_openpoke(path: Path | str) -> OpenPokeData:
             "parser accepts them as entries with tag 'replies', so they count as entries here too"
         )
     roster = _read_roster(data_dir, notices)
+    execution_logs = _read_execution_logs(data_dir, roster, zone, notices)
+    for log in (conversation, *(e.log for e in execution_logs)):
+        notice = _fold_notice(log, zone)
+        if notice is not None:
+            notices.append(notice)
     return OpenPokeData(
         data_dir=data_dir,
         timezone=timezone,
         conversation=conversation,
-        working_memory=_read_working_memory(data_dir, notices),
-        execution_logs=_read_execution_logs(data_dir, roster, notices),
+        working_memory=_read_working_memory(data_dir, conversation, zone, notices),
+        execution_logs=execution_logs,
         roster=roster,
         legacy_history=_read_legacy_history(data_dir, notices),
         notices=tuple(notices),
