@@ -11,7 +11,7 @@ from __future__ import annotations
 import streamlit as st
 
 from analysis import CallBudget, SessionSpend, call_budgets, chain_budget, message_budgets
-from soap_core import Session, SoapError, Store
+from soap_core import Context, Session, SoapError, Store
 from workbench.loading import chosen_store, load_session, show_error_and_stop
 from workbench.selection import selected_context, selected_session
 from workbench.token_budget_views import (
@@ -24,6 +24,8 @@ from workbench.token_budget_views import (
     message_table,
     stale_note,
     threshold_from_param,
+    window_choice_note,
+    window_choice_table,
 )
 from workbench.views import StoreSignature, escape_markdown, store_signature
 
@@ -79,6 +81,19 @@ def show_messages(session: Session) -> None:
     if note:
         st.warning(escape_markdown(note))
     st.dataframe(message_table(rows), hide_index=True, key="message_table")
+    show_window_choice(context)
+
+
+def show_window_choice(context: Context) -> None:
+    """Where peteos's rolling_token_window (cached counts) and ours (true counts) part."""
+    with st.expander("Rolling token window: cached (peteos) vs true counts"):
+        total = context.total_token_count()
+        budget = st.number_input(
+            "Window (tokens)", min_value=1, value=max(1, total // 2), step=100, key="window_tokens"
+        )
+        choice = context.window_disagreement(int(budget))
+        st.text(window_choice_note(choice))
+        st.dataframe(window_choice_table(context, choice), hide_index=True, key="window_table")
 
 
 def show_chain(root: str, session: Session) -> None:

@@ -44,6 +44,9 @@ class Materialized:
     notes: list[str] = field(default_factory=list)
     source: str = "soapwb"
     """The request source that built it (:func:`replay.source_named` gives it back)."""
+    sent_from: tuple[str, int] | None = None
+    """Where the sent messages were taken from when that is not the first ``index``
+    messages of ``context_id``: (context id, how many of its messages)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -55,6 +58,7 @@ class Materialized:
             "request_hash": self.request_hash,
             "recorded_call": self.call.id if self.call else None,
             "source": self.source,
+            "sent_from": list(self.sent_from) if self.sent_from else None,
             "notes": self.notes,
             "request": self.request,
         }

@@ -26,6 +26,7 @@ from replay._peteos_body import DEFAULT_MAX_TOKENS, peteos_body
 from replay._runtime_source import recorded_parameters
 from replay._sources import register_source
 from soap_core import (
+    REPLAY_KEY,
     CallRecord,
     Context,
     Message,
@@ -163,6 +164,35 @@ def _specials_note(site: CallSite) -> None:
         )
 
 
+def sent_messages(session: Session, site: CallSite) -> tuple[list[Message], tuple[str, int] | None]:
+    """The messages peteos sent for the call at ``site``.
+
+    Normally the context before the message. But peteos's runner takes the context it
+    sends *before* its ``before_send_to_chatbot`` hooks run, and its compaction is such a
+    hook: when it forks, the call still sends the unreduced parent and the answer is
+    appended to the fork. So the first answer in a compaction fork came from the whole
+    parent (as saved when the fork became active), not from the fork's messages.
+    """
+    context, index = site.context, site.index
+    prefix: tuple[list[Message], tuple[str, int] | None] = (list(context.messages[:index]), None)
+    parent = session.contexts.get(context.origin_context_id or "")
+    if parent is None or REPLAY_KEY in context.extra or index >= len(context.messages):
+        return prefix
+    if context.messages[index].role != "assistant":
+        return prefix
+    in_parent = {m.id for m in parent.messages}
+    if context.messages[index].id in in_parent or not all(
+        m.id in in_parent for m in context.messages[:index]
+    ):
+        return prefix
+    site.notes.append(
+        f"the first answer after peteos's compaction forked context {parent.id}: peteos sent the "
+        "unreduced parent (its compaction hook runs after the runner took the context to send); "
+        "after an overflow retry it would have sent the fork's messages instead"
+    )
+    return list(parent.messages), (parent.id, len(parent.messages))
+
+
 class PeteosSource:
     """Sessions written by peteos of one on-disk generation."""
 
@@ -182,7 +212,7 @@ class PeteosSource:
         else:
             parameters = backend_parameters(session, site)
             _specials_note(site)
-        messages = list(site.context.messages[: site.index])
+        messages, sent_from = sent_messages(session, site)
         request = self._body(messages, parameters.get("model"), parameters, site.notes)
         return Materialized(
             session=session.uuid,
@@ -197,6 +227,7 @@ class PeteosSource:
             call=site.call,
             notes=site.notes,
             source=self.name,
+            sent_from=sent_from,
         )
 
     def build_request(

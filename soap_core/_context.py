@@ -54,8 +54,9 @@ _SPECIAL_ID_KEYS = ("system_prompt_message_id", "tool_definitions_message_id")
 
 @dataclass(frozen=True)
 class WindowDisagreement:
-    """The message ids a rolling token window of ``max_tokens`` keeps, by true counts and
-    by peteos's cached ones; they differ only where cached counts are stale or missing."""
+    """The message ids peteos's rolling token window of ``max_tokens`` keeps, by true
+    counts and by the cached ones it uses; they differ only where cached counts are stale
+    (or missing: peteos caches a count the first time it needs one)."""
 
     max_tokens: int
     kept_by_true_counts: tuple[str, ...]
@@ -324,7 +325,12 @@ class Context:
         return self.fork(specials + kept)
 
     def peteos_token_window(
-        self, max_tokens: int, encoding: str = DEFAULT_ENCODING, *, strip_dangling_results: bool = True
+        self,
+        max_tokens: int,
+        encoding: str = DEFAULT_ENCODING,
+        *,
+        strip_dangling_results: bool = True,
+        cached_counts: bool = True,
     ) -> Context | None:
         """``rolling_token_window`` as peteos computes it: with the *cached* counts.
 
@@ -335,12 +341,20 @@ class Context:
         but the specials. peteos 0.6 then drops tool results whose call is not kept
         (``strip_dangling_results``; 0.5 does not). peteos 0.6.13 does that over a
         ``set``, so which results survive varies from run to run; here the messages are
-        taken in display order, which makes the choice deterministic. None when the
-        whole context already fits.
+        taken in display order, which makes the choice deterministic (and keeps every
+        result whose call is kept, where 0.6.13 can drop one). None when the
+        whole context already fits. ``cached_counts=False`` runs the same walk on true
+        counts and caches nothing (to see what stale counts changed).
         """
-        for message in self.messages:
-            if message.token_count is None:
-                message.record_token_count()
+        if cached_counts:
+            for message in self.messages:
+                if message.token_count is None:
+                    message.record_token_count()
+
+        def cost(i: int) -> int:
+            message = self.messages[i]
+            return (message.token_count or 0) if cached_counts else message.count_tokens(encoding)
+
         specials = [i for i in self._special_indices() if self.messages[i].id in self._special_ids()]
         numbered = sorted(
             (m.sequence_number, i)
@@ -349,8 +363,8 @@ class Context:
         )
         if not numbered:
             return None
-        cached = [self.messages[i].token_count or 0 for _, i in numbered]
-        running = sum(self.messages[i].token_count or 0 for i in specials)
+        cached = [cost(i) for _, i in numbered]
+        running = sum(cost(i) for i in specials)
         if running + sum(cached) <= max_tokens:
             return None
         kept = 0
@@ -371,24 +385,27 @@ class Context:
         }
 
     def _without_dangling_results(self, indices: list[int]) -> list[int]:
-        """peteos's ``_strip_dangling_tool_results``, over messages in display order."""
+        """peteos's ``_strip_dangling_tool_results``, over messages in display order. Like
+        peteos it forgets the cached count of each result it drops (in this context: the
+        count is recomputed when next needed), which shows in the saved parent."""
         seen: set[str] = set()
         kept: list[int] = []
         for i in indices:
             message = self.messages[i]
             seen.update(p.call_id for p in message.tool_uses())
             if any(p.call_id not in seen for p in message.tool_results()):
+                message.token_count = None
                 continue
             seen.difference_update(p.call_id for p in message.tool_results())
             kept.append(i)
         return kept
 
     def window_disagreement(self, max_tokens: int, encoding: str = DEFAULT_ENCODING) -> WindowDisagreement:
-        """Which messages a rolling token window keeps with true counts and with the
-        cached ones peteos uses: where stale counts change a compaction. Works on a copy:
-        this context is not changed."""
+        """Which messages peteos's rolling token window keeps with the cached counts it
+        uses and with true counts: where stale or missing counts change a compaction.
+        Works on a copy: this context is not changed."""
         probe = Context.from_dict(self.to_dict())
-        by_true = probe.rolling_token_window(max_tokens, encoding)
+        by_true = probe.peteos_token_window(max_tokens, encoding, cached_counts=False)
         by_cached = probe.peteos_token_window(max_tokens, encoding)
         everything = [m.id for m in self.messages]
         return WindowDisagreement(

@@ -176,3 +176,42 @@ def test_anchors_at_the_same_index_order_by_after_existing() -> None:
         context.add_anchor("late", 0)
     with pytest.raises(KeyError):
         context.append(Message.create("user", []), "nowhere")
+
+
+def test_peteos_token_window_reproduces_the_fixture_fork_with_the_stale_cached_count() -> None:
+    """The fixture child is peteos' rolling_token_window(360) of the parent (then one
+    answer appended); it budgets with the stale 49 of the system prompt (true: 79)."""
+    parent, child = load_fixture_context(PARENT_ID), load_fixture_context(CHILD_ID)
+    fork = parent.peteos_token_window(360, strip_dangling_results=False)
+    assert fork is not None
+    assert [m.id for m in fork.messages] == [m.id for m in child.messages[:-1]]
+    assert [m.token_count for m in fork.messages] == [m.token_count for m in child.messages[:-1]]
+    assert fork.anchor_points[:-1] == child.anchor_points[:-1]
+    by_true = load_fixture_context(PARENT_ID).peteos_token_window(360, cached_counts=False)
+    assert by_true is not None and len(by_true.messages) == len(fork.messages) - 1
+
+
+def test_window_disagreement_names_the_message_the_stale_count_kept_and_changes_nothing() -> None:
+    parent = load_fixture_context(PARENT_ID)
+    before = parent.to_dict()
+    choice = parent.window_disagreement(360)
+    assert not choice.agree and choice.only_by_true == []
+    assert choice.only_by_cached == ["7a1e5d03-c82f-4e6b-95d4-0b3f8c2a71e6"]  # the user's question
+    assert parent.to_dict() == before
+    assert load_fixture_context(PARENT_ID).window_disagreement(10_000).agree
+
+
+def test_peteos_token_window_drops_a_result_whose_call_fell_out_and_forgets_its_count() -> None:
+    context = Context.create("sys")
+    ask = context.append(Message.create("assistant", [ToolUsePart("c1", "look", "{}")]))
+    result = context.append_tool_results(ask, [ToolResultPart("c1", "x " * 200)])
+    context.append(Message.create("user", [TextPart("and now?")]))
+    for message in context.messages:
+        message.record_token_count()
+    budget = sum(m.token_count or 0 for m in context.messages) - (ask.token_count or 0)
+    fork = context.peteos_token_window(budget)
+    assert fork is not None
+    assert [m.role for m in fork.messages] == ["system", "user"]  # the result lost its call
+    assert result.token_count is None  # forgotten in the parent, as peteos does
+    kept = context.peteos_token_window(budget, strip_dangling_results=False)
+    assert kept is not None and [m.role for m in kept.messages] == ["system", "tool_result", "user"]

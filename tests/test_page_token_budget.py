@@ -171,6 +171,24 @@ class TestOnThePeteosFixture:
         assert "this session alone" in texts(at)
         assert records(at, 1)[0]["session"] == SESSION
 
+    def test_the_window_section_shows_where_the_stale_count_changes_peteoss_choice(self) -> None:
+        """The fixture's system prompt caches 49 tokens for 79: at a 360-token window
+        peteos (cached counts) keeps the user's question, true counts drop it."""
+        at = open_page(FIXTURE, session=SESSION, context=ROOT_CONTEXT)
+        at.number_input(key="window_tokens").set_value(360).run()
+        assert not at.exception
+        [note] = [t.value for t in at.text if "rolling token window of 360" in t.value]
+        assert "chooses differently: 1 message(s) kept only with peteos's cached counts" in note
+        [table] = [d.value for d in at.dataframe if "kept (cached counts)" in d.value.columns]
+        assert table["role"].tolist() == ["user"]
+        assert table["kept (cached counts)"].tolist() == [True]
+        assert table["kept (true counts)"].tolist() == [False]
+
+    def test_the_window_section_says_when_both_counts_agree(self) -> None:
+        at = open_page(FIXTURE, session=SESSION, context=ROOT_CONTEXT)
+        at.number_input(key="window_tokens").set_value(10_000).run()
+        assert any("keeps the same" in t.value for t in at.text)
+
 
 class TestOnTheWorkbenchStore:
     def test_the_context_limit_from_the_call_log_is_a_line(self, workbench_store: Path) -> None:

@@ -14,6 +14,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from analysis import CATEGORIES, CallBudget, CompactionEvent, MessageBudget, SessionSpend
+from soap_core import Context, WindowDisagreement
 
 CONTEXT_LIMIT_TRACE = "context limit"
 THRESHOLD_TRACE = "compaction threshold"
@@ -233,3 +234,33 @@ def threshold_from_param(text: str | None) -> int | None:
     except ValueError:
         return None
     return value if value > 0 else None
+
+
+WINDOW_COLUMNS = ("index", "role", "cached count", "true count", "kept (true counts)", "kept (cached counts)")
+
+
+def window_choice_table(context: Context, choice: WindowDisagreement) -> pd.DataFrame:
+    """The messages whose fate depends on which counts a rolling token window uses (all
+    non-special messages when the two agree, so the table is never a mystery)."""
+    by_true, by_cached = set(choice.kept_by_true_counts), set(choice.kept_by_cached_counts)
+    rows = [
+        (i, m.role, m.token_count, m.count_tokens(), m.id in by_true, m.id in by_cached)
+        for i, m in enumerate(context.messages)
+        if not m.is_special and (choice.agree or (m.id in by_true) != (m.id in by_cached))
+    ]
+    table = pd.DataFrame.from_records(rows, columns=list(WINDOW_COLUMNS))
+    return table.astype({"cached count": "Int64"})
+
+
+def window_choice_note(choice: WindowDisagreement) -> str:
+    """One sentence on where true and cached (peteos's) counts part ways."""
+    if choice.agree:
+        return (
+            f"A rolling token window of {choice.max_tokens:,} tokens keeps the same "
+            f"{len(choice.kept_by_true_counts)} messages with true and with cached counts."
+        )
+    return (
+        f"A rolling token window of {choice.max_tokens:,} tokens chooses differently: "
+        f"{len(choice.only_by_cached)} message(s) kept only with peteos's cached counts, "
+        f"{len(choice.only_by_true)} only with true counts (stale or missing counts decide it)."
+    )
