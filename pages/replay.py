@@ -52,6 +52,7 @@ from workbench.replay_views import (
     overrides_from_form,
     run_diffs,
     run_table,
+    source_line,
     system_prompt_text,
     verification_of,
     word_table,
@@ -125,7 +126,7 @@ def show_verification(found: Materialized) -> None:
     else:
         st.info(
             "No recorded call for this message (a store written by peteos keeps no call log): "
-            "the request is rebuilt from the files, and the model and sampling parameters are unknown."
+            "the request is rebuilt from the files; the notes say what they cannot tell."
         )
 
 
@@ -133,7 +134,7 @@ def show_found(session: Session, found: Materialized) -> None:
     """The materialized request, its hash, notes and verification, and the original answer."""
     st.subheader("Materialized request")
     st.text(f"request hash {found.request_hash}")
-    st.text(f"built from context {found.context_id}, message #{found.index}, {len(found.messages)} messages")
+    st.text(source_line(found))
     for note in found.notes:
         st.text(f"note: {note}")
     show_verification(found)

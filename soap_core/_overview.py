@@ -30,6 +30,10 @@ class SessionOverview:
     first_timestamp: str | None
     last_timestamp: str | None
     error: str | None
+    instance: str | None = None
+    """The peteos 0.6 instance whose thread_store claims the session."""
+    layout: str = "agents"
+    """``agents`` (peteos <= 0.5, our runtime) or ``sessions`` (peteos 0.6)."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -64,6 +68,8 @@ def session_overview(store: Store, summary: SessionSummary) -> SessionOverview:
         is_active=summary.is_active,
         contexts=summary.context_files,
         error=error,
+        instance=summary.instance,
+        layout=summary.layout,
         **figures,
     )
 

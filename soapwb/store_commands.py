@@ -40,7 +40,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         return 0
     table = [
         (
-            r.role,
+            f"{r.role} ({r.instance})" if r.instance else r.role,
             r.uuid,
             r.thread_id,
             "yes" if r.is_active else "no",

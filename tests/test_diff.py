@@ -64,12 +64,14 @@ def test_noise_band_counts_agreement_and_pairwise_distances() -> None:
 
 def test_dropping_a_tool_call_drops_its_result_too(store_copy: Path) -> None:
     session = Store(store_copy).load_session("3f0c")
-    found = materialize(session, None, 5)
-    kept = replay_messages(found, Overrides(drops=(3,)))
-    assert [m.role for m in kept] == ["system", "tool", "user"]
-    edited = replay_messages(found, Overrides(edits={2: "What is 6 x 7?"}, system_prompt="Be brief."))
-    assert edited[2].text() == "What is 6 x 7?" and edited[0].text() == "Be brief."
-    assert found.messages[2].text() == "What number did I ask you to remember?"  # copies were edited
+    found = materialize(session, None, 5)  # sent: the fixture parent's 7 messages
+    call = next(i for i, m in enumerate(found.messages) if m.tool_uses())
+    kept = replay_messages(found, Overrides(drops=(call,)))
+    assert [m.role for m in kept] == ["system", "tool", "user", "assistant", "user"]
+    question = next(i for i, m in enumerate(found.messages) if m.text().startswith("What number"))
+    edited = replay_messages(found, Overrides(edits={question: "What is 6 x 7?"}, system_prompt="Be brief."))
+    assert edited[question].text() == "What is 6 x 7?" and edited[0].text() == "Be brief."
+    assert found.messages[question].text() == "What number did I ask you to remember?"  # copies were edited
     with pytest.raises(SoapError, match="has no text to edit"):
         replay_messages(found, Overrides(edits={1: "tools have no text"}))
     with pytest.raises(SoapError, match="cannot drop message 9"):

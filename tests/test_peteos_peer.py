@@ -29,8 +29,11 @@ import pytest
 from deepdiff import DeepDiff
 
 import soap_core
-from replay import materialize
-from soap_core import Session, Store
+from replay import Overrides, materialize, replay
+from soap_core import Session, Store, read_calls
+from soap_core.runtime import LLMEndpoint
+from soap_core.runtime.local_model import LocalModelServer
+from tests.apptest import open_app_page
 from tests.peers.fixtures import PeerStore, peteos05_store, peteos06_store, peteos_stub  # noqa: F401
 
 PART_TYPES = {"text", "thinking", "tool_use", "tool_result", "image", "pdf", "audio", "video", "tool"}
@@ -444,3 +447,109 @@ def test_peteos_token_window_keeps_what_peteos_own_rolling_token_window_kept(pee
         checked += 1
     assert checked >= 3, "the peer store holds too few rolling_token_window forks to compare"
     assert not problems, report(problems, "windows differ from peteos' own")
+
+
+# -- in the workbench ------------------------------------------------------------------------------
+
+
+def test_the_sessions_page_lists_a_peteos_store_with_roles_and_instances(peer: PeerStore) -> None:
+    at = open_app_page(peer.path, "sessions")
+    frame = at.dataframe[0].value
+    table = frame.astype(object).where(frame.notna(), None)
+    truth = truth_sessions(peer)
+    assert sorted(table["session"]) == sorted(truth)
+    for row in table.to_dict("records"):
+        assert row["role"] == expected_role(peer, truth[row["session"]])
+    if peer.layout == "0.6":  # two instances of one class: the instance tells them apart
+        claimed = {
+            s["uuid"]: s["instances"][0] if s["instances"] else None for s in peer.ground_truth["sessions"]
+        }
+        assert {r["session"]: r["instance"] for r in table.to_dict("records")} == claimed
+    else:
+        assert "instance" not in table.columns
+
+
+def test_the_context_and_replay_pages_open_every_peteos_session(peer: PeerStore) -> None:
+    generation = "peteos-0.6" if peer.layout == "0.6" else "peteos-0.5"
+    for session_uuid in truth_sessions(peer):
+        context = open_app_page(peer.path, "context", session=session_uuid)
+        assert not context.error, [e.value for e in context.error]
+        replay_page = open_app_page(peer.path, "replay", session=session_uuid)
+        assert not replay_page.error, [e.value for e in replay_page.error]
+        if any("no assistant message" in i.value for i in replay_page.info):
+            continue  # the bare Session.create() one: nothing to replay, and the page says so
+        assert any(t.value.startswith(f"Built as {generation} sends it") for t in replay_page.text)
+
+
+def _plain_request(store: Store) -> tuple[Session, Any]:
+    """A materialized peteos request the local model's server can take: every message
+    with a string ``content`` (its chat template needs one; peteos leaves it out of
+    tool-only turns and sends multi-part text as ``content`` items, which it rejects)."""
+    for summary in store.sessions():
+        session = store.load_session(summary.uuid)
+        for context in session.contexts.values():
+            for k, message in enumerate(context.messages):
+                if message.role != "assistant":
+                    continue
+                found = materialize(session, context, k)
+                if all(isinstance(m.get("content"), str) for m in found.request["messages"]):
+                    return session, found
+    pytest.fail("no peteos request with plain string contents to replay")
+
+
+def test_a_replay_of_a_peteos_session_sends_peteoss_body_to_the_local_model(
+    peer_copy: PeerStore, llm_server: LocalModelServer
+) -> None:
+    """A replay re-sends the materialized body in peteos's shape (with the override), as a
+    fork; the session's own files stay as peteos wrote them."""
+    store = Store(peer_copy.path)
+    before = snapshot(peer_copy.path)
+    session, found = _plain_request(store)
+    [run] = replay(store, session, found, LLMEndpoint(llm_server.base_url), Overrides(max_tokens=16))
+    assert run.ok, run.error
+    expected = {**found.request, "max_tokens": 16}
+    expected.setdefault("model", LLMEndpoint(llm_server.base_url).model)
+    assert json.dumps(run.request, sort_keys=True) == json.dumps(expected, sort_keys=True)
+    assert list(run.request)[:3] == ["model", "stream", "max_tokens"]
+    after = snapshot(peer_copy.path)
+    assert {k: after[k] for k in before} == before
+    [call] = [c for c in read_calls(session.directory or Path()) if c.id == run.call_id]
+    assert call.request == run.request and call.response is not None
+    rematerialized = materialize(store.load_session(session.uuid), run.fork_id, -1)
+    assert rematerialized.request_hash == run.request_hash  # the fork's record gives it back
+
+
+def test_a_peteos_body_the_local_server_rejects_is_a_failed_run_naming_why(
+    peer_copy: PeerStore, llm_server: LocalModelServer
+) -> None:
+    """peteos leaves ``content`` out of a tool-only assistant turn; llama.cpp's chat
+    template cannot take that. The replay sends the body as peteos did and reports the
+    server's refusal as a failed run; nothing already saved changes."""
+    store = Store(peer_copy.path)
+    for summary in store.sessions():
+        session = store.load_session(summary.uuid)
+        context = session.active_context
+        k = next(
+            (
+                i
+                for i, m in enumerate(context.messages)
+                if m.role == "assistant"
+                and any(
+                    b.get("role") == "assistant" and "content" not in b
+                    for b in materialize(session, context, i).request["messages"]
+                )
+            ),
+            None,
+        )
+        if k is not None:
+            break
+    else:
+        pytest.fail("no peteos request with a content-less assistant turn")
+    before = snapshot(peer_copy.path)
+    found = materialize(session, context, k)
+    [run] = replay(
+        store, session, found, LLMEndpoint(llm_server.base_url, max_retries=0), Overrides(max_tokens=8)
+    )
+    assert not run.ok and run.error is not None and "HTTP 500" in run.error
+    after = snapshot(peer_copy.path)
+    assert {k: after[k] for k in before} == before

@@ -24,7 +24,7 @@ from soap_core import Store, fork_tree
 from soap_core.runtime import AgenticObject, LLMEndpoint, ModelSettings, Runtime
 from soap_core.runtime.local_model import LocalModelServer
 from soapwb.cli import main
-from tests.conftest import snapshot
+from tests.conftest import CHILD_ID, PARENT_ID, snapshot
 from tests.scripted import ScriptedEndpoint, calls, says
 
 
@@ -199,12 +199,17 @@ def test_materializing_the_peteos_fixture_gives_the_body_of_peteoss_adapter(stor
     ``OpenAIChatBot._build_body`` builds; tests/test_peteos_peer.py checks that shape
     against peteos itself."""
     session = Store(store_copy).load_session("3f0c")
-    found = materialize(session, None, 5)  # "You asked me to remember 42.", in the active fork
+    # "You asked me to remember 42.": the first answer in the compaction fork, so peteos
+    # sent the unreduced parent (its compaction hook forks after the runner took the context)
+    found = materialize(session, None, 5)
     assert found.call is None and found.source == "peteos-0.5" and "model" not in found.request
+    assert found.sent_from == (PARENT_ID, 7) and (found.context_id, found.index) == (CHILD_ID, 5)
     assert list(found.request) == ["stream", "max_tokens", "messages", "tools"]
     assert any("model is not recorded" in note for note in found.notes)
     assert found.request["messages"] == [
         {"role": "system", "content": session.active_context.messages[0].text()},
+        {"role": "user", "content": "Remember this: the answer is 42."},
+        {"role": "assistant", "content": "Got it — the answer is 42. I'll keep that in mind."},
         {"role": "user", "content": "What number did I ask you to remember?"},
         {
             "role": "assistant",

@@ -323,7 +323,8 @@ def test_concurrent_samples_against_a_flaky_server_each_keep_their_own_fork_and_
             assert call.error is None and call.response["choices"][0]["message"]["content"] == "hello"
         else:
             assert "failed: HTTP error: HTTP 500" in run["error"]
-            assert len(fork.messages) == AT, "a failed fork holds the request only"
+            sent = replay.materialize(Store(store_copy).load_session("3f0c"), None, AT).messages
+            assert len(fork.messages) == len(sent), "a failed fork holds the request only"
             assert fork.extra[REPLAY_KEY]["error"] == run["error"]
             assert call.error == run["error"] and call.response is None
     assert len(new_files(before, snapshot(store_copy))) == 8  # four forks, four call records

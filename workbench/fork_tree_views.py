@@ -17,6 +17,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from soap_core import REPLAY_KEY, ContextNode, ContextNotFoundError, Session
+from workbench.views import short_id
 
 NODE_COLUMNS = ("id", "kind", "parent", "messages", "active")
 
@@ -132,7 +133,7 @@ def fork_tree_figure(
                 y=[layout.positions[n.id][1] for n in members],
                 mode="markers+text",
                 marker={"symbol": symbol, "color": colour, "size": 16, "line": {"width": 2, "color": colour}},
-                text=[_plain(n.id[:8]) for n in members],
+                text=[_plain(short_id(n.id)) for n in members],
                 textposition="middle right",
                 hovertext=[hover_text(n, replays.get(n.id)) for n in members],
                 hoverinfo="text",

@@ -106,6 +106,25 @@ def default_message(indices: Sequence[int], wanted: str | None) -> int | None:
 # ── verification ────────────────────────────────────────────────────────────────────
 
 
+SOURCE_DESCRIPTIONS = {
+    "soapwb": "our runtime's recorded request",
+    "peteos-0.5": "the body peteos 0.5's OpenAI adapter builds",
+    "peteos-0.6": "the body peteos 0.6's OpenAI adapter builds",
+    "openpoke": "the request OpenPoke's interaction agent posts",
+}
+
+
+def source_line(found: Materialized) -> str:
+    """Which framework's request shape the page shows, and where its messages came from."""
+    what = SOURCE_DESCRIPTIONS.get(found.source, f"the request of {found.source}")
+    where = (
+        f"the {found.sent_from[1]} messages of context {found.sent_from[0]}"
+        if found.sent_from
+        else f"context {found.context_id} before message #{found.index}, {len(found.messages)} messages"
+    )
+    return f"Built as {found.source} sends it ({what}) from {where}."
+
+
 def verification_of(found: Materialized) -> Verdict:
     """The rematerialized request against the recorded call, by hash; where they differ."""
     if found.call is None:

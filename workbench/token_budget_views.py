@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 
 from analysis import CATEGORIES, CallBudget, CompactionEvent, MessageBudget, SessionSpend
 from soap_core import Context, WindowDisagreement
+from workbench.views import short_id
 
 CONTEXT_LIMIT_TRACE = "context limit"
 THRESHOLD_TRACE = "compaction threshold"
@@ -54,7 +55,7 @@ def calls_source_note(budgets: Sequence[CallBudget]) -> str:
 
 def compaction_label(event: CompactionEvent) -> str:
     """One compaction as ``before → after`` tokens, with the fork it made."""
-    return f"{event.tokens_before} → {event.tokens_after} tokens (fork {event.parent_id[:8]} → {event.child_id[:8]})"
+    return f"{event.tokens_before} → {event.tokens_after} tokens (fork {short_id(event.parent_id)} → {short_id(event.child_id)})"
 
 
 def shown_categories(budgets: Sequence[CallBudget]) -> list[str]:

@@ -8,7 +8,6 @@ checks them against :func:`soap_core.runtime.invocation_chain`.
 from __future__ import annotations
 
 import html
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +18,7 @@ from pandas.io.formats.style import Styler
 
 from soap_core import Store
 from soap_core.runtime import InvocationTrace, TraceFrame, invocation_chain, read_invocation, read_invocations
+from workbench.views import short_id
 
 OUTCOME_ICONS = {"ok": "✅", "refused": "⛔", "error": "❌", "running": "⏳"}
 OUTCOME_COLOURS = {"ok": "#2ca02c", "refused": "#ff7f0e", "error": "#d62728", "running": "#7f7f7f"}
@@ -42,7 +42,6 @@ STACK_COLUMNS = (
 )
 INVOCATION_COLUMNS = ("start", "prompt", "outcome", "callers", "callees", "invocation")
 
-_DATE_PREFIX = re.compile(r"^\d{8}-")
 _PROBLEM_STYLE = {"error": "background-color: #f8d7da", "refused": "background-color: #ffe5cc"}
 
 
@@ -93,9 +92,7 @@ def matching_invocations(traces: Sequence[InvocationTrace], ref: str) -> list[st
 
 def short_session(session_uuid: str | None) -> str:
     """A session uuid cut to its first block (after peteos' date prefix), for labels."""
-    if not session_uuid:
-        return "-"
-    return _DATE_PREFIX.sub("", session_uuid)[:8]
+    return short_id(session_uuid)
 
 
 def outcome_label(outcome: str) -> str:

@@ -31,6 +31,7 @@ StoreSignature = tuple[tuple[str, int, int], ...]
 
 OVERVIEW_COLUMNS = (
     "role",
+    "instance",
     "session",
     "thread",
     "active",
@@ -85,6 +86,7 @@ def overview_table(overviews: Sequence[SessionOverview]) -> pd.DataFrame:
     rows = [
         (
             o.role,
+            o.instance,
             o.uuid,
             o.thread_id,
             o.is_active,
@@ -98,14 +100,28 @@ def overview_table(overviews: Sequence[SessionOverview]) -> pd.DataFrame:
         for o in overviews
     ]
     table = pd.DataFrame.from_records(rows, columns=list(OVERVIEW_COLUMNS))
+    if table["instance"].isna().all():  # only peteos 0.6 names instances
+        table = table.drop(columns="instance")
     # Integer columns with gaps (broken sessions) would otherwise turn into floats.
     return table.astype({"contexts": "Int64", "messages": "Int64", "tokens": "Int64"})
+
+
+_DATE_PREFIX = re.compile(r"^\d{8}-")
+
+
+def short_id(identifier: str | None) -> str:
+    """A session or context id cut to its first block after peteos's ``YYYYMMDD-`` date
+    prefix (every 0.6 id starts with the same date), for labels."""
+    if not identifier:
+        return "-"
+    return _DATE_PREFIX.sub("", identifier)[:8]
 
 
 def session_label(overview: SessionOverview) -> str:
     """How a session is named in a picker: role, uuid, and whether it can be opened."""
     broken = "  (broken)" if overview.error else ""
-    return f"{overview.role} / {overview.uuid}{broken}"
+    instance = f" ({overview.instance})" if overview.instance else ""
+    return f"{overview.role}{instance} / {overview.uuid}{broken}"
 
 
 def token_label(row: MessageRow) -> str:
@@ -140,7 +156,7 @@ def context_label(session: Session, context_id: str) -> str:
         label += "  active"
     if context.origin_context_id:
         kind = "replay" if REPLAY_KEY in context.extra else "fork"
-        label += f"  {kind} of {context.origin_context_id[:8]}"
+        label += f"  {kind} of {short_id(context.origin_context_id)}"
     return label
 
 
