@@ -72,7 +72,7 @@ from soap_core._records import (
     write_call,
     write_invocation,
 )
-from soap_core._session import OBJECT_KEY, THREAD_ID_KEY, Session, new_session_uuid
+from soap_core._session import OBJECT_KEY, SOURCE_KEY, THREAD_ID_KEY, Session, new_session_uuid
 from soap_core._store import SESSION_FILE, SessionSummary, Store
 from soap_core._tokens import DEFAULT_ENCODING, count_text, get_encoding
 from soap_core._tree import REPLAY_KEY, ContextNode, describe_node, fork_tree
@@ -89,6 +89,7 @@ __all__ = [
     "OBJECT_KEY",
     "REPLAY_KEY",
     "SESSION_FILE",
+    "SOURCE_KEY",
     "SYSTEM_PROMPT_ANCHOR",
     "THREAD_ID_KEY",
     "TOOLS_ANCHOR",

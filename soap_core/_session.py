@@ -11,10 +11,13 @@ from soap_core._codec import in_file_order
 from soap_core._context import Context
 from soap_core._errors import ContextNotFoundError, FormatError, SoapError
 from soap_core._layout import Layout
+from soap_core._tokens import DEFAULT_ENCODING
 
 THREAD_ID_KEY = "_persistent_thread_id"
 OBJECT_KEY = "_soapwb_object"
 """``state_data`` key our runtime writes into each session it creates: the object's id."""
+SOURCE_KEY = "_soapwb_source"
+"""``state_data`` key an importer writes into each session it creates: the framework."""
 _KEY_ORDER = ("uuid", "active_context_id", "auto_approve_tools", "state_data", "is_active")
 
 
@@ -85,6 +88,27 @@ class Session:
         """Make ``context`` active, keeping the old one (it is saved with the session)."""
         self.add_context(context)
         self.active_context_id = context.id
+
+    @property
+    def written_by_peteos(self) -> bool:
+        """A session peteos wrote (not our runtime, not an import): its forks follow
+        peteos's rules."""
+        return OBJECT_KEY not in self.state_data and SOURCE_KEY not in self.state_data
+
+    def rolling_token_window(self, max_tokens: int, encoding: str = DEFAULT_ENCODING) -> Context | None:
+        """A rolling token window of the active context, as the session's writer makes it:
+        peteos's (cached counts; tool results without their call dropped as in 0.6) for a
+        session peteos wrote, ours (true counts, the newest message kept) otherwise. The
+        fork is added to the session, not made active. ``Context.rolling_token_window``
+        and ``Context.peteos_token_window`` give either one explicitly."""
+        context = self.active_context
+        if self.written_by_peteos:
+            child = context.peteos_token_window(
+                max_tokens, encoding, strip_dangling_results=self.layout == "sessions"
+            )
+        else:
+            child = context.rolling_token_window(max_tokens, encoding)
+        return self.add_context(child) if child is not None else None
 
     def context(self, context_id: str) -> Context:
         """A context of this session by id or unique id prefix."""

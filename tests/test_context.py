@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from soap_core import (
+    OBJECT_KEY,
     Context,
     Message,
+    Store,
     TextPart,
     ThinkingPart,
     ToolPart,
@@ -215,3 +217,22 @@ def test_peteos_token_window_drops_a_result_whose_call_fell_out_and_forgets_its_
     assert result.token_count is None  # forgotten in the parent, as peteos does
     kept = context.peteos_token_window(budget, strip_dangling_results=False)
     assert kept is not None and [m.role for m in kept.messages] == ["system", "tool_result", "user"]
+
+
+def test_a_peteos_sessions_rolling_token_window_is_peteoss_and_ours_keeps_true_counts(
+    fixture_store: Store,
+) -> None:
+    """The same session twice: as peteos wrote it (cached counts, the fixture's fork again)
+    and as if our runtime had (true counts: the stale system prompt pushes the question out)."""
+    session = fixture_store.load_session("3f0c")
+    session.set_active_context(session.contexts[PARENT_ID])
+    assert session.written_by_peteos
+    theirs = session.rolling_token_window(360)
+    assert theirs is not None and theirs.id in session.contexts and session.active_context_id == PARENT_ID
+    assert [m.id for m in theirs.messages] == [m.id for m in load_fixture_context(CHILD_ID).messages[:-1]]
+    ours_session = fixture_store.load_session("3f0c")
+    ours_session.set_active_context(ours_session.contexts[PARENT_ID])
+    ours_session.state_data[OBJECT_KEY] = "pete-1"
+    ours = ours_session.rolling_token_window(360)
+    assert ours is not None and [m.id for m in ours.messages] != [m.id for m in theirs.messages]
+    assert ours.total_token_count() <= 360 or len(ours.messages) == 3

@@ -38,7 +38,6 @@ from importers.openpoke._mapping import (
     INTERACTION_ROLE,
     META_KEY,
     SOURCE,
-    SOURCE_KEY,
     STATE_KEY,
     SUMMARY_TAG,
     is_openpoke_session,
@@ -77,6 +76,7 @@ from importers.openpoke._reader import (
     to_utc,
 )
 from importers.openpoke._roster import ActiveAgents, roster_at, roster_history
+from soap_core import SOURCE_KEY
 
 __all__ = [
     "EXECUTION_ROLE",

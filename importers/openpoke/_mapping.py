@@ -39,12 +39,11 @@ from typing import Any
 
 from importers.openpoke._log import LogEntry
 from importers.openpoke._reader import parse_local
-from soap_core import Message, Session, TextPart
+from soap_core import SOURCE_KEY, Message, Session, TextPart
 
 INTERACTION_ROLE = "OpenPokeInteraction"
 EXECUTION_ROLE = "OpenPokeExecution"
 INTERACTION_OBJECT = "interaction_agent"
-SOURCE_KEY = "_soapwb_source"
 SOURCE = "openpoke"
 STATE_KEY = "_openpoke"
 META_KEY = "openpoke"
