@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from soap_core import SessionOverview, SoapError
+from soap_core import UNKNOWN_ROLE, SessionOverview, SoapError, Store
 from workbench.loading import chosen_store, search_hits
 from workbench.openpoke_views import import_to_temporary_store, report_lines
 from workbench.selection import store_overviews
@@ -90,6 +90,8 @@ overviews = store_overviews(root)
 broken = sum(1 for o in overviews if o.error)
 counted = f"{len(overviews)} session{'' if len(overviews) == 1 else 's'}"
 st.text(counted + (f", {broken} broken (see the error column)" if broken else ""))
+for problem in Store(root).instance_problems():
+    st.warning(escape_markdown(f"{problem} (the sessions it claims are listed as {UNKNOWN_ROLE})"))
 st.dataframe(overview_table(overviews), hide_index=True)
 pick_session(root, overviews)
 show_search(root)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from replay._sources import source_for
-from soap_core import CallRecord, Context, Message, Session, SoapError, read_calls
+from soap_core import CallRecord, Context, Message, Session, SoapError, read_calls, request_hash
 
 
 class MaterializeError(SoapError):
@@ -122,6 +122,32 @@ class CallSite:
     @property
     def message_id(self) -> str | None:
         return self.context.messages[self.index].id if self.index < len(self.context.messages) else None
+
+    def materialized(
+        self,
+        session: Session,
+        request: dict[str, Any],
+        messages: list[Message],
+        parameters: dict[str, Any],
+        source: str,
+        sent_from: tuple[str, int] | None = None,
+    ) -> Materialized:
+        """The result a source gives for this call site."""
+        return Materialized(
+            session=session.uuid,
+            role=session.role,
+            context_id=self.context.id,
+            index=self.index,
+            message_id=self.message_id,
+            request=request,
+            request_hash=request_hash(request),
+            messages=messages,
+            parameters=parameters,
+            call=self.call,
+            notes=self.notes,
+            source=source,
+            sent_from=sent_from,
+        )
 
 
 def call_site(session: Session, context: Context, index: int, calls: Sequence[CallRecord]) -> CallSite:

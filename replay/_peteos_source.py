@@ -34,7 +34,6 @@ from soap_core import (
     SoapError,
     locate,
     read_json,
-    request_hash,
 )
 
 _BODY_KEYS = ("model", "stream", "max_tokens", "messages", "tools")
@@ -214,21 +213,8 @@ class PeteosSource:
             _specials_note(site)
         messages, sent_from = sent_messages(session, site)
         request = self._body(messages, parameters.get("model"), parameters, site.notes)
-        return Materialized(
-            session=session.uuid,
-            role=session.role,
-            context_id=site.context.id,
-            index=site.index,
-            message_id=site.message_id,
-            request=request,
-            request_hash=request_hash(request),
-            messages=messages,
-            parameters={k: v for k, v in request.items() if k not in ("messages", "tools")},
-            call=site.call,
-            notes=site.notes,
-            source=self.name,
-            sent_from=sent_from,
-        )
+        parameters = {k: v for k, v in request.items() if k not in ("messages", "tools")}
+        return site.materialized(session, request, messages, parameters, self.name, sent_from)
 
     def build_request(
         self, messages: Sequence[Message], *, model: str | None, parameters: Mapping[str, Any]

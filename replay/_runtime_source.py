@@ -19,7 +19,6 @@ from soap_core import (
     TextPart,
     ToolPart,
     chat_request,
-    request_hash,
 )
 
 _NOT_PARAMETERS = ("model", "messages", "tools")
@@ -94,20 +93,7 @@ class RuntimeSource:
         parameters = recorded_parameters(site)
         messages = request_messages(site.context, site.index, site.call, site.notes)
         request = self.build_request(messages, model=parameters.get("model"), parameters=parameters)
-        return Materialized(
-            session=session.uuid,
-            role=session.role,
-            context_id=site.context.id,
-            index=site.index,
-            message_id=site.message_id,
-            request=request,
-            request_hash=request_hash(request),
-            messages=messages,
-            parameters=parameters,
-            call=site.call,
-            notes=site.notes,
-            source=self.name,
-        )
+        return site.materialized(session, request, messages, parameters, self.name)
 
     def build_request(
         self, messages: Sequence[Message], *, model: str | None, parameters: Mapping[str, Any]

@@ -93,6 +93,12 @@ class Store:
         claims, _errors = read_instances(self.layout.instances_dir)
         return claims
 
+    def instance_problems(self) -> list[SoapError]:
+        """The 0.6 instance files that cannot be read: the sessions they would claim are
+        listed with :data:`UNKNOWN_ROLE`, and this says why."""
+        _claims, errors = read_instances(self.layout.instances_dir)
+        return errors
+
     def session_parent_dirs(self) -> list[Path]:
         """The folders whose entries are session folders: each role folder, ``sessions``."""
         parents = [self.agents_dir / role for role in self.roles()]

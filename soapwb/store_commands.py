@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from soap_core import describe_node, fork_tree, message_rows, session_overview
+from soap_core import UNKNOWN_ROLE, describe_node, fork_tree, message_rows, session_overview
 from soapwb.common import add_store_options, emit_json, format_table, open_store
 
 
@@ -60,6 +60,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
     for r in rows:
         if r.error:
             print(f"broken: {r.role}/{r.uuid}: {r.error}")
+    for problem in store.instance_problems():
+        print(f"broken instance: {problem} (the sessions it claims are listed as {UNKNOWN_ROLE})")
     return 0
 
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 import difflib
 import json
 import shutil
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -553,3 +555,31 @@ def test_a_peteos_body_the_local_server_rejects_is_a_failed_run_naming_why(
     assert not run.ok and run.error is not None and "HTTP 500" in run.error
     after = snapshot(peer_copy.path)
     assert {k: after[k] for k in before} == before
+
+
+def test_a_broken_instance_file_is_reported_and_its_sessions_stay_listed(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Only 0.6 writes instance files."""
+    peer: PeerStore = request.getfixturevalue("peteos06_store")
+    peer_copy = peer.copy_to(tmp_path / "store")
+    [instance_file, *_] = sorted((peer_copy.config_dir / "instances").glob("*/agentic_object.json"))
+    claimed = set(json.loads(instance_file.read_text())["thread_store"].values())
+    instance_file.write_text('{"class": {"qualname": "Ledger"}, "thread_store": ')  # cut short
+    before = snapshot(peer_copy.path)
+    store = Store(peer_copy.path)
+    listed = {s.uuid: s.role for s in store.sessions()}
+    assert set(truth_sessions(peer_copy)) == set(listed)
+    assert all(listed[uuid] == soap_core.UNKNOWN_ROLE for uuid in claimed)
+    [problem] = store.instance_problems()
+    assert str(instance_file) in str(problem) and "not valid JSON" in str(problem)
+    done = subprocess.run(
+        [sys.executable, "-m", "soapwb.cli", "ls", "--store", str(peer_copy.path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0 and f"broken instance: {instance_file}" in done.stdout
+    at = open_app_page(peer_copy.path, "sessions")
+    assert any(str(instance_file) in w.value.replace("\\", "") for w in at.warning)  # markdown-escaped
+    assert snapshot(peer_copy.path) == before
