@@ -24,7 +24,8 @@ def pick_store() -> str:
     path = st.sidebar.text_input(
         "Store directory",
         key=STORE_KEY,
-        help="A sOAP config dir (the folder holding agents/), or its agents/ folder.",
+        help="A peteos store of either generation: the folder holding peteos.json, its .peteos/, "
+        "or the agents/ (peteos 0.5, our runtime) or sessions/ (peteos 0.6) folder itself.",
     ).strip()
     if path:
         st.query_params["store"] = path

@@ -20,7 +20,8 @@ def add_store_options(parser: argparse.ArgumentParser) -> None:
         "--store",
         metavar="DIR",
         default=os.environ.get("SOAPWB_STORE"),
-        help="the sOAP config dir (default: $SOAPWB_STORE)",
+        help="the store: a peteos config dir (holding peteos.json, .peteos/, agents/ or sessions/), "
+        "or its agents/ or sessions/ folder (default: $SOAPWB_STORE)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
 
