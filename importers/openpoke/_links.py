@@ -36,8 +36,16 @@ from importers.openpoke._mapping import (
     stable_id,
 )
 from importers.openpoke._reader import ExecutionLog, entry_instant
-from soap_core import Context, Session, SoapError, read_json
-from soap_core._records import INVOCATIONS_DIR, InvocationRecord, Party, write_invocation
+from soap_core import (
+    INVOCATIONS_DIR,
+    Context,
+    InvocationRecord,
+    Party,
+    Session,
+    SoapError,
+    read_json,
+    write_invocation,
+)
 
 _NO_TIME = "00000000T000000000000"
 
