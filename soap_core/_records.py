@@ -156,6 +156,11 @@ class InvocationRecord:
     state_after: dict[str, Any] | None = None
     calls: list[str] = field(default_factory=list)
     stale_owner: dict[str, Any] | None = None
+    callee_class: str | None = None
+    """``module:qualname`` of the callee's class, to rebuild the object for a re-run
+    (a class defined inside a function has ``<locals>`` in it and cannot be imported)."""
+    state_before: dict[str, Any] | None = None
+    """The callee's public state when the invocation started (``state_after``: when it ended)."""
     format: str = INVOCATION_FORMAT
 
     def as_dict(self) -> dict[str, Any]:

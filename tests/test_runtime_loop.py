@@ -5,6 +5,7 @@ test_runtime.py; these pin down branches a small model rarely takes on purpose."
 from __future__ import annotations
 
 import contextlib
+import importlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -123,6 +124,27 @@ def test_a_tool_call_runs_the_method_and_changes_the_objects_state(tmp_path: Pat
     assert endpoint.requests[1]["tool_choice"] == "auto"
     [record] = read_invocations(shop.runtime.store.sessions()[0].path)
     assert record.state_after == {"basket": ["pear", "pear"]} and record.result == "done"
+
+
+def test_an_invocation_records_what_a_rebuild_needs_its_class_and_the_state_before(tmp_path: Path) -> None:
+    """A re-run rebuilds the object: the record names its class by an import path that
+    finds the class again, and the state it started from (two turns: the second starts
+    from the first's end)."""
+    shop, _ = make(
+        tmp_path,
+        calls("add_item", '{"item": "pear"}'),
+        says("one"),
+        calls("add_item", '{"item": "fig"}', "c2"),
+        says("two"),
+    )
+    shop.invoke("buy a pear", thread="t", tool_choice="add_item")
+    shop.invoke("and a fig", thread="t", tool_choice="add_item")
+    first, second = read_invocations(shop.runtime.store.sessions()[0].path)
+    assert first.callee_class == "tests.test_runtime_loop:Shop"
+    module, _, qualname = first.callee_class.partition(":")
+    assert getattr(importlib.import_module(module), qualname) is Shop
+    assert first.state_before == {"basket": []} and first.state_after == {"basket": ["pear"]}
+    assert second.state_before == first.state_after and second.state_after == {"basket": ["pear", "fig"]}
 
 
 def test_structured_output_rejects_a_wrong_answer_then_returns_the_valid_one(tmp_path: Path) -> None:

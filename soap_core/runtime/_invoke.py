@@ -342,6 +342,12 @@ def assistant_message(response: dict[str, Any]) -> Message:
     return Message.create("assistant", parts)
 
 
+def class_path(cls: type) -> str:
+    """``module:qualname``, what :func:`importlib.import_module` and ``getattr`` need to
+    find the class again."""
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
 def _json_safe(value: Any) -> Any:
     return json.loads(json.dumps(value, default=repr))
 
@@ -377,6 +383,8 @@ def run_invocation(
         thread=thread,
         started_at=utc_now(),
         parent_invocation_id=chain[-1].invocation_id if chain else None,
+        callee_class=class_path(type(obj)),
+        state_before=obj.state(),
     )
     dirs = [directory] + ([chain[-1].session_dir] if chain else [])
     with contextlib.ExitStack() as stack:
