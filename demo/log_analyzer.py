@@ -22,6 +22,7 @@ import dataclasses
 import html
 import re
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -241,6 +242,20 @@ class LogAnalyzer(AgenticObject):
     @property
     def summarizer(self) -> ChunkSummarizer:
         return self._summarizer
+
+    @classmethod
+    def rebuild(cls, state: Mapping[str, Any], *, runtime: Runtime, object_id: str) -> LogAnalyzer:
+        """For a re-run: the constructor needs the log file, which the state records."""
+        analyzer = cls(
+            str(state["log_path"]),
+            rolling_window_max_tokens=int(
+                state.get("rolling_window_max_tokens", DEFAULT_ROLLING_WINDOW_MAX_TOKENS)
+            ),
+            runtime=runtime,
+            object_id=object_id,
+        )
+        analyzer.restore(state)
+        return analyzer
 
     def tools(self) -> list[ToolSpec]:
         return [bounded_strings(spec, MAX_PATTERN_LENGTH) for spec in super().tools()]

@@ -3,6 +3,17 @@
 Public names are re-exported here; the ``_modules`` behind them are private.
 """
 
+from replay._branch import (
+    AlignedPair,
+    BranchDiff,
+    Turn,
+    branch_distance,
+    branch_noise_band,
+    branch_output,
+    branch_turns,
+    diff_branches,
+    final_answer,
+)
 from replay._diff import (
     ContextDiff,
     NoiseBand,
@@ -29,6 +40,16 @@ from replay._materialize import (
 from replay._peteos_body import PeteosBodyError, openai_tool_parameters, peteos_body
 from replay._peteos_source import PETEOS_05, PETEOS_06, PeteosSource
 from replay._refs import Reference, find_context, resolve_reference
+from replay._rerun import (
+    RecordedResult,
+    RerunError,
+    RerunResult,
+    ToolModes,
+    diff_rerun,
+    load_class,
+    recorded_results,
+    rerun,
+)
 from replay._run import Endpoint, Overrides, ReplayRun, replay, replay_messages, replay_parameters
 from replay._runtime_source import RUNTIME_SOURCE, RuntimeSource, recorded_parameters, request_messages
 from replay._sources import (
@@ -48,6 +69,8 @@ __all__ = [
     "PETEOS_06",
     "REPLAY_KEY",
     "RUNTIME_SOURCE",
+    "AlignedPair",
+    "BranchDiff",
     "CallSite",
     "ContextDiff",
     "Endpoint",
@@ -60,16 +83,29 @@ __all__ = [
     "PeteosBodyError",
     "PeteosSource",
     "PromptAtCall",
+    "RecordedResult",
     "Reference",
     "ReplayRun",
     "RequestSource",
+    "RerunError",
+    "RerunResult",
     "RuntimeSource",
+    "ToolModes",
+    "Turn",
     "Verification",
+    "branch_distance",
+    "branch_noise_band",
+    "branch_output",
+    "branch_turns",
     "call_site",
+    "diff_branches",
     "diff_contexts",
     "diff_outputs",
+    "diff_rerun",
     "distance",
+    "final_answer",
     "find_context",
+    "load_class",
     "materialize",
     "noise_band",
     "openai_tool_parameters",
@@ -77,12 +113,14 @@ __all__ = [
     "peteos_body",
     "recorded_call",
     "recorded_parameters",
+    "recorded_results",
     "register_source",
     "replay",
     "replay_messages",
     "replay_parameters",
     "request_differences",
     "request_messages",
+    "rerun",
     "resolve_index",
     "resolve_reference",
     "source_for",

@@ -161,6 +161,8 @@ class InvocationRecord:
     (a class defined inside a function has ``<locals>`` in it and cannot be imported)."""
     state_before: dict[str, Any] | None = None
     """The callee's public state when the invocation started (``state_after``: when it ended)."""
+    rerun: dict[str, Any] | None = None
+    """For a re-run: the message it re-ran from (context, index, id), edits, tool modes."""
     format: str = INVOCATION_FORMAT
 
     def as_dict(self) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from soapwb import (
     import_commands,
     llm_commands,
     replay_commands,
+    rerun_commands,
     runtime_commands,
     store_commands,
     ui_commands,
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     llm_commands.register(commands)
     runtime_commands.register(commands)
     replay_commands.register(commands)
+    rerun_commands.register(commands)
     analysis_commands.register(commands)
     ui_commands.register(commands)
     demo_commands.register(commands)

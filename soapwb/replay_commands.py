@@ -31,7 +31,7 @@ from soapwb.common import UsageError, add_store_options, emit_json, open_store
 
 def register(commands: Any) -> None:
     mat = commands.add_parser("materialize", help="print the exact request behind a message")
-    _add_target(mat)
+    add_target(mat)
     add_store_options(mat)
     mat.set_defaults(handler=cmd_materialize)
 
@@ -42,29 +42,8 @@ def register(commands: Any) -> None:
     rep = commands.add_parser(
         "replay", help="run the model again from a message; each run is saved as a fork"
     )
-    _add_target(rep)
-    rep.add_argument("--model", help="model name (default: the original call's)")
-    rep.add_argument("--temperature", type=float)
-    rep.add_argument("--seed", type=int)
-    rep.add_argument("--max-tokens", type=int)
-    rep.add_argument(
-        "--system-prompt-file", type=Path, help="replace the system prompt with this file's text"
-    )
-    rep.add_argument(
-        "--edit",
-        action="append",
-        default=[],
-        metavar="INDEX=TEXT",
-        help="replace the text of the message at INDEX (repeatable)",
-    )
-    rep.add_argument(
-        "--drop",
-        action="append",
-        type=int,
-        default=[],
-        metavar="INDEX",
-        help="leave out the message at INDEX; a tool call goes with its results (repeatable)",
-    )
+    add_target(rep)
+    add_change_options(rep)
     rep.add_argument("--samples", type=int, default=1, help="how many runs (default 1)")
     rep.add_argument(
         "--noise",
@@ -74,11 +53,7 @@ def register(commands: Any) -> None:
         help="also run K unchanged samples to measure the model's own variation",
     )
     rep.add_argument("--concurrency", type=int, default=2, help="runs at once (default 2)")
-    rep.add_argument(
-        "--base-url", help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL, else the local model)"
-    )
-    rep.add_argument("--timeout", type=float, default=120.0, help="seconds per request (default 120)")
-    rep.add_argument("--retries", type=int, default=2, help="retries with backoff per request (default 2)")
+    add_endpoint_options(rep)
     rep.add_argument(
         "--check",
         action="store_true",
@@ -110,7 +85,41 @@ _AT_HELP = (
 )
 
 
-def _add_target(parser: argparse.ArgumentParser) -> None:
+def add_change_options(parser: argparse.ArgumentParser) -> None:
+    """What a replay or a re-run may change: the model's settings and the messages."""
+    parser.add_argument("--model", help="model name (default: the original call's)")
+    parser.add_argument("--temperature", type=float)
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--max-tokens", type=int)
+    parser.add_argument(
+        "--system-prompt-file", type=Path, help="replace the system prompt with this file's text"
+    )
+    parser.add_argument(
+        "--edit",
+        action="append",
+        default=[],
+        metavar="INDEX=TEXT",
+        help="replace the text of the message at INDEX (repeatable)",
+    )
+    parser.add_argument(
+        "--drop",
+        action="append",
+        type=int,
+        default=[],
+        metavar="INDEX",
+        help="leave out the message at INDEX; a tool call goes with its results (repeatable)",
+    )
+
+
+def add_endpoint_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--base-url", help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL, else the local model)"
+    )
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per request (default 120)")
+    parser.add_argument("--retries", type=int, default=2, help="retries with backoff per request (default 2)")
+
+
+def add_target(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("session", metavar="SESSION", help="session uuid or a unique prefix of one")
     parser.add_argument("--context", metavar="ID", help="context id or prefix (default: the active one)")
     parser.add_argument("--at", required=True, metavar="N|entry:N|message:N|ID", help=_AT_HELP)

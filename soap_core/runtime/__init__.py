@@ -20,10 +20,15 @@ from soap_core.runtime._compaction import (
     Summarize,
 )
 from soap_core.runtime._invoke import (
+    RERUN,
     InvocationError,
     IterationLimitError,
+    RerunStopped,
+    ToolServer,
     assistant_message,
+    class_path,
     output_schema_json,
+    rerun_invocation,
 )
 from soap_core.runtime._llm import Completion, LLMEndpoint, LLMError
 from soap_core.runtime._locks import ActiveSessionError
@@ -31,6 +36,7 @@ from soap_core.runtime._tools import ToolSpec, tool
 from soap_core.runtime._trace import InvocationTrace, TraceFrame, invocation_chain
 
 __all__ = [
+    "RERUN",
     "ActiveSessionError",
     "AgenticObject",
     "CallRecord",
@@ -45,18 +51,22 @@ __all__ = [
     "LLMError",
     "ModelSettings",
     "Party",
+    "RerunStopped",
     "RollingSequenceWindow",
     "RollingTokenWindow",
     "Runtime",
     "Summarize",
+    "ToolServer",
     "ToolSpec",
     "TraceFrame",
     "agentic",
     "assistant_message",
+    "class_path",
     "invocation_chain",
     "output_schema_json",
     "read_calls",
     "read_invocation",
     "read_invocations",
+    "rerun_invocation",
     "tool",
 ]

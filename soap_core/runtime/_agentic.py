@@ -119,6 +119,32 @@ class AgenticObject:
         value = json.loads(json.dumps(public, default=_state_value))
         return value if isinstance(value, dict) else {}
 
+    @classmethod
+    def rebuild(cls, state: Mapping[str, Any], *, runtime: Runtime, object_id: str) -> AgenticObject:
+        """An object of this class in the recorded ``state``, for a re-run.
+
+        It is built as ``cls(runtime=..., object_id=...)`` and then given the recorded
+        value of each public attribute that holds plain JSON data (attributes standing for
+        other objects keep what the constructor made). A class whose constructor needs
+        more arguments overrides this (and can read them from ``state``).
+        """
+        try:
+            obj = cls(runtime=runtime, object_id=object_id)
+        except TypeError as exc:
+            raise SoapError(
+                f"cannot rebuild a {cls.__qualname__} for a re-run ({exc}): "
+                "give the class a rebuild(state, *, runtime, object_id) classmethod"
+            ) from None
+        obj.restore(state)
+        return obj
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Give each public attribute that holds plain JSON data its value in ``state``."""
+        for name, value in state.items():
+            current = getattr(self, name, None)
+            if not name.startswith("_") and _is_plain_json(current) and _is_plain_json(value):
+                setattr(self, name, value)
+
     def invoke(
         self,
         prompt: str,
@@ -142,6 +168,10 @@ class AgenticObject:
 
 
 _ADDRESS = re.compile(r" at 0x[0-9a-f]+")
+
+
+def _is_plain_json(value: Any) -> bool:
+    return value is None or isinstance(value, bool | int | float | str | list | dict)
 
 
 def _state_value(value: Any) -> str:

@@ -58,6 +58,17 @@ class IterationLimitError(InvocationError):
     """The model kept calling tools until the iteration limit."""
 
 
+class RerunStopped(InvocationError):
+    """A re-run stopped where it could not go on as asked: a tool call that recorded mode
+    cannot serve and may not run live, or a cross-object call (not re-run yet)."""
+
+
+ToolServer = Callable[[ToolUsePart], "str | None"]
+"""Asked before a tool call of a re-run runs: the result text to use, or None to run the
+tool live; raises :class:`RerunStopped` to end the re-run there."""
+RERUN: ContextVar[bool] = ContextVar("soapwb_rerun", default=False)
+
+
 @dataclass(frozen=True)
 class Position:
     """Where in a session the code now running was reached: the caller side of any
@@ -126,7 +137,16 @@ def _new_session(obj: AgenticObject, thread: str | None) -> Session:
 class _Run:
     """The state of one invocation's loop."""
 
-    def __init__(self, obj: AgenticObject, session: Session, record: InvocationRecord, schema: Any) -> None:
+    def __init__(
+        self,
+        obj: AgenticObject,
+        session: Session,
+        record: InvocationRecord,
+        schema: Any,
+        *,
+        tool_server: ToolServer | None = None,
+        branch: bool = False,
+    ) -> None:
         self.obj = obj
         self.session = session
         self.record = record
@@ -136,6 +156,10 @@ class _Run:
         self.specs: dict[str, ToolSpec] = {t.name: t for t in obj.tools()}
         self.directory = session.directory or self.store.session_dir(obj.role, session.uuid)
         self.tool_list_key: str | None = None
+        self.tool_server = tool_server
+        """Asked before a tool runs: its answer (the result text) stands in for the run."""
+        self.branch = branch
+        """A re-run: compaction forks are not made the session's active context."""
 
     def save(self) -> None:
         self.store.save_session(self.session)
@@ -184,7 +208,10 @@ class _Run:
             fork = strategy(self.obj, context)
         if fork is None:
             return context
-        self.session.set_active_context(fork)
+        if self.branch:  # the re-run goes on in the fork; the session keeps its active context
+            self.session.add_context(fork)
+        else:
+            self.session.set_active_context(fork)
         self.save()
         return fork
 
@@ -253,6 +280,10 @@ class _Run:
     def run_one(self, use: ToolUsePart) -> tuple[str, Any]:
         if use.name in ("produce_output", "produce_error") and self.schema is not None:
             return self.produce(use)
+        if self.tool_server is not None:
+            served = self.tool_server(use)
+            if served is not None:
+                return served, _NOTHING
         spec = self.specs.get(use.name)
         if spec is None:
             return f"[ERROR] unknown tool {use.name!r}; the tools are: {', '.join(self.specs)}", _NOTHING
@@ -260,6 +291,8 @@ class _Run:
             result, problem = run_tool(self.obj, spec, use.arguments)
         except ActiveSessionError as exc:
             return f"[REFUSED] {exc}", _NOTHING
+        except RerunStopped:
+            raise
         except Exception as exc:  # a failing tool is reported to the model, not fatal
             return f"[ERROR] {type(exc).__name__}: {exc}", _NOTHING
         if problem is not None:
@@ -289,7 +322,12 @@ class _Run:
         self.refresh_tool_definitions(context)
         context.append(Message.create("user", [TextPart(prompt)])).record_token_count()
         self.save()
-        limit = self.obj.settings.max_iterations
+        return self.drive(context, tool_choice, follow_up, self.obj.settings.max_iterations)
+
+    def drive(self, context: Context, tool_choice: Any, follow_up: Any, limit: int) -> Any:
+        """Model calls and tool runs from ``context`` as it stands, at most ``limit`` calls."""
+        if self.tool_list_key is None:  # a re-run starts here, a turn in loop()
+            self.refresh_tool_definitions(context)
         for _ in range(limit):
             context = self.compact(context)
             answer = self.call_model(context, tool_choice)
@@ -361,6 +399,11 @@ def run_invocation(
     follow_up: Any = "auto",
 ) -> Any:
     """``obj.invoke``: see :class:`_Run` for the loop."""
+    if RERUN.get():
+        raise RerunStopped(
+            f"a live tool invoked {obj.role} during a re-run: re-running other objects is not "
+            "supported yet (their sessions would be written); serve that tool recorded or injected"
+        )
     schema = output_schema_json(output_schema)
     session = (_thread_session(obj, thread) if thread is not None else None) or _new_session(obj, thread)
     directory = session.directory or obj.runtime.store.session_dir(obj.role, session.uuid)
@@ -402,6 +445,52 @@ def run_invocation(
         )
 
 
+def rerun_invocation(
+    obj: AgenticObject,
+    session: Session,
+    fork: Context,
+    *,
+    output_schema: Any,
+    tool_choice: Any,
+    follow_up: Any,
+    limit: int,
+    tool_server: ToolServer | None,
+    rerun: dict[str, Any],
+) -> Any:
+    """Run ``obj``'s loop again from ``fork`` (a context of ``session`` that is not its
+    active one), recording every call and the invocation like any run, but writing
+    nothing of what was there: the session stays as it is on disk (no active flag, no
+    owner, the same active context; the lock file alone keeps others out), new contexts
+    and records are added beside it."""
+    directory = session.directory or obj.runtime.store.session_dir(obj.role, session.uuid)
+    record = InvocationRecord(
+        id=new_record_id(),
+        callee=Party(obj.role, obj.object_id, session.uuid, fork.id, len(fork.messages)),
+        caller=None,
+        prompt=str(rerun.get("prompt", "")),
+        thread=session.thread_id,
+        started_at=utc_now(),
+        callee_class=class_path(type(obj)),
+        state_before=obj.state(),
+        rerun=rerun,
+    )
+    with session_lock(directory, session.uuid):
+        run = _Run(
+            obj, session, record, output_schema_json(output_schema), tool_server=tool_server, branch=True
+        )
+        token = RERUN.set(True)
+        try:
+            return _run_locked(
+                run,
+                lambda: run.drive(fork, _choice(tool_choice), _choice(follow_up), limit),
+                [directory],
+                None,
+                mark_active=False,
+            )
+        finally:
+            RERUN.reset(token)
+
+
 def _choice(value: Any) -> Any:
     """A tool name means: call this tool."""
     if isinstance(value, str) and value not in ("auto", "none", "required"):
@@ -410,16 +499,22 @@ def _choice(value: Any) -> Any:
 
 
 def _run_locked(
-    run: _Run, body: Callable[[], Any], dirs: list[Path], previous_owner: dict[str, Any] | None
+    run: _Run,
+    body: Callable[[], Any],
+    dirs: list[Path],
+    previous_owner: dict[str, Any] | None,
+    *,
+    mark_active: bool = True,
 ) -> Any:
     obj, session, record = run.obj, run.session, run.record
-    if session.is_active:  # on disk, yet nobody holds the lock: its owner died
-        record.stale_owner = (
-            session.state_data.get(OWNER_KEY) or previous_owner or {"note": "no owner recorded"}
-        )
-    session.is_active = True
-    session.state_data[OWNER_KEY] = owner_info()
-    session.state_data.pop(ERROR_KEY, None)
+    if mark_active:
+        if session.is_active:  # on disk, yet nobody holds the lock: its owner died
+            record.stale_owner = (
+                session.state_data.get(OWNER_KEY) or previous_owner or {"note": "no owner recorded"}
+            )
+        session.is_active = True
+        session.state_data[OWNER_KEY] = owner_info()
+        session.state_data.pop(ERROR_KEY, None)
     run.save()
     write_invocation(dirs, record)
     token = CHAIN.set((*CHAIN.get(), Frame(obj.role, obj.object_id, session.uuid, record.id, run.directory)))
@@ -429,12 +524,14 @@ def _run_locked(
         return result
     except BaseException as exc:
         record.outcome, record.error = "error", f"{type(exc).__name__}: {exc}"
-        session.state_data[ERROR_KEY] = record.error
+        if mark_active:
+            session.state_data[ERROR_KEY] = record.error
         raise
     finally:
         CHAIN.reset(token)
-        session.is_active = False
-        session.state_data.pop(OWNER_KEY, None)
+        if mark_active:
+            session.is_active = False
+            session.state_data.pop(OWNER_KEY, None)
         record.ended_at = utc_now()
         record.state_after = obj.state()
         run.save()

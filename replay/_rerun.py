@@ -1,0 +1,329 @@
+"""Re-run the agent from any message: the rest of the conversation again, as a branch.
+
+A replay re-sends one call; a re-run rebuilds the agentic object as it was when the
+invocation started (its class from the invocation record's import path, its recorded
+public state), forks the context at the message (with the replay edits), and runs the
+object's own loop from there to its end: the same iteration budget, the same compaction,
+every call and the invocation recorded like any run. The session's files stay as they
+were: the branch is a new context (not added to the original's ``children``, found
+through ``origin_context_id`` as replays are), the records are new files.
+
+Tools run in one of three modes, per tool or for all (:class:`ToolModes`):
+
+* *recorded* serves the result the original branch got when the model asks for the
+  same tool with the same arguments (canonical JSON) in the same order, so unchanged
+  steps cost nothing and touch nothing; a call it cannot serve runs live or stops the
+  re-run with a message saying which call, as the user chose;
+* *live* calls the real method on the rebuilt object;
+* *injected* answers with the user's result ("what if search had returned nothing").
+
+Not yet: re-running the objects a live tool invokes (such a call stops the re-run
+rather than write their sessions), and sessions whose code is not importable (peteos
+stores, OpenPoke imports).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from replay._branch import BranchDiff, branch_turns, diff_branches
+from replay._materialize import Materialized, MaterializeError, materialize
+from replay._run import Endpoint, Overrides, replay_messages
+from soap_core import (
+    REPLAY_KEY,
+    CallRecord,
+    Context,
+    InvocationRecord,
+    Session,
+    SoapError,
+    Store,
+    ToolUsePart,
+    canonical_json,
+    read_calls,
+    read_invocation,
+)
+from soap_core.runtime import (
+    AgenticObject,
+    InvocationError,
+    LLMError,
+    RerunStopped,
+    Runtime,
+    rerun_invocation,
+)
+
+ToolMode = Literal["live", "recorded"]
+RERUN_KIND = "rerun"
+
+
+class RerunError(SoapError):
+    """The message cannot be re-run (no recorded invocation, a class that will not load)."""
+
+
+@dataclass(frozen=True)
+class ToolModes:
+    """How the tools of a re-run answer."""
+
+    default: ToolMode = "recorded"
+    per_tool: Mapping[str, ToolMode] = field(default_factory=dict)
+    injected: Mapping[str, Any] = field(default_factory=dict)
+    """Tool name -> the result to give instead of running it (text, or JSON)."""
+    unserved: Literal["live", "stop"] = "stop"
+    """What a recorded-mode call the original never made does: run live, or stop."""
+
+    def mode(self, name: str) -> ToolMode:
+        return self.per_tool.get(name, self.default)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "default": self.default,
+            "per_tool": dict(self.per_tool),
+            "injected": dict(self.injected),
+            "unserved": self.unserved,
+        }
+
+
+@dataclass(frozen=True)
+class RecordedResult:
+    """One tool call of the original branch and the result it got."""
+
+    name: str
+    arguments: str
+    """Canonical JSON of the parsed arguments (the raw text where it does not parse)."""
+    content: Any
+
+
+def _canonical_arguments(use: ToolUsePart) -> str:
+    try:
+        return canonical_json(json.loads(use.arguments))
+    except (ValueError, TypeError):
+        return use.arguments
+
+
+def recorded_results(context: Context, start: int) -> list[RecordedResult]:
+    """The tool calls the original made from display index ``start`` on, with their
+    results, in the order it made them."""
+    results = {p.call_id: p.content for m in context.messages[start:] for p in m.tool_results()}
+    return [
+        RecordedResult(use.name, _canonical_arguments(use), results.get(use.call_id))
+        for message in context.messages[start:]
+        for use in message.tool_uses()
+        if use.call_id in results
+    ]
+
+
+@dataclass
+class ToolLog:
+    """What answered each tool call of the re-run."""
+
+    served: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, use: ToolUsePart, how: str) -> None:
+        self.served.append({"tool": use.name, "arguments": _canonical_arguments(use), "how": how})
+
+
+def tool_server(
+    modes: ToolModes, recorded: list[RecordedResult], log: ToolLog
+) -> Callable[[ToolUsePart], str | None]:
+    """The runtime's tool server for ``modes``: recorded results consumed in order."""
+    position = 0
+
+    def serve(use: ToolUsePart) -> str | None:
+        nonlocal position
+        if use.name in modes.injected:
+            log.add(use, "injected")
+            value = modes.injected[use.name]
+            return value if isinstance(value, str) else canonical_json(value)
+        if modes.mode(use.name) == "live":
+            log.add(use, "live")
+            return None
+        wanted = _canonical_arguments(use)
+        if position < len(recorded) and (recorded[position].name, recorded[position].arguments) == (
+            use.name,
+            wanted,
+        ):
+            content = recorded[position].content
+            position += 1
+            log.add(use, "recorded")
+            return content if isinstance(content, str) else canonical_json(content)
+        if modes.unserved == "live":
+            log.add(use, "live (not recorded)")
+            return None
+        expected = (
+            f"the original's next call was {recorded[position].name}({recorded[position].arguments})"
+            if position < len(recorded)
+            else "the original made no more tool calls"
+        )
+        raise RerunStopped(
+            f"recorded mode cannot serve {use.name}({wanted}): {expected}; "
+            "run it live (--unserved live) or inject a result for it"
+        )
+
+    return serve
+
+
+@dataclass
+class RerunResult:
+    """One re-run: its branch, how it ended, and what answered its tools."""
+
+    branch_id: str
+    """The context the re-run ended in (its fork, or a compaction fork of it)."""
+    fork_id: str
+    """The fork made at the message (the branch's first context)."""
+    of_context: str
+    of_index: int
+    answer: Any = None
+    error: str | None = None
+    calls: list[str] = field(default_factory=list)
+    tools: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "ok": self.ok}
+
+
+def load_class(path: str | None) -> type[AgenticObject]:
+    """The agentic class named by an invocation record's ``module:qualname``."""
+    if not path or ":" not in path or "<locals>" in path:
+        raise RerunError(f"the class {path!r} cannot be imported (defined inside a function?)")
+    module_name, _, qualname = path.partition(":")
+    try:
+        found: Any = importlib.import_module(module_name)
+        for name in qualname.split("."):
+            found = getattr(found, name)
+    except (ImportError, AttributeError) as exc:
+        raise RerunError(f"cannot import the agentic class {path}: {exc}") from None
+    if not (isinstance(found, type) and issubclass(found, AgenticObject)):
+        raise RerunError(f"{path} is not an agentic class")
+    return found
+
+
+def _invocation_of(session: Session, found: Materialized) -> tuple[CallRecord, InvocationRecord]:
+    call = found.call
+    if call is None or call.invocation_id is None or session.directory is None:
+        raise RerunError(
+            f"message {found.index} of context {found.context_id} has no recorded invocation: "
+            "only sessions our runtime wrote can be re-run so far"
+        )
+    record = read_invocation(session.directory, call.invocation_id)
+    if record is None:
+        raise RerunError(f"the invocation {call.invocation_id} of message {found.index} has no record")
+    return call, record
+
+
+def _output_schema(context: Context, call: CallRecord) -> Any:
+    """The output schema the invocation had, from the tool listing the call was offered."""
+    listing = context.content_map.get(call.tool_list_hook or "")
+    for tool in json.loads(listing) if listing else []:
+        if tool.get("name") == "produce_output":
+            return tool.get("parameters", {}).get("properties", {}).get("answer")
+    return None
+
+
+def _choices(
+    call: CallRecord, record: InvocationRecord, calls: Mapping[str, CallRecord]
+) -> tuple[Any, Any, int]:
+    """The tool choice of the call, the one of the calls after it, and how many calls the
+    invocation had made before it (they count against its iteration limit)."""
+    made = record.calls.index(call.id) if call.id in record.calls else 0
+    first = call.request.get("tool_choice", "auto")
+    later = first if made else "auto"
+    following = calls.get(record.calls[made + 1]) if made + 1 < len(record.calls) else None
+    if following is not None:
+        later = following.request.get("tool_choice", "auto")
+    return first, later, made
+
+
+def _fork(session: Session, found: Materialized, overrides: Overrides, record: dict[str, Any]) -> Context:
+    origin = session.contexts[found.context_id]
+    messages = replay_messages(found, overrides)
+    fork = origin.transform_fork(lambda _: [m.copy() for m in messages])
+    origin.children.remove(fork.id)  # the original stays untouched; lineage is origin_context_id
+    fork.extra[REPLAY_KEY] = record
+    session.add_context(fork)
+    return fork
+
+
+def rerun(
+    store: Store,
+    session: Session,
+    context: Context | str | None,
+    at: int | str,
+    endpoint: Endpoint,
+    *,
+    overrides: Overrides | None = None,
+    tools: ToolModes | None = None,
+    label: str | None = None,
+) -> RerunResult:
+    """Re-run the agent of ``session`` from the model output at ``at`` of ``context``."""
+    overrides, tools = overrides or Overrides(), tools or ToolModes()
+    found = materialize(session, context, at)
+    if found.message_id is None:
+        raise MaterializeError(
+            f"message {found.index} of {found.context_id} does not exist: nothing to re-run"
+        )
+    call, record = _invocation_of(session, found)
+    cls = load_class(record.callee_class)
+    runtime = Runtime(store, endpoint)  # type: ignore[arg-type]  # any Endpoint will do
+    obj = cls.rebuild(record.state_before or {}, runtime=runtime, object_id=record.callee.object_id)
+    changed = {k: getattr(overrides, k) for k in ("model", "temperature", "seed", "max_tokens")}
+    changed = {k: v for k, v in changed.items() if v is not None}
+    if changed:
+        obj.settings = dataclasses.replace(obj.settings, **changed)  # type: ignore[misc]
+    origin = session.contexts[found.context_id]
+    about = {
+        "kind": RERUN_KIND,
+        "of_context": found.context_id,
+        "of_index": found.index,
+        "of_message_id": found.message_id,
+        "of_invocation": record.id,
+        "overrides": overrides.as_dict(),
+        "tools": tools.as_dict(),
+        **({"label": label} if label else {}),
+    }
+    fork = _fork(session, found, overrides, about)
+    store.save_session(session)
+    recorded_calls = {c.id: c for c in read_calls(session.directory)} if session.directory else {}
+    first, later, made = _choices(call, record, recorded_calls)
+    log = ToolLog()
+    result = RerunResult(fork.id, fork.id, found.context_id, found.index)
+    before = set(session.contexts)
+    try:
+        result.answer = rerun_invocation(
+            obj,
+            session,
+            fork,
+            output_schema=_output_schema(origin, call),
+            tool_choice=first,
+            follow_up=later,
+            limit=max(1, obj.settings.max_iterations - made),
+            tool_server=tool_server(tools, recorded_results(origin, found.index), log),
+            rerun={**about, "prompt": f"(re-run from message {found.index} of {found.context_id})"},
+        )
+    except (InvocationError, LLMError) as exc:
+        result.error = f"{type(exc).__name__}: {exc}"
+    result.tools = log.served
+    branch = [fork.id, *(cid for cid in session.contexts if cid not in before)]
+    result.branch_id = branch[-1]
+    made_now = read_calls(session.directory) if session.directory else []
+    result.calls = [c.id for c in made_now if c.context_id in branch and c.id not in recorded_calls]
+    return result
+
+
+def diff_rerun(session: Session, result: RerunResult) -> BranchDiff:
+    """The original branch (from the message on) against the re-run's, turn by turn.
+
+    The re-run's branch starts where its messages stop being the original's prefix (a
+    compaction fork during the re-run keeps copies of some of them)."""
+    origin, branch = session.contexts[result.of_context], session.contexts[result.branch_id]
+    prefix = {m.id for m in origin.messages[: result.of_index]}
+    start = next((i for i, m in enumerate(branch.messages) if m.id not in prefix), len(branch.messages))
+    calls = read_calls(session.directory) if session.directory else []
+    return diff_branches(branch_turns(origin, result.of_index, calls), branch_turns(branch, start, calls))

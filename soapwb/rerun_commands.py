@@ -1,0 +1,119 @@
+"""``soapwb rerun``: the agent again from a message, to the end, as a branch."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from replay import ToolModes, diff_rerun, rerun
+from soapwb.common import UsageError, add_store_options, emit_json, open_store
+from soapwb.replay_commands import (
+    add_change_options,
+    add_endpoint_options,
+    add_target,
+    endpoint_for,
+    materialize_target,
+    overrides_from,
+)
+
+
+def register(commands: Any) -> None:
+    run = commands.add_parser(
+        "rerun",
+        help="run the agent again from a message to the end of its turn; the run is saved as a branch",
+        description=(
+            "Rebuilds the agentic object as the invocation found it (its class and recorded state), "
+            "forks the context at the message with the edits, and runs the object's own loop from "
+            "there. Tools answer from the record by default (the same tool with the same arguments, "
+            "in the same order); the session's files are not changed."
+        ),
+    )
+    add_target(run)
+    add_change_options(run)
+    run.add_argument(
+        "--tools",
+        choices=("recorded", "live"),
+        default="recorded",
+        help="how tools answer: the original's recorded results, or the real methods (default recorded)",
+    )
+    run.add_argument(
+        "--tool",
+        action="append",
+        default=[],
+        metavar="NAME=MODE",
+        help="the mode of one tool (recorded or live; repeatable)",
+    )
+    run.add_argument(
+        "--inject",
+        action="append",
+        default=[],
+        metavar="NAME=RESULT",
+        help="answer every call of tool NAME with RESULT (JSON, else the text as it is; repeatable)",
+    )
+    run.add_argument(
+        "--unserved",
+        choices=("stop", "live"),
+        default="stop",
+        help="a call recorded mode cannot serve: stop the re-run there, or run it live (default stop)",
+    )
+    run.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 when the re-run's branch differs from the original's by more than --threshold",
+    )
+    run.add_argument(
+        "--threshold",
+        type=float,
+        default=0.0,
+        help="largest branch distance (0..1) --check passes (default 0)",
+    )
+    add_endpoint_options(run)
+    add_store_options(run)
+    run.set_defaults(handler=cmd_rerun)
+
+
+def tool_modes(args: argparse.Namespace) -> ToolModes:
+    per_tool: dict[str, Any] = {}
+    for item in args.tool:
+        name, sep, mode = item.partition("=")
+        if not sep or mode not in ("recorded", "live"):
+            raise UsageError(f"--tool takes NAME=recorded or NAME=live, got {item!r}")
+        per_tool[name] = mode
+    injected: dict[str, Any] = {}
+    for item in args.inject:
+        name, sep, text = item.partition("=")
+        if not sep or not name:
+            raise UsageError(f"--inject takes NAME=RESULT, got {item!r}")
+        try:
+            injected[name] = json.loads(text)
+        except ValueError:
+            injected[name] = text
+    return ToolModes(args.tools, per_tool, injected, args.unserved)
+
+
+def cmd_rerun(args: argparse.Namespace) -> int:
+    store = open_store(args)
+    session = store.load_session(args.session, require_active=args.context is None)
+    found = materialize_target(args, session)
+    modes, overrides = tool_modes(args), overrides_from(args)
+    with endpoint_for(args) as endpoint:
+        result = rerun(
+            store, session, found.context_id, found.index, endpoint, overrides=overrides, tools=modes
+        )
+    diff = diff_rerun(store.load_session(session.uuid), result)
+    failed = not result.ok or (args.check and diff.distance > args.threshold)
+    if args.json:
+        emit_json({**result.as_dict(), "diff": diff.as_dict()})
+        return 1 if failed else 0
+    print(f"re-ran {session.role}/{session.uuid} from message {result.of_index} of {result.of_context}")
+    print(f"branch {result.branch_id} ({len(result.calls)} model calls)")
+    for served in result.tools:
+        print(f"  {served['tool']}({served['arguments']}): {served['how']}")
+    print(
+        f"answer: {json.dumps(result.answer, ensure_ascii=False)}" if result.ok else f"FAILED: {result.error}"
+    )
+    print(f"first divergence: {diff.divergence}" if diff.first_divergence is not None else diff.divergence)
+    check = f" (--check threshold {args.threshold:g})" if args.check else ""
+    print(f"branch distance {diff.distance:.3f}{check}")
+    return 1 if failed else 0

@@ -1,0 +1,277 @@
+"""Re-running the agent from a message: the loop logic against a scripted endpoint, and
+one reproduction against the real local model."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from replay import RerunError, ToolModes, materialize, rerun
+from soap_core import REPLAY_KEY, Session, Store, read_calls, read_invocations
+from soap_core.runtime import AgenticObject, LLMEndpoint, Runtime
+from soap_core.runtime.local_model import LocalModelServer
+from tests.conftest import snapshot
+from tests.rerun_agents import Pantry
+from tests.scripted import ScriptedEndpoint, calls, says
+
+FIRST_ANSWER = 3  # system, tools, user, then the model's first output
+
+
+def bought(tmp_path: Path, *answers: dict) -> tuple[Store, Session]:  # type: ignore[type-arg]
+    """A pantry session: 'buy a pear' -> add_item(pear) -> '1 items' -> the last answer."""
+    endpoint = ScriptedEndpoint(calls("add_item", '{"item": "pear"}'), *(answers or (says("done"),)))
+    pantry = Pantry(runtime=Runtime(tmp_path / "store", endpoint), object_id="pantry")  # type: ignore[arg-type]
+    pantry.invoke("buy a pear", thread="t")
+    store = pantry.runtime.store
+    return store, store.load_session(store.sessions()[0].uuid)
+
+
+def rerun_record(session: Session, result_fork: str) -> dict:  # type: ignore[type-arg]
+    [record] = [r for r in read_invocations(session.directory or Path()) if r.rerun]
+    assert record.rerun is not None and record.rerun["of_index"] == FIRST_ANSWER
+    return {"state_before": record.state_before, "state_after": record.state_after, "fork": result_fork}
+
+
+def test_a_recorded_mode_rerun_serves_the_recorded_result_and_touches_nothing(tmp_path: Path) -> None:
+    store, session = bought(tmp_path)
+    before = snapshot(store.root)
+    again = ScriptedEndpoint(calls("add_item", '{"item":"pear"}', "c9"), says("done again"))
+    result = rerun(store, session, None, FIRST_ANSWER, again)  # type: ignore[arg-type]
+    assert result.ok and result.answer == "done again"
+    assert result.tools == [{"tool": "add_item", "arguments": '{"item":"pear"}', "how": "recorded"}]
+    after = snapshot(store.root)
+    assert {k: after[k] for k in before} == before, "the original files changed"
+    reloaded = store.load_session(session.uuid)
+    branch = reloaded.contexts[result.branch_id]
+    assert [m.role for m in branch.messages] == [
+        "system",
+        "tool",
+        "user",
+        "assistant",
+        "tool_result",
+        "assistant",
+    ]
+    assert branch.messages[4].tool_results()[0].content == "1 items"
+    assert (
+        branch.extra[REPLAY_KEY]["kind"] == "rerun"
+        and result.branch_id not in reloaded.active_context.children
+    )
+    assert reloaded.active_context_id == session.active_context_id
+    record = rerun_record(reloaded, result.fork_id)
+    assert record["state_before"] == record["state_after"] == {"items": []}  # the tool did not run
+    assert len(result.calls) == 2 and all(
+        c.context_id == result.branch_id
+        for c in read_calls(session.directory or Path())
+        if c.id in result.calls
+    )
+
+
+def test_the_reruns_first_request_is_the_original_one(tmp_path: Path) -> None:
+    store, session = bought(tmp_path)
+    again = ScriptedEndpoint(calls("add_item", '{"item": "pear"}', "c9"), says("done"))
+    rerun(store, session, None, FIRST_ANSWER, again)  # type: ignore[arg-type]
+    original = materialize(session, None, FIRST_ANSWER)
+    assert again.requests[0] == original.request
+
+
+def test_an_injected_result_stands_in_for_the_tool(tmp_path: Path) -> None:
+    store, session = bought(tmp_path)
+    again = ScriptedEndpoint(calls("add_item", '{"item": "pear"}', "c9"), says("no pears"))
+    modes = ToolModes(injected={"add_item": "out of stock"})
+    result = rerun(store, session, None, FIRST_ANSWER, again, tools=modes)  # type: ignore[arg-type]
+    branch = store.load_session(session.uuid).contexts[result.branch_id]
+    assert branch.messages[4].tool_results()[0].content == "out of stock"
+    assert result.tools[0]["how"] == "injected"
+    assert "out of stock" in again.requests[1]["messages"][-1]["content"]
+
+
+def test_a_call_recorded_mode_cannot_serve_stops_the_rerun_naming_both_calls(tmp_path: Path) -> None:
+    store, session = bought(tmp_path)
+    again = ScriptedEndpoint(calls("add_item", '{"item": "fig"}', "c9"), says("never asked"))
+    result = rerun(store, session, None, FIRST_ANSWER, again)  # type: ignore[arg-type]
+    assert not result.ok and result.error is not None
+    assert 'recorded mode cannot serve add_item({"item":"fig"})' in result.error
+    assert 'the original\'s next call was add_item({"item":"pear"})' in result.error
+    assert len(again.requests) == 1
+
+
+def test_a_call_recorded_mode_cannot_serve_runs_live_when_asked(tmp_path: Path) -> None:
+    store, session = bought(tmp_path)
+    again = ScriptedEndpoint(calls("add_item", '{"item": "fig"}', "c9"), says("a fig"))
+    result = rerun(store, session, None, FIRST_ANSWER, again, tools=ToolModes(unserved="live"))  # type: ignore[arg-type]
+    assert result.ok and result.answer == "a fig"
+    record = rerun_record(store.load_session(session.uuid), result.fork_id)
+    assert record["state_after"] == {"items": ["fig"]}  # the real method ran on the rebuilt object
+
+
+def test_an_edited_message_goes_into_the_branch_and_the_original_keeps_its_text(tmp_path: Path) -> None:
+    from replay import Overrides
+
+    store, session = bought(tmp_path)
+    again = ScriptedEndpoint(calls("add_item", '{"item": "plum"}', "c9"), says("a plum"))
+    result = rerun(
+        store,
+        session,
+        None,
+        FIRST_ANSWER,
+        again,
+        overrides=Overrides(edits={2: "buy a plum"}),
+        tools=ToolModes(default="live"),  # type: ignore[arg-type]
+    )
+    assert result.ok and again.requests[0]["messages"][-1]["content"] == "buy a plum"
+    reloaded = store.load_session(session.uuid)
+    assert reloaded.active_context.messages[2].text() == "buy a pear"
+    assert reloaded.contexts[result.branch_id].messages[2].text() == "buy a plum"
+
+
+def test_a_live_tool_that_invokes_another_object_stops_the_rerun_instead_of_writing_its_session(
+    tmp_path: Path,
+) -> None:
+    endpoint = ScriptedEndpoint(calls("ask_grocer", '{"question": "pears?"}'), says("yes"), says("ok"))
+    pantry = Pantry(runtime=Runtime(tmp_path / "store", endpoint), object_id="pantry")  # type: ignore[arg-type]
+    pantry.invoke("ask about pears", thread="t")
+    store = pantry.runtime.store
+    session = next(store.load_session(s.uuid) for s in store.sessions() if s.role == "Pantry")
+    before = snapshot(store.root)
+    again = ScriptedEndpoint(calls("ask_grocer", '{"question": "plums?"}', "c9"), says("unused"))
+    result = rerun(store, session, None, FIRST_ANSWER, again, tools=ToolModes(default="live"))  # type: ignore[arg-type]
+    assert not result.ok and "re-running other objects is not supported yet" in (result.error or "")
+    after = snapshot(store.root)
+    assert {k: after[k] for k in before} == before
+
+
+def test_a_class_defined_inside_a_function_cannot_be_rebuilt_and_says_why(tmp_path: Path) -> None:
+    class Local(AgenticObject):
+        pass
+
+    endpoint = ScriptedEndpoint(says("hi"))
+    local = Local(runtime=Runtime(tmp_path / "store", endpoint))  # type: ignore[arg-type]
+    local.invoke("hello")
+    store = local.runtime.store
+    session = store.load_session(store.sessions()[0].uuid)
+    with pytest.raises(RerunError, match="cannot be imported"):
+        rerun(store, session, None, 3, ScriptedEndpoint(says("x")))  # type: ignore[arg-type]
+
+
+def test_a_peteos_message_without_a_recorded_invocation_cannot_be_rerun_yet(store_copy: Path) -> None:
+    store = Store(store_copy)
+    session = store.load_session("3f0c")
+    with pytest.raises(RerunError, match="no recorded invocation"):
+        rerun(store, session, None, 5, ScriptedEndpoint(says("x")))  # type: ignore[arg-type]
+
+
+def test_an_unchanged_rerun_against_the_local_model_reproduces_the_run(
+    tmp_path: Path, llm_server: LocalModelServer
+) -> None:
+    """Temperature 0 on the deterministic server: the same first request (by hash), the
+    same tool call served from the record, the same answer. (As in the demo, the answer
+    comes through produce_output: with tool_choice "auto" after a tool result the small
+    model's server can generate until the client's timeout.)"""
+    pantry = Pantry(runtime=Runtime(tmp_path / "store", LLMEndpoint(llm_server.base_url)), object_id="p")
+    original_answer = pantry.invoke(
+        "Add a pear to the pantry.",
+        thread="t",
+        output_schema=str,
+        tool_choice="add_item",
+        follow_up="produce_output",
+    )
+    store = pantry.runtime.store
+    session = store.load_session(store.sessions()[0].uuid)
+    before = snapshot(store.root)
+    result = rerun(store, session, None, FIRST_ANSWER, LLMEndpoint(llm_server.base_url))
+    assert result.ok, result.error
+    assert [t["how"] for t in result.tools] == ["recorded"] * len(result.tools) and result.tools
+    assert result.answer == original_answer
+    reloaded = store.load_session(session.uuid)
+    original, branch = reloaded.active_context, reloaded.contexts[result.branch_id]
+    assert [(u.name, u.parsed_arguments()) for m in branch.messages for u in m.tool_uses()] == [
+        (u.name, u.parsed_arguments()) for m in original.messages for u in m.tool_uses()
+    ]
+    calls_by_id = {c.id: c for c in read_calls(session.directory or Path())}
+    first_original = materialize(reloaded, original, FIRST_ANSWER).call
+    assert first_original is not None
+    assert calls_by_id[result.calls[0]].request_hash == first_original.request_hash
+    after = snapshot(store.root)
+    assert {k: after[k] for k in before} == before
+
+
+def test_a_log_analyzer_session_of_the_demo_reruns_from_its_first_answer_without_touching_it(
+    demo_store: Path, tmp_path: Path, llm_server: LocalModelServer
+) -> None:
+    """The demo's analyzer is rebuilt from its record (its rebuild() reads the log path
+    from the state); in recorded mode its tools answer from the record, and a call the
+    record cannot serve stops the branch with a clear message. Either way the session's
+    files stay as they were and the branch holds the original prefix."""
+    copy = tmp_path / "store"
+    shutil.copytree(demo_store, copy)
+    store = Store(copy)
+    summary = next(s for s in store.sessions() if s.role == "LogAnalyzer")
+    session = store.load_session(summary.uuid)
+    context = session.active_context
+    first = next(i for i, m in enumerate(context.messages) if m.role == "assistant")
+    before = snapshot(copy)
+    result = rerun(store, session, context, first, LLMEndpoint(llm_server.base_url, timeout=300))
+    assert result.ok or "recorded mode cannot serve" in (result.error or ""), result.error
+    after = snapshot(copy)
+    assert {k: after[k] for k in before} == before
+    branch = store.load_session(session.uuid).contexts[result.fork_id]
+    origin = store.load_session(session.uuid).contexts[materialize(session, context, first).context_id]
+    prefix = materialize(session, context, first).messages
+    assert [m.id for m in branch.messages[: len(prefix)]] == [m.id for m in prefix]
+    assert origin.id == branch.origin_context_id
+    assert result.calls, "the re-run made no model call"
+
+
+def test_soapwb_rerun_reports_the_branch_its_first_divergence_and_checks_it(
+    tmp_path: Path, llm_server: LocalModelServer
+) -> None:
+    """The command line over the same functions: an unchanged re-run passes --check, an
+    edited one (a melon instead of a pear: the deterministic model adds a melon) diverges
+    at the tool call, says so and fails --check."""
+    from soapwb.cli import main
+
+    pantry = Pantry(runtime=Runtime(tmp_path / "store", LLMEndpoint(llm_server.base_url)), object_id="p")
+    pantry.invoke(
+        "Add a pear to the pantry.",
+        thread="t",
+        output_schema=str,
+        tool_choice="add_item",
+        follow_up="produce_output",
+    )
+    store = pantry.runtime.store
+    uuid = store.sessions()[0].uuid
+    common = [
+        "rerun",
+        uuid,
+        "--at",
+        str(FIRST_ANSWER),
+        "--store",
+        str(store.root),
+        "--base-url",
+        llm_server.base_url,
+    ]
+    assert main([*common, "--check"]) == 0
+    edited = [
+        *common,
+        "--edit",
+        "2=Add a melon and a lemon to the pantry.",
+        "--unserved",
+        "live",
+        "--check",
+        "--json",
+    ]
+    import contextlib
+    import io
+    import json
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(edited)
+    report = json.loads(out.getvalue())
+    assert report["ok"], report["error"]
+    assert code == 1 and report["diff"]["first_divergence"] == 0 and report["diff"]["distance"] > 0
+    assert "the re-run called add_item(item='melon')" in report["diff"]["divergence"]
+    assert [t["how"] for t in report["tools"]] == ["live (not recorded)"]
+    assert store.load_session(uuid).active_context.messages[2].text() == "Add a pear to the pantry."
