@@ -39,9 +39,11 @@ from soap_core import (
     CallRecord,
     Context,
     InvocationRecord,
+    Message,
     Session,
     SoapError,
     Store,
+    TextPart,
     ToolUsePart,
     canonical_json,
     read_calls,
@@ -314,6 +316,83 @@ def rerun(
     result.branch_id = branch[-1]
     made_now = read_calls(session.directory) if session.directory else []
     result.calls = [c.id for c in made_now if c.context_id in branch and c.id not in recorded_calls]
+    return result
+
+
+def _last_invocation(session: Session, context: Context) -> InvocationRecord:
+    """The invocation that last ran in ``context`` or the contexts it was forked from."""
+    lineage: list[str] = []
+    current: Context | None = context
+    while current is not None and current.id not in lineage:
+        lineage.append(current.id)
+        current = session.contexts.get(current.origin_context_id or "")
+    calls = read_calls(session.directory) if session.directory else []
+    for context_id in lineage:
+        for call in reversed(calls):
+            if call.context_id == context_id and call.invocation_id:
+                record = read_invocation(session.directory, call.invocation_id) if session.directory else None
+                if record is not None:
+                    return record
+    raise RerunError(f"context {context.id} has no recorded invocation to go on from")
+
+
+def continue_branch(
+    store: Store,
+    session: Session,
+    context: Context,
+    text: str,
+    endpoint: Endpoint,
+    *,
+    tools: ToolModes | None = None,
+) -> RerunResult:
+    """A new user message at the end of ``context`` and the agent's turn on it.
+
+    A replay or re-run branch goes on in place (it is ours); any other context is first
+    copied into a branch, so the conversation can go on from any point without writing
+    what was there. The object is rebuilt as the last invocation there left it. Tools
+    run live unless ``tools`` says otherwise (a new turn has no record to serve)."""
+    tools = tools or ToolModes(default="live")
+    record = _last_invocation(session, context)
+    cls = load_class(record.callee_class)
+    runtime = Runtime(store, endpoint)  # type: ignore[arg-type]  # any Endpoint will do
+    obj = cls.rebuild(
+        record.state_after or record.state_before or {}, runtime=runtime, object_id=record.callee.object_id
+    )
+    branch = context
+    if REPLAY_KEY not in context.extra:
+        branch = context.transform_fork(lambda messages: messages)
+        context.children.remove(branch.id)  # the original stays untouched
+        branch.extra[REPLAY_KEY] = {
+            "kind": "continue",
+            "of_context": context.id,
+            "of_index": len(context.messages),
+        }
+        session.add_context(branch)
+    start = len(branch.messages)
+    branch.append(Message.create("user", [TextPart(text)])).record_token_count()
+    store.save_session(session)
+    before = set(session.contexts)
+    known = {c.id for c in read_calls(session.directory)} if session.directory else set()
+    result = RerunResult(branch.id, branch.id, context.id, start)
+    log = ToolLog()
+    try:
+        result.answer = rerun_invocation(
+            obj,
+            session,
+            branch,
+            output_schema=None,
+            tool_choice="auto",
+            follow_up="auto",
+            limit=obj.settings.max_iterations,
+            tool_server=tool_server(tools, [], log),
+            rerun={"kind": "continue", "of_context": context.id, "of_index": start, "prompt": text},
+        )
+    except (InvocationError, LLMError) as exc:
+        result.error = f"{type(exc).__name__}: {exc}"
+    result.tools = log.served
+    result.branch_id = [branch.id, *(cid for cid in session.contexts if cid not in before)][-1]
+    made = read_calls(session.directory) if session.directory else []
+    result.calls = [c.id for c in made if c.id not in known]
     return result
 
 

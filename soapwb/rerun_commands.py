@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from replay import ToolModes, diff_rerun, rerun
+from replay import ToolModes, continue_branch, diff_rerun, find_context, rerun
 from soapwb.common import UsageError, add_store_options, emit_json, open_store
 from soapwb.replay_commands import (
     add_change_options,
@@ -72,6 +72,26 @@ def register(commands: Any) -> None:
     add_store_options(run)
     run.set_defaults(handler=cmd_rerun)
 
+    more = commands.add_parser(
+        "continue",
+        help="a new user message at the end of a context or re-run branch, and the agent's turn on it",
+        description=(
+            "A replay or re-run branch goes on in place; any other context is first copied into a "
+            "branch, so the session's files never change. Tools run live unless --tools says otherwise."
+        ),
+    )
+    more.add_argument("context", metavar="CONTEXT", help="context id or a unique prefix (any session)")
+    more.add_argument("message", metavar="MESSAGE", help="what the user says next")
+    more.add_argument(
+        "--tools", choices=("recorded", "live"), default="live", help="how tools answer (default live)"
+    )
+    more.add_argument("--tool", action="append", default=[], metavar="NAME=MODE", help="the mode of one tool")
+    more.add_argument("--inject", action="append", default=[], metavar="NAME=RESULT", help="a tool's result")
+    more.add_argument("--unserved", choices=("stop", "live"), default="live", help=argparse.SUPPRESS)
+    add_endpoint_options(more)
+    add_store_options(more)
+    more.set_defaults(handler=cmd_continue)
+
 
 def tool_modes(args: argparse.Namespace) -> ToolModes:
     per_tool: dict[str, Any] = {}
@@ -117,3 +137,20 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     check = f" (--check threshold {args.threshold:g})" if args.check else ""
     print(f"branch distance {diff.distance:.3f}{check}")
     return 1 if failed else 0
+
+
+def cmd_continue(args: argparse.Namespace) -> int:
+    store = open_store(args)
+    session, context = find_context(store, args.context)
+    with endpoint_for(args) as endpoint:
+        result = continue_branch(store, session, context, args.message, endpoint, tools=tool_modes(args))
+    if args.json:
+        emit_json(result.as_dict())
+        return 0 if result.ok else 1
+    print(f"{session.role}/{session.uuid}: branch {result.branch_id} ({len(result.calls)} model calls)")
+    for served in result.tools:
+        print(f"  {served['tool']}({served['arguments']}): {served['how']}")
+    print(
+        f"answer: {json.dumps(result.answer, ensure_ascii=False)}" if result.ok else f"FAILED: {result.error}"
+    )
+    return 0 if result.ok else 1

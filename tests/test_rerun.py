@@ -275,3 +275,87 @@ def test_soapwb_rerun_reports_the_branch_its_first_divergence_and_checks_it(
     assert "the re-run called add_item(item='melon')" in report["diff"]["divergence"]
     assert [t["how"] for t in report["tools"]] == ["live (not recorded)"]
     assert store.load_session(uuid).active_context.messages[2].text() == "Add a pear to the pantry."
+
+
+def test_a_conversation_goes_on_from_a_rerun_branch_and_from_an_original_context(tmp_path: Path) -> None:
+    """Continue appends a user message and runs the agent's turn: in a re-run branch in
+    place, elsewhere in a copy, so the original context never changes."""
+    from replay import continue_branch
+
+    store, session = bought(tmp_path)
+    before = snapshot(store.root)
+    first = rerun(
+        store,
+        session,
+        None,
+        FIRST_ANSWER,
+        ScriptedEndpoint(calls("add_item", '{"item": "pear"}', "c9"), says("a pear")),
+    )  # type: ignore[arg-type]
+    assert first.ok
+    session = store.load_session(session.uuid)
+    on = continue_branch(
+        store,
+        session,
+        session.contexts[first.branch_id],
+        "and a fig?",
+        ScriptedEndpoint(calls("add_item", '{"item": "fig"}', "c10"), says("a fig too")),  # type: ignore[arg-type]
+    )
+    assert on.ok and on.answer == "a fig too" and on.branch_id == first.branch_id and len(on.calls) == 2
+    branch = store.load_session(session.uuid).contexts[first.branch_id]
+    assert [m.text() for m in branch.messages if m.role == "user"] == ["buy a pear", "and a fig?"]
+    assert (
+        branch.messages[-2].tool_results()[0].content == "1 items"
+    )  # live, from the recorded state (no pear)
+    fresh = store.load_session(session.uuid)
+    elsewhere = continue_branch(
+        store, fresh, fresh.active_context, "anything else?", ScriptedEndpoint(says("no"))
+    )  # type: ignore[arg-type]
+    assert elsewhere.ok and elsewhere.branch_id != fresh.active_context_id
+    copied = store.load_session(session.uuid).contexts[elsewhere.branch_id]
+    assert copied.origin_context_id == fresh.active_context_id and copied.messages[-1].text() == "no"
+    after = snapshot(store.root)
+    assert {k: after[k] for k in before} == before
+
+
+def test_soapwb_continue_goes_on_from_a_rerun_branch_over_http(tmp_path: Path) -> None:
+    """The command line against a real (scripted) OpenAI-compatible server: the branch
+    gains the new user message and the agent's answer; the session's files stay."""
+    import contextlib
+    import io
+    import json
+
+    from soapwb.cli import main
+    from tests.peers.openai_stub import OpenAIStub
+
+    store, session = bought(tmp_path)
+    first = rerun(
+        store,
+        session,
+        None,
+        FIRST_ANSWER,
+        ScriptedEndpoint(calls("add_item", '{"item": "pear"}', "c9"), says("ok")),
+    )  # type: ignore[arg-type]
+    before = {k: v for k, v in snapshot(store.root).items() if first.branch_id not in k}
+    with OpenAIStub([{"content": "nothing else"}]) as stub:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = main(
+                [
+                    "continue",
+                    first.branch_id[:8],
+                    "Anything else?",
+                    "--store",
+                    str(store.root),
+                    "--base-url",
+                    stub.base_url,
+                    "--json",
+                ]
+            )
+        assert code == 0, out.getvalue()
+        assert stub.bodies[0]["messages"][-1] == {"role": "user", "content": "Anything else?"}
+    report = json.loads(out.getvalue())
+    assert report["answer"] == "nothing else" and report["branch_id"] == first.branch_id
+    branch = store.load_session(session.uuid).contexts[first.branch_id]
+    assert [m.text() for m in branch.messages[-2:]] == ["Anything else?", "nothing else"]
+    after = snapshot(store.root)
+    assert {k: after[k] for k in before} == before
