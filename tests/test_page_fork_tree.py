@@ -209,3 +209,20 @@ class TestTheFigureFunctions:
         layout = tree_layout(nodes)
         assert layout.positions == {ROOT_CONTEXT: (0, 0), DISCARDED: (1, 1), ACTIVE: (1, 2)}
         assert layout.edges == [(ROOT_CONTEXT, DISCARDED), (ROOT_CONTEXT, ACTIVE)]
+
+
+def test_a_rerun_branch_is_named_a_rerun_with_its_tool_modes_in_the_hover() -> None:
+    from workbench.fork_tree_views import hover_lines
+
+    node = ContextNode("b1", "a1", (), "replay", 1, False, 6, "b1.json")
+    record = {
+        "kind": "rerun",
+        "of_context": "a1",
+        "of_index": 3,
+        "overrides": {},
+        "tools": {"default": "recorded"},
+    }
+    lines = hover_lines(node, record)
+    assert "re-run of the agent from a1 message #3" in lines
+    assert 'tools: {"default": "recorded"}' in lines
+    assert "replay of a1 message #3" in hover_lines(node, {"of_context": "a1", "of_index": 3})

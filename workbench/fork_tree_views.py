@@ -78,8 +78,13 @@ def hover_lines(node: ContextNode, replay: Mapping[str, Any] | None) -> list[str
     if replay:
         if replay.get("label") is not None:
             lines.append(f"label: {replay['label']}")
-        lines.append(f"replay of {replay.get('of_context')} message #{replay.get('of_index')}")
+        what = {"rerun": "re-run of the agent from", "continue": "conversation continued from"}.get(
+            str(replay.get("kind")), "replay of"
+        )
+        lines.append(f"{what} {replay.get('of_context')} message #{replay.get('of_index')}")
         lines.append("overrides: " + json.dumps(replay.get("overrides") or {}, ensure_ascii=False))
+        if replay.get("tools"):
+            lines.append("tools: " + json.dumps(replay["tools"], ensure_ascii=False))
         if replay.get("error"):
             lines.append(f"error: {replay['error']}")
     return lines
