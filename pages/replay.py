@@ -13,21 +13,26 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import streamlit as st
 
 from replay import (
+    BranchDiff,
     Materialized,
     Output,
     OutputDiff,
     Overrides,
     Reference,
     ReplayRun,
+    RerunResult,
     diff_contexts,
     diff_outputs,
+    diff_rerun,
     materialize,
     replay,
+    rerun,
     resolve_reference,
 )
 from soap_core import Context, Message, Session, SoapError, Store, part_to_dict
@@ -39,6 +44,7 @@ from workbench.replay_views import (
     assistant_indices,
     batch_key,
     batch_noise_band,
+    can_rerun,
     context_diff_table,
     default_message,
     delta_table,
@@ -50,6 +56,9 @@ from workbench.replay_views import (
     original_output,
     output_of_reference,
     overrides_from_form,
+    rerun_lines,
+    rerun_modes,
+    rerun_pairs_table,
     run_diffs,
     run_table,
     source_line,
@@ -60,6 +69,7 @@ from workbench.replay_views import (
 from workbench.selection import selected_context, selected_session
 from workbench.views import StoreSignature, escape_markdown, store_signature
 
+RERUNS_KEY = "replay_reruns"
 BATCHES_KEY = "replay_batches"
 REPLAY_TAB = "Replay"
 DIFF_TAB = "Diff two contexts or outputs"
@@ -206,8 +216,37 @@ def run_inputs() -> RunSettings:
     )
 
 
-def replay_form(found: Materialized) -> tuple[bool, Overrides, RunSettings]:
-    """The edits, parameters, endpoint and sample counts; whether Run was clicked."""
+@dataclass(frozen=True)
+class RerunChoice:
+    """The re-run part of the form: whether it was clicked, and the tool modes."""
+
+    clicked: bool = False
+    default: str = "recorded"
+    unserved: str = "stop"
+    injections: str = ""
+
+
+def rerun_inputs(found: Materialized, prefix: str) -> RerunChoice:
+    """Tool modes and the button that re-runs the agent (the edits above apply)."""
+    st.markdown("**Re-run the agent from here** (its whole loop to the end of the turn, as a branch)")
+    why_not = can_rerun(found)
+    if why_not is not None:
+        st.caption(why_not)
+        return RerunChoice()
+    left, right = st.columns(2)
+    default = left.radio("Tools answer", ["recorded", "live"], horizontal=True, key=f"{prefix}:tools")
+    unserved = right.radio(
+        "A call the record cannot serve", ["stop", "live"], horizontal=True, key=f"{prefix}:unserved"
+    )
+    injections = st.text_area(
+        "Injected results (one NAME=RESULT per line)", key=f"{prefix}:inject", placeholder="search=[]"
+    )
+    clicked = st.form_submit_button("Re-run the agent", key=f"{prefix}:rerun")
+    return RerunChoice(clicked, str(default), str(unserved), injections)
+
+
+def replay_form(found: Materialized) -> tuple[bool, Overrides, RunSettings, RerunChoice]:
+    """The edits, parameters, endpoint and sample counts; which button was clicked."""
     prefix = f"{found.context_id}:{found.index}"
     texts: dict[int, str] = {}
     drops: list[int] = []
@@ -227,8 +266,9 @@ def replay_form(found: Materialized) -> tuple[bool, Overrides, RunSettings]:
         model, temperature, seed, max_tokens = parameter_inputs(prefix, found.parameters)
         settings = run_inputs()
         clicked = st.form_submit_button("Run", type="primary")
+        again = rerun_inputs(found, prefix)
     overrides = overrides_from_form(found, texts, drops, system_prompt, model, temperature, seed, max_tokens)
-    return clicked, overrides, settings
+    return clicked, overrides, settings, again
 
 
 # ── running ────────────────────────────────────────────────────────────────────────
@@ -356,9 +396,18 @@ def show_replay(root: str) -> None:
     except SoapError as exc:
         show_error_and_stop(exc)
     show_found(session, found)
-    clicked, overrides, settings = replay_form(found)
+    clicked, overrides, settings, again = replay_form(found)
     batches: dict[str, list[Batch]] = st.session_state.setdefault(BATCHES_KEY, {})
     key = batch_key(root, session.uuid, found)
+    reruns: dict[str, list[tuple[RerunResult, BranchDiff]]] = st.session_state.setdefault(RERUNS_KEY, {})
+    if again.clicked:
+        if not settings.base_url:
+            st.error("No endpoint: enter the base URL of an OpenAI-compatible server.")
+            st.stop()
+        reruns.setdefault(key, []).append(run_rerun(root, session.uuid, found, overrides, settings, again))
+        st.rerun()
+    for number, (result, diff) in reversed(list(enumerate(reruns.get(key, []), start=1))):
+        show_rerun(number, result, diff)
     if clicked:
         if not settings.base_url:
             st.error("No endpoint: enter the base URL of an OpenAI-compatible server.")
@@ -373,6 +422,44 @@ def show_replay(root: str) -> None:
     kept = batches.get(key, [])
     for number, batch in reversed(list(enumerate(kept, start=1))):
         show_batch(root, session.uuid, number, batch, original)
+
+
+def run_rerun(
+    root: str,
+    session_uuid: str,
+    found: Materialized,
+    overrides: Overrides,
+    settings: RunSettings,
+    again: RerunChoice,
+) -> tuple[RerunResult, BranchDiff]:
+    """The re-run from a fresh load of the session (the cached copy is never written)."""
+    store = Store(root)
+    session = store.load_session(session_uuid, require_active=False)
+    try:
+        modes = rerun_modes(again.default, again.unserved, again.injections)
+        with st.spinner("Re-running the agent…"):
+            result = rerun(
+                store,
+                session,
+                found.context_id,
+                found.index,
+                LLMEndpoint(settings.base_url),
+                overrides=overrides,
+                tools=modes,
+            )
+        return result, diff_rerun(store.load_session(session_uuid), result)
+    except SoapError as exc:
+        show_error_and_stop(exc)
+
+
+def show_rerun(number: int, result: RerunResult, diff: BranchDiff) -> None:
+    """One re-run: how it ended, what answered its tools, and its branch beside the original."""
+    st.subheader(f"Re-run {number}")
+    lines = rerun_lines(result, diff)
+    (st.text if result.ok else st.error)(lines[1] if result.ok else escape_markdown(lines[1]))
+    for line in (lines[0], *lines[2:]):
+        st.text(line)
+    st.dataframe(rerun_pairs_table(diff), hide_index=True, key=f"rerun_pairs:{result.branch_id}")
 
 
 # ── the diff tab ───────────────────────────────────────────────────────────────────

@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -87,6 +87,21 @@ class ToolModes:
             "injected": dict(self.injected),
             "unserved": self.unserved,
         }
+
+
+def injected_results(items: Iterable[str]) -> dict[str, Any]:
+    """``NAME=RESULT`` items as :attr:`ToolModes.injected`: RESULT is JSON where it parses,
+    else the text as it is."""
+    injected: dict[str, Any] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not name.strip():
+            raise RerunError(f"an injected result is NAME=RESULT, got {item!r}")
+        try:
+            injected[name.strip()] = json.loads(text)
+        except ValueError:
+            injected[name.strip()] = text
+    return injected
 
 
 @dataclass(frozen=True)

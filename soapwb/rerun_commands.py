@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from replay import ToolModes, continue_branch, diff_rerun, find_context, rerun
+from replay import RerunError, ToolModes, continue_branch, diff_rerun, find_context, injected_results, rerun
 from soapwb.common import UsageError, add_store_options, emit_json, open_store
 from soapwb.replay_commands import (
     add_change_options,
@@ -100,15 +100,10 @@ def tool_modes(args: argparse.Namespace) -> ToolModes:
         if not sep or mode not in ("recorded", "live"):
             raise UsageError(f"--tool takes NAME=recorded or NAME=live, got {item!r}")
         per_tool[name] = mode
-    injected: dict[str, Any] = {}
-    for item in args.inject:
-        name, sep, text = item.partition("=")
-        if not sep or not name:
-            raise UsageError(f"--inject takes NAME=RESULT, got {item!r}")
-        try:
-            injected[name] = json.loads(text)
-        except ValueError:
-            injected[name] = text
+    try:
+        injected = injected_results(args.inject)
+    except RerunError as exc:
+        raise UsageError(f"--inject: {exc}") from None
     return ToolModes(args.tools, per_tool, injected, args.unserved)
 
 

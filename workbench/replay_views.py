@@ -15,6 +15,7 @@ from typing import Any, Literal
 import pandas as pd
 
 from replay import (
+    BranchDiff,
     ContextDiff,
     Materialized,
     NoiseBand,
@@ -23,11 +24,15 @@ from replay import (
     Overrides,
     Reference,
     ReplayRun,
+    RerunResult,
+    ToolModes,
+    Turn,
     diff_outputs,
+    injected_results,
     noise_band,
     request_differences,
 )
-from soap_core import Context, Message, Session, read_calls
+from soap_core import Context, Message, Session, canonical_json, read_calls
 
 PREVIEW_WIDTH = 60
 WORD_COLUMNS = ("op", "words")
@@ -333,3 +338,77 @@ def context_diff_table(diff: ContextDiff) -> pd.DataFrame:
         for r in diff.rows
     ]
     return pd.DataFrame.from_records(rows, columns=list(CONTEXT_DIFF_COLUMNS))
+
+
+# ── re-runs ──────────────────────────────────────────────────────────────────────
+
+RERUN_PAIR_COLUMNS = ("step", "status", "original", "re-run", "changes", "tokens Δ", "latency Δ (s)")
+
+
+def can_rerun(found: Materialized) -> str | None:
+    """None when the agent can be re-run from this message, else why not (for the page)."""
+    if found.message_id is None:
+        return "Re-runs start from a model output; this index is past the last message."
+    if found.call is None or found.call.invocation_id is None:
+        return (
+            "Re-running the agent needs a session our runtime wrote (an invocation record to "
+            "rebuild the object from); this message has none."
+        )
+    return None
+
+
+def rerun_modes(default: str, unserved: str, injections: str) -> ToolModes:
+    """The tool modes of the re-run form; ``injections`` holds one NAME=RESULT per line."""
+    lines = [line for line in injections.splitlines() if line.strip()]
+    return ToolModes(
+        "live" if default == "live" else "recorded",
+        injected=injected_results(lines),
+        unserved="live" if unserved == "live" else "stop",
+    )
+
+
+def _step(turn: Turn | None) -> str:
+    if turn is None:
+        return ""
+    if turn.kind == "tool_call":
+        return f"{turn.name}({canonical_json(turn.arguments)})"
+    return f"{turn.kind}: {preview_text(turn.text or '')}"
+
+
+def preview_text(text: str, width: int = 80) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def rerun_pairs_table(diff: BranchDiff) -> pd.DataFrame:
+    """The two branches step by step, as the page shows them side by side."""
+    rows = [
+        (
+            number,
+            pair.status,
+            _step(pair.a),
+            _step(pair.b),
+            "; ".join([*pair.argument_changes, *pair.result_changes]),
+            pair.tokens_delta,
+            pair.latency_delta_s,
+        )
+        for number, pair in enumerate(diff.pairs, start=1)
+    ]
+    return pd.DataFrame.from_records(rows, columns=list(RERUN_PAIR_COLUMNS))
+
+
+def rerun_lines(result: RerunResult, diff: BranchDiff) -> list[str]:
+    """What a re-run came to, in sentences."""
+    outcome = (
+        f"answer: {json.dumps(result.answer, ensure_ascii=False)}" if result.ok else f"failed: {result.error}"
+    )
+    served = ", ".join(f"{t['tool']} {t['how']}" for t in result.tools) or "no tool calls"
+    divergence = (
+        f"first divergence: {diff.divergence}" if diff.first_divergence is not None else diff.divergence
+    )
+    return [
+        f"branch {result.branch_id}, {len(result.calls)} model calls; tools: {served}",
+        outcome,
+        divergence,
+        f"branch distance {diff.distance:.3f}",
+    ]

@@ -1,0 +1,68 @@
+"""Re-running the agent from the Replay page, run headless with AppTest against a real
+(scripted) OpenAI-compatible HTTP server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from soap_core import REPLAY_KEY, Store
+from tests.apptest import open_app_page
+from tests.conftest import snapshot
+from tests.peers.openai_stub import OpenAIStub
+from tests.test_rerun import FIRST_ANSWER, bought
+
+
+def click_rerun(at, base_url: str, **areas: str):  # type: ignore[no-untyped-def]
+    at.text_input(key="replay_base_url").input(base_url)
+    for label, value in areas.items():
+        [area] = [a for a in at.text_area if a.label.startswith(label)]
+        area.input(value)
+    [button] = [b for b in at.button if b.label == "Re-run the agent"]
+    button.click().run()
+    assert not at.exception
+    return at
+
+
+def test_the_replay_page_reruns_the_agent_and_shows_both_branches_step_by_step(tmp_path: Path) -> None:
+    store, session = bought(tmp_path)
+    before = snapshot(store.root)
+    at = open_app_page(store.root, "replay", session=session.uuid, message=str(FIRST_ANSWER))
+    script = [
+        {"tool_calls": [{"id": "c9", "name": "add_item", "arguments": '{"item": "pear"}'}]},
+        {"content": "done again"},
+    ]
+    with OpenAIStub(script) as stub:
+        click_rerun(at, stub.base_url)
+    texts = [t.value for t in at.text]
+    assert 'answer: "done again"' in texts
+    assert any("tools: add_item recorded" in t for t in texts)
+    assert any(t.startswith("first divergence: turn 2") for t in texts)  # the last answer's words
+    [table] = [d.value for d in at.dataframe if "re-run" in d.value.columns]
+    assert table["status"].tolist() == ["equal", "changed"]
+    assert table["original"].tolist()[0] == 'add_item({"item":"pear"})'
+    after = snapshot(store.root)
+    assert {k: after[k] for k in before} == before
+    reloaded = Store(store.root).load_session(session.uuid)
+    assert (
+        sum(1 for c in reloaded.contexts.values() if c.extra.get(REPLAY_KEY, {}).get("kind") == "rerun") == 1
+    )
+
+
+def test_an_injected_result_from_the_page_goes_into_the_branch(tmp_path: Path) -> None:
+    store, session = bought(tmp_path)
+    at = open_app_page(store.root, "replay", session=session.uuid, message=str(FIRST_ANSWER))
+    script = [
+        {"tool_calls": [{"id": "c9", "name": "add_item", "arguments": '{"item": "pear"}'}]},
+        {"content": "no room"},
+    ]
+    with OpenAIStub(script) as stub:
+        click_rerun(at, stub.base_url, **{"Injected results": "add_item=the pantry is full"})
+        assert stub.bodies[1]["messages"][-1]["content"] == "the pantry is full"
+    assert any("add_item injected" in t.value for t in at.text)
+
+
+def test_a_message_without_an_invocation_record_says_why_it_cannot_be_rerun() -> None:
+    fixture = Path(__file__).resolve().parent / "fixtures" / "soap"
+    at = open_app_page(fixture, "replay", session="20250611-3f0c", message="5")
+    assert not [b for b in at.button if b.label == "Re-run the agent"]
+    assert any("needs a session our runtime wrote" in c.value for c in at.caption)
