@@ -45,12 +45,14 @@ from replay._rerun import (
     RerunError,
     RerunResult,
     ToolModes,
+    branch_of,
     continue_branch,
     diff_rerun,
     injected_results,
     load_class,
     recorded_results,
     rerun,
+    rerun_noise_band,
 )
 from replay._run import Endpoint, Overrides, ReplayRun, replay, replay_messages, replay_parameters
 from replay._runtime_source import RUNTIME_SOURCE, RuntimeSource, recorded_parameters, request_messages
@@ -97,6 +99,7 @@ __all__ = [
     "Verification",
     "branch_distance",
     "branch_noise_band",
+    "branch_of",
     "branch_output",
     "branch_turns",
     "call_site",
@@ -125,6 +128,7 @@ __all__ = [
     "request_differences",
     "request_messages",
     "rerun",
+    "rerun_noise_band",
     "resolve_index",
     "resolve_reference",
     "source_for",

@@ -31,7 +31,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from replay._branch import BranchDiff, branch_turns, diff_branches
+from replay._branch import BranchDiff, Turn, branch_noise_band, branch_turns, diff_branches
+from replay._diff import NoiseBand
 from replay._materialize import Materialized, MaterializeError, materialize
 from replay._run import Endpoint, Overrides, replay_messages
 from soap_core import (
@@ -411,8 +412,8 @@ def continue_branch(
     return result
 
 
-def diff_rerun(session: Session, result: RerunResult) -> BranchDiff:
-    """The original branch (from the message on) against the re-run's, turn by turn.
+def branch_of(session: Session, result: RerunResult) -> tuple[list[Turn], list[Turn]]:
+    """The original branch (from the message on) and the re-run's, as steps.
 
     The re-run's branch starts where its messages stop being the original's prefix (a
     compaction fork during the re-run keeps copies of some of them)."""
@@ -420,4 +421,33 @@ def diff_rerun(session: Session, result: RerunResult) -> BranchDiff:
     prefix = {m.id for m in origin.messages[: result.of_index]}
     start = next((i for i, m in enumerate(branch.messages) if m.id not in prefix), len(branch.messages))
     calls = read_calls(session.directory) if session.directory else []
-    return diff_branches(branch_turns(origin, result.of_index, calls), branch_turns(branch, start, calls))
+    return branch_turns(origin, result.of_index, calls), branch_turns(branch, start, calls)
+
+
+def diff_rerun(session: Session, result: RerunResult) -> BranchDiff:
+    """The original branch against the re-run's, turn by turn."""
+    original, again = branch_of(session, result)
+    return diff_branches(original, again)
+
+
+def rerun_noise_band(
+    store: Store,
+    session: Session,
+    context: Context | str | None,
+    at: int | str,
+    endpoint: Endpoint,
+    *,
+    tools: ToolModes | None = None,
+    samples: int = 3,
+) -> tuple[NoiseBand, list[RerunResult]]:
+    """``samples`` unchanged re-runs from the same message (same tool modes) and how much
+    their branches differ from each other: an edited re-run whose distance from the
+    original lies within it is noise, beyond it a change. Each is kept as a branch
+    labelled ``noise``; a band needs two that succeeded (``samples`` < 2: no pairs)."""
+    runs = [
+        rerun(store, store.load_session(session.uuid), context, at, endpoint, tools=tools, label="noise")
+        for _ in range(samples)
+    ]
+    reloaded = store.load_session(session.uuid)
+    band = branch_noise_band([branch_of(reloaded, run)[1] for run in runs if run.ok])
+    return band, runs

@@ -6,7 +6,16 @@ import argparse
 import json
 from typing import Any
 
-from replay import RerunError, ToolModes, continue_branch, diff_rerun, find_context, injected_results, rerun
+from replay import (
+    RerunError,
+    ToolModes,
+    continue_branch,
+    diff_rerun,
+    find_context,
+    injected_results,
+    rerun,
+    rerun_noise_band,
+)
 from soapwb.common import UsageError, add_store_options, emit_json, open_store
 from soapwb.replay_commands import (
     add_change_options,
@@ -66,7 +75,14 @@ def register(commands: Any) -> None:
         "--threshold",
         type=float,
         default=0.0,
-        help="largest branch distance (0..1) --check passes (default 0)",
+        help="largest branch distance (0..1) --check passes without --noise (default 0)",
+    )
+    run.add_argument(
+        "--noise",
+        type=int,
+        default=0,
+        metavar="K",
+        help="also re-run K times unchanged: --check then passes within their spread (K >= 2)",
     )
     add_endpoint_options(run)
     add_store_options(run)
@@ -108,6 +124,8 @@ def tool_modes(args: argparse.Namespace) -> ToolModes:
 
 
 def cmd_rerun(args: argparse.Namespace) -> int:
+    if args.noise == 1 or args.noise < 0:
+        raise UsageError("--noise takes K >= 2: a spread needs two unchanged re-runs")
     store = open_store(args)
     session = store.load_session(args.session, require_active=args.context is None)
     found = materialize_target(args, session)
@@ -116,10 +134,20 @@ def cmd_rerun(args: argparse.Namespace) -> int:
         result = rerun(
             store, session, found.context_id, found.index, endpoint, overrides=overrides, tools=modes
         )
+        band = None
+        if args.noise:
+            band, _ = rerun_noise_band(
+                store, session, found.context_id, found.index, endpoint, tools=modes, samples=args.noise
+            )
     diff = diff_rerun(store.load_session(session.uuid), result)
-    failed = not result.ok or (args.check and diff.distance > args.threshold)
+    measured = band is not None and band.samples >= 2
+    beyond = (
+        not band.contains(diff.distance) if band is not None and measured else diff.distance > args.threshold
+    )
+    failed = not result.ok or (args.check and beyond)
     if args.json:
-        emit_json({**result.as_dict(), "diff": diff.as_dict()})
+        noise = band.as_dict() if band is not None else None
+        emit_json({**result.as_dict(), "diff": diff.as_dict(), "noise_band": noise})
         return 1 if failed else 0
     print(f"re-ran {session.role}/{session.uuid} from message {result.of_index} of {result.of_context}")
     print(f"branch {result.branch_id} ({len(result.calls)} model calls)")
@@ -129,6 +157,15 @@ def cmd_rerun(args: argparse.Namespace) -> int:
         f"answer: {json.dumps(result.answer, ensure_ascii=False)}" if result.ok else f"FAILED: {result.error}"
     )
     print(f"first divergence: {diff.divergence}" if diff.first_divergence is not None else diff.divergence)
+    if band is not None and measured:
+        where = "outside" if beyond else "inside"
+        print(
+            f"branch distance {diff.distance:.3f}: {where} the noise band of {band.samples} unchanged "
+            f"re-runs (up to {band.upper:.3f})"
+        )
+        return 1 if failed else 0
+    if band is not None:
+        print(f"no noise band: {band.samples} of {args.noise} unchanged re-runs succeeded")
     check = f" (--check threshold {args.threshold:g})" if args.check else ""
     print(f"branch distance {diff.distance:.3f}{check}")
     return 1 if failed else 0

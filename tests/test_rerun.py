@@ -359,3 +359,64 @@ def test_soapwb_continue_goes_on_from_a_rerun_branch_over_http(tmp_path: Path) -
     assert [m.text() for m in branch.messages[-2:]] == ["Anything else?", "nothing else"]
     after = snapshot(store.root)
     assert {k: after[k] for k in before} == before
+
+
+def test_soapwb_rerun_with_a_noise_band_passes_an_unchanged_rerun_and_fails_an_edited_one(
+    tmp_path: Path, llm_server: LocalModelServer
+) -> None:
+    """Two unchanged re-runs measure the spread (on the deterministic server: none); the
+    unchanged re-run lies inside it, the edited one outside, and --check says so."""
+    import contextlib
+    import io
+    import json
+
+    from soapwb.cli import main
+
+    pantry = Pantry(runtime=Runtime(tmp_path / "store", LLMEndpoint(llm_server.base_url)), object_id="p")
+    pantry.invoke(
+        "Add a pear to the pantry.",
+        thread="t",
+        output_schema=str,
+        tool_choice="add_item",
+        follow_up="produce_output",
+    )
+    store = pantry.runtime.store
+    uuid = store.sessions()[0].uuid
+    common = [
+        "rerun",
+        uuid,
+        "--at",
+        str(FIRST_ANSWER),
+        "--store",
+        str(store.root),
+        "--base-url",
+        llm_server.base_url,
+    ]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main([*common, "--noise", "2", "--check"]) == 0
+    assert "inside the noise band of 2 unchanged re-runs (up to 0.000)" in out.getvalue()
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(
+            [
+                *common,
+                "--edit",
+                "2=Add a melon and a lemon to the pantry.",
+                "--unserved",
+                "live",
+                "--noise",
+                "2",
+                "--check",
+                "--json",
+            ]
+        )
+    report = json.loads(out.getvalue())
+    assert code == 1 and report["noise_band"]["samples"] == 2 and report["diff"]["distance"] > 0
+    labelled = [
+        c
+        for c in store.load_session(uuid).contexts.values()
+        if c.extra.get("soapwb_replay", {}).get("label") == "noise"
+    ]
+    assert len(labelled) == 4
+    assert main(["rerun", uuid, "--at", "3", "--store", str(store.root), "--noise", "1"]) == 2
