@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import openai
+from openai.types.chat import ChatCompletion
 
 from soap_core._chat import request_hash
 from soap_core._errors import SoapError
@@ -72,10 +73,15 @@ class LLMEndpoint:
         return f"LLMEndpoint({self.base_url!r}, model={self.model!r})"
 
     def complete(self, request: dict[str, Any]) -> Completion:
-        """Send ``request`` (a Chat Completions body) and return the raw response."""
+        """Send ``request`` (a Chat Completions body) and return the raw response.
+
+        The body goes out as it is, key order included, rather than through
+        ``chat.completions.create``, which drops ``stream: false``, reorders the keys and
+        refuses keys it does not know (a framework's own generation settings): what is
+        recorded is then byte for byte what the server received."""
         started = time.perf_counter()
         try:
-            response = self._client.chat.completions.create(**request)
+            response = self._client.post("/chat/completions", body=request, cast_to=ChatCompletion)
         except openai.APITimeoutError as exc:
             raise self._error(request, "timeout", str(exc)) from None
         except openai.APIConnectionError as exc:
