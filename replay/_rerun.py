@@ -34,7 +34,9 @@ from typing import Any, Literal
 from replay._branch import BranchDiff, Turn, branch_noise_band, branch_turns, diff_branches
 from replay._diff import NoiseBand
 from replay._materialize import Materialized, MaterializeError, materialize
-from replay._run import Endpoint, Overrides, replay_messages
+from replay._run import Endpoint, Overrides, replay_messages, replay_parameters
+from replay._runtime_source import RUNTIME_SOURCE
+from replay._sources import source_named
 from soap_core import (
     REPLAY_KEY,
     CallRecord,
@@ -45,10 +47,15 @@ from soap_core import (
     SoapError,
     Store,
     TextPart,
+    ToolResultPart,
     ToolUsePart,
     canonical_json,
+    new_record_id,
     read_calls,
     read_invocation,
+    request_hash,
+    utc_now,
+    write_call,
 )
 from soap_core.runtime import (
     AgenticObject,
@@ -56,11 +63,15 @@ from soap_core.runtime import (
     LLMError,
     RerunStopped,
     Runtime,
+    assistant_message,
     rerun_invocation,
 )
 
 ToolMode = Literal["live", "recorded"]
 RERUN_KIND = "rerun"
+RECORDED_LOOP_LIMIT = 8
+"""Model calls a re-run without the framework's code may make (OpenPoke's
+``MAX_TOOL_ITERATIONS``; peteos records no limit)."""
 
 
 class RerunError(SoapError):
@@ -287,6 +298,8 @@ def rerun(
         raise MaterializeError(
             f"message {found.index} of {found.context_id} does not exist: nothing to re-run"
         )
+    if found.source != RUNTIME_SOURCE.name:
+        return _rerun_from_records(store, session, found, endpoint, overrides, tools, label)
     call, record = _invocation_of(session, found)
     cls = load_class(record.callee_class)
     runtime = Runtime(store, endpoint)  # type: ignore[arg-type]  # any Endpoint will do
@@ -332,6 +345,94 @@ def rerun(
     result.branch_id = branch[-1]
     made_now = read_calls(session.directory) if session.directory else []
     result.calls = [c.id for c in made_now if c.context_id in branch and c.id not in recorded_calls]
+    return result
+
+
+def _rerun_from_records(
+    store: Store,
+    session: Session,
+    found: Materialized,
+    endpoint: Endpoint,
+    overrides: Overrides,
+    tools: ToolModes,
+    label: str | None,
+) -> RerunResult:
+    """A re-run of a session whose code is not here (peteos, an OpenPoke import): the
+    loop of model calls and tool calls, each request built by the session's source as its
+    framework builds it, every tool answered from the record or by injection."""
+    if tools.default == "live" or "live" in tools.per_tool.values() or tools.unserved == "live":
+        raise RerunError(
+            f"session {session.uuid} was written by {found.source}, whose code is not here to run: "
+            "its tools cannot run live; re-run with recorded or injected tools"
+        )
+    source = source_named(found.source)
+    model, parameters = replay_parameters(found, overrides, endpoint)
+    about = {
+        "kind": RERUN_KIND,
+        "of_context": found.context_id,
+        "of_index": found.index,
+        "of_message_id": found.message_id,
+        "overrides": overrides.as_dict(),
+        "tools": tools.as_dict(),
+        **({"label": label} if label else {}),
+    }
+    fork = _fork(session, found, overrides, about)
+    store.save_session(session)
+    origin = session.contexts[found.context_id]
+    log = ToolLog()
+    serve = tool_server(tools, recorded_results(origin, found.index), log)
+    result = RerunResult(fork.id, fork.id, found.context_id, found.index)
+    directory = session.directory or store.session_dir(session.role, session.uuid)
+    for _ in range(RECORDED_LOOP_LIMIT):
+        request = source.build_request(fork.messages, model=model, parameters=parameters)
+        call = CallRecord(
+            id=new_record_id(),
+            session=session.uuid,
+            role=session.role,
+            context_id=fork.id,
+            message_index=len(fork.messages),
+            request=request,
+            request_hash=request_hash(request),
+            base_url=endpoint.base_url,
+            started_at=utc_now(),
+            replay=about,
+        )
+        result.calls.append(call.id)
+        answer = None
+        try:
+            completion = endpoint.complete(request)
+            answer = assistant_message(completion.response)
+        except LLMError as exc:
+            call.error = result.error = f"{type(exc).__name__}: {exc}"
+        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+            call.error = result.error = f"malformed response: {type(exc).__name__}: {exc}"
+        else:
+            fork.append(answer).record_token_count()
+            call.message_id, call.response, call.latency_s = (
+                answer.id,
+                completion.response,
+                completion.latency_s,
+            )
+            call.usage = completion.response.get("usage")
+        call.ended_at = utc_now()
+        write_call(directory, call)
+        store.save_session(session)
+        if answer is None:
+            break
+        uses = answer.tool_uses()
+        if not uses:
+            result.answer = answer.text()
+            break
+        try:
+            results = [ToolResultPart(use.call_id, serve(use) or "") for use in uses]
+        except RerunStopped as exc:
+            result.error = f"RerunStopped: {exc}"
+            break
+        fork.append_tool_results(answer, results).record_token_count()
+        store.save_session(session)
+    else:
+        result.error = f"IterationLimitError: no answer after {RECORDED_LOOP_LIMIT} model calls"
+    result.tools = log.served
     return result
 
 

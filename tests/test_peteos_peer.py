@@ -583,3 +583,55 @@ def test_a_broken_instance_file_is_reported_and_its_sessions_stay_listed(
     at = open_app_page(peer_copy.path, "sessions")
     assert any(str(instance_file) in w.value.replace("\\", "") for w in at.warning)  # markdown-escaped
     assert snapshot(peer_copy.path) == before
+
+
+def test_a_peteos_session_reruns_over_http_with_its_recorded_tool_results(
+    peer_copy: PeerStore,
+) -> None:
+    """The agent's loop again from a tool-calling answer of a real peteos store: the first
+    request is the body peteos built there, the repeated tool call is served from the
+    record, and nothing peteos wrote changes."""
+    from replay import rerun
+    from tests.peers.openai_stub import OpenAIStub
+
+    store = Store(peer_copy.path)
+    for summary in store.sessions():
+        session = store.load_session(summary.uuid)
+        context = session.active_context
+        answered = {p.call_id for m in context.messages for p in m.tool_results()}
+        k = next(
+            (
+                i
+                for i, m in enumerate(context.messages)
+                if m.role == "assistant"
+                and m.tool_uses()
+                and all(u.call_id in answered for u in m.tool_uses())
+                and materialize(session, context, i).sent_from is None
+            ),
+            None,
+        )
+        if k is not None:
+            break
+    else:
+        pytest.fail("no tool-calling answer in the peer store")
+    found = materialize(session, context, k)
+    uses = context.messages[k].tool_uses()
+    script = [
+        {
+            "tool_calls": [
+                {"id": f"r{n}", "name": u.name, "arguments": u.arguments} for n, u in enumerate(uses)
+            ]
+        },
+        {"content": "done again"},
+    ]
+    before = snapshot(peer_copy.path)
+    with OpenAIStub(script) as stub:
+        result = rerun(store, session, context, k, LLMEndpoint(stub.base_url, max_retries=0))
+        first = stub.bodies[0]
+    assert result.ok, result.error
+    assert [t["how"] for t in result.tools] == ["recorded"] * len(uses)
+    assert json.dumps(first) == json.dumps(
+        found.request if "model" in found.request else {"model": "local", **found.request}
+    )
+    after = snapshot(peer_copy.path)
+    assert {k: after[k] for k in before} == before

@@ -155,11 +155,55 @@ def test_a_class_defined_inside_a_function_cannot_be_rebuilt_and_says_why(tmp_pa
         rerun(store, session, None, 3, ScriptedEndpoint(says("x")))  # type: ignore[arg-type]
 
 
-def test_a_peteos_message_without_a_recorded_invocation_cannot_be_rerun_yet(store_copy: Path) -> None:
+def test_a_peteos_session_reruns_with_recorded_tools_and_peteoss_body_but_never_live(
+    store_copy: Path,
+) -> None:
+    """No code to rebuild: the loop runs on the requests the session's source builds
+    (peteos's body), tools answer from the record; live tools are refused up front."""
     store = Store(store_copy)
     session = store.load_session("3f0c")
-    with pytest.raises(RerunError, match="no recorded invocation"):
-        rerun(store, session, None, 5, ScriptedEndpoint(says("x")))  # type: ignore[arg-type]
+    before = snapshot(store_copy)
+    with pytest.raises(RerunError, match="code is not here to run: its tools cannot run live"):
+        rerun(store, session, None, 5, ScriptedEndpoint(says("x")), tools=ToolModes(default="live"))  # type: ignore[arg-type]
+    endpoint = ScriptedEndpoint(says("You asked me to remember 42."))
+    result = rerun(store, session, None, 5, endpoint)  # type: ignore[arg-type]
+    assert result.ok and result.answer == "You asked me to remember 42." and len(result.calls) == 1
+    found = materialize(session, None, 5)
+    assert endpoint.requests[0] == {**found.request, "model": "scripted"}
+    assert list(endpoint.requests[0])[:4] == ["model", "stream", "max_tokens", "messages"]  # peteos's order
+    after = snapshot(store_copy)
+    assert {k: after[k] for k in before} == before
+    [call] = [c for c in read_calls(session.directory or Path()) if c.id == result.calls[0]]
+    assert call.request == endpoint.requests[0] and call.replay is not None and call.replay["kind"] == "rerun"
+
+
+def test_an_openpoke_import_reruns_with_recorded_tools_and_refuses_live_ones(tmp_path: Path) -> None:
+    """OpenPoke persists no tool traffic, so recorded mode has nothing to serve: a tool
+    call stops the branch and says so; an answer without tools goes through."""
+    from importers.openpoke import import_openpoke
+
+    fixtures = Path(__file__).resolve().parent / "fixtures" / "openpoke" / "short"
+    import_openpoke(fixtures, tmp_path / "store")
+    store = Store(tmp_path / "store")
+    summary = next(s for s in store.sessions() if s.role == "OpenPokeInteraction")
+    session = store.load_session(summary.uuid)
+    with pytest.raises(RerunError, match="cannot run live"):
+        rerun(store, session, None, 0, ScriptedEndpoint(says("x")), tools=ToolModes(default="live"))  # type: ignore[arg-type]
+    endpoint = ScriptedEndpoint(calls("send_message_to_user", '{"message": "morning!"}'))
+    stopped = rerun(store, session, None, 0, endpoint)  # type: ignore[arg-type]
+    assert not stopped.ok and "recorded mode cannot serve send_message_to_user" in (stopped.error or "")
+    assert endpoint.requests[0]["stream"] is False  # OpenPoke's body, from its source
+    plain = rerun(store, store.load_session(summary.uuid), None, 0, ScriptedEndpoint(says("morning!")))  # type: ignore[arg-type]
+    assert plain.ok and plain.answer == "morning!"
+    injected = rerun(
+        store,
+        store.load_session(summary.uuid),
+        None,
+        0,
+        ScriptedEndpoint(calls("send_message_to_user", '{"message": "hi"}'), says("sent")),  # type: ignore[arg-type]
+        tools=ToolModes(injected={"send_message_to_user": {"status": "success"}}),
+    )
+    assert injected.ok and injected.tools[0]["how"] == "injected"
 
 
 def test_an_unchanged_rerun_against_the_local_model_reproduces_the_run(
