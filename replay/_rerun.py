@@ -17,9 +17,10 @@ Tools run in one of three modes, per tool or for all (:class:`ToolModes`):
 * *live* calls the real method on the rebuilt object;
 * *injected* answers with the user's result ("what if search had returned nothing").
 
-Not yet: re-running the objects a live tool invokes (such a call stops the re-run
-rather than write their sessions), and sessions whose code is not importable (peteos
-stores, OpenPoke imports).
+An object a live tool invokes runs its turn in a copy of its own active context (the
+runtime's branch mode while a re-run runs), so no session's files change. Sessions whose
+code is not here (peteos stores, OpenPoke imports) re-run through their request source
+with recorded and injected tools only.
 """
 
 from __future__ import annotations

@@ -126,20 +126,42 @@ def test_an_edited_message_goes_into_the_branch_and_the_original_keeps_its_text(
     assert reloaded.contexts[result.branch_id].messages[2].text() == "buy a plum"
 
 
-def test_a_live_tool_that_invokes_another_object_stops_the_rerun_instead_of_writing_its_session(
-    tmp_path: Path,
-) -> None:
+def test_an_object_a_live_tool_invokes_runs_in_a_branch_of_its_own_session(tmp_path: Path) -> None:
+    """The grocer's thread session gains a copy of its context for the re-run's turn; its
+    files stay as they were, and the next real turn on that thread goes on from the
+    original, not from the branch."""
+    from tests.rerun_agents import Grocer
+
     endpoint = ScriptedEndpoint(calls("ask_grocer", '{"question": "pears?"}'), says("yes"), says("ok"))
     pantry = Pantry(runtime=Runtime(tmp_path / "store", endpoint), object_id="pantry")  # type: ignore[arg-type]
     pantry.invoke("ask about pears", thread="t")
     store = pantry.runtime.store
     session = next(store.load_session(s.uuid) for s in store.sessions() if s.role == "Pantry")
+    grocer_summary = next(s for s in store.sessions() if s.role == "Grocer")
     before = snapshot(store.root)
-    again = ScriptedEndpoint(calls("ask_grocer", '{"question": "plums?"}', "c9"), says("unused"))
+    again = ScriptedEndpoint(
+        calls("ask_grocer", '{"question": "plums?"}', "c9"), says("no plums"), says("none")
+    )
     result = rerun(store, session, None, FIRST_ANSWER, again, tools=ToolModes(default="live"))  # type: ignore[arg-type]
-    assert not result.ok and "re-running other objects is not supported yet" in (result.error or "")
+    assert result.ok and result.answer == "none", result.error
     after = snapshot(store.root)
-    assert {k: after[k] for k in before} == before
+    assert {k: after[k] for k in before} == before, "a session's existing files changed"
+    grocer = store.load_session(grocer_summary.uuid)
+    [branch] = [
+        c for c in grocer.contexts.values() if c.extra.get(REPLAY_KEY, {}).get("kind") == "rerun-callee"
+    ]
+    assert [m.text() for m in branch.messages if m.role in ("user", "assistant")][-2:] == [
+        "plums?",
+        "no plums",
+    ]
+    assert grocer.active_context_id == grocer_summary.active_context_id
+    records = [r for r in read_invocations(grocer_summary.path) if r.rerun]
+    assert records and records[0].callee.context_id == branch.id and records[0].caller is not None
+    assert records[0].caller.session == session.uuid  # the chain leads back to the re-run
+    later = Grocer(runtime=Runtime(store.root, ScriptedEndpoint(says("fresh"))), object_id="grocer")  # type: ignore[arg-type]
+    assert later.invoke("and now?", thread="shop") == "fresh"
+    active = store.load_session(grocer_summary.uuid).active_context
+    assert [m.text() for m in active.messages if m.role == "user"] == ["pears?", "and now?"]
 
 
 def test_a_class_defined_inside_a_function_cannot_be_rebuilt_and_says_why(tmp_path: Path) -> None:
@@ -464,3 +486,22 @@ def test_soapwb_rerun_with_a_noise_band_passes_an_unchanged_rerun_and_fails_an_e
     ]
     assert len(labelled) == 4
     assert main(["rerun", uuid, "--at", "3", "--store", str(store.root), "--noise", "1"]) == 2
+
+
+def test_a_thread_a_rerun_opened_for_a_callee_is_not_that_threads_session_later(tmp_path: Path) -> None:
+    from tests.rerun_agents import Grocer
+
+    pantry = Pantry(
+        runtime=Runtime(tmp_path / "store", ScriptedEndpoint(says("nothing to do"))), object_id="pantry"
+    )  # type: ignore[arg-type]
+    pantry.invoke("hello", thread="t")
+    store = pantry.runtime.store
+    session = store.load_session(store.sessions()[0].uuid)
+    again = ScriptedEndpoint(calls("ask_grocer", '{"question": "figs?"}'), says("figs!"), says("asked"))
+    result = rerun(store, session, None, FIRST_ANSWER, again, tools=ToolModes(default="live"))  # type: ignore[arg-type]
+    assert result.ok, result.error
+    [made] = [s for s in store.sessions() if s.role == "Grocer"]
+    assert store.read_session_file(made.role, made.path).state_data.get("_soapwb_rerun") is True
+    later = Grocer(runtime=Runtime(store.root, ScriptedEndpoint(says("hi"))), object_id="grocer")  # type: ignore[arg-type]
+    later.invoke("hello grocer", thread="shop")
+    assert len([s for s in store.sessions() if s.role == "Grocer"]) == 2  # a session of its own

@@ -37,6 +37,7 @@ from soap_core._records import (
 )
 from soap_core._session import OBJECT_KEY, Session
 from soap_core._store import SESSION_FILE
+from soap_core._tree import REPLAY_KEY
 from soap_core.runtime._agentic import AgenticObject
 from soap_core.runtime._compaction import ContextBudget
 from soap_core.runtime._llm import LLMError
@@ -60,13 +61,16 @@ class IterationLimitError(InvocationError):
 
 class RerunStopped(InvocationError):
     """A re-run stopped where it could not go on as asked: a tool call that recorded mode
-    cannot serve and may not run live, or a cross-object call (not re-run yet)."""
+    cannot serve and may not run live."""
 
 
 ToolServer = Callable[[ToolUsePart], "str | None"]
 """Asked before a tool call of a re-run runs: the result text to use, or None to run the
 tool live; raises :class:`RerunStopped` to end the re-run there."""
 RERUN: ContextVar[bool] = ContextVar("soapwb_rerun", default=False)
+RERUN_SESSION_KEY = "_soapwb_rerun"
+"""``state_data`` key of a session a re-run created (a callee's new thread): it is not the
+thread's session for later invocations."""
 
 
 @dataclass(frozen=True)
@@ -118,7 +122,7 @@ def _thread_session(obj: AgenticObject, thread: str) -> Session | None:
         if summary.role != obj.role or summary.thread_id != thread or summary.error:
             continue
         header = store.read_session_file(summary.role, summary.path)
-        if header.state_data.get(OBJECT_KEY) == obj.object_id:
+        if header.state_data.get(OBJECT_KEY) == obj.object_id and RERUN_SESSION_KEY not in header.state_data:
             matches.append(summary)
     if not matches:
         return None
@@ -317,8 +321,9 @@ class _Run:
 
     # -- the loop ------------------------------------------------------------------
 
-    def loop(self, prompt: str, tool_choice: Any, follow_up: Any) -> Any:
-        context = self.session.active_context
+    def loop(self, prompt: str, tool_choice: Any, follow_up: Any, context: Context | None = None) -> Any:
+        """One turn: the prompt appended to ``context`` (the active one) and the loop."""
+        context = context or self.session.active_context
         self.refresh_tool_definitions(context)
         context.append(Message.create("user", [TextPart(prompt)])).record_token_count()
         self.save()
@@ -399,13 +404,11 @@ def run_invocation(
     follow_up: Any = "auto",
 ) -> Any:
     """``obj.invoke``: see :class:`_Run` for the loop."""
-    if RERUN.get():
-        raise RerunStopped(
-            f"a live tool invoked {obj.role} during a re-run: re-running other objects is not "
-            "supported yet (their sessions would be written); serve that tool recorded or injected"
-        )
+    branch = RERUN.get()  # called from a live tool of a re-run: the callee runs in a branch too
     schema = output_schema_json(output_schema)
     session = (_thread_session(obj, thread) if thread is not None else None) or _new_session(obj, thread)
+    if branch and not (session.directory and (session.directory / SESSION_FILE).is_file()):
+        session.state_data[RERUN_SESSION_KEY] = True  # made by a re-run: thread lookups skip it
     directory = session.directory or obj.runtime.store.session_dir(obj.role, session.uuid)
     chain, position = CHAIN.get(), POSITION.get()
     caller = None
@@ -437,12 +440,35 @@ def run_invocation(
             record.outcome, record.error, record.ended_at = "refused", str(exc), utc_now()
             write_invocation(dirs, record)
             raise
-        if (directory / SESSION_FILE).is_file():  # read again under the lock: another
-            session = obj.runtime.store.load_session(directory.name)  # process may have just written it
-        run = _Run(obj, session, record, schema)
+        existing = (directory / SESSION_FILE).is_file()
+        if existing:  # read again under the lock: another process may have just written it
+            session = obj.runtime.store.load_session(directory.name)
+        run = _Run(obj, session, record, schema, branch=branch)
+        context = callee_branch(session, record) if branch and existing else None
         return _run_locked(
-            run, lambda: run.loop(prompt, _choice(tool_choice), _choice(follow_up)), dirs, previous_owner
+            run,
+            lambda: run.loop(prompt, _choice(tool_choice), _choice(follow_up), context),
+            dirs,
+            previous_owner,
+            mark_active=not branch,
         )
+
+
+def callee_branch(session: Session, record: InvocationRecord) -> Context:
+    """For an object a re-run's live tool invokes: a copy of its active context to run the
+    turn in, so its session keeps what it had (the copy is not among the children)."""
+    active = session.active_context
+    fork = active.transform_fork(lambda messages: messages)
+    active.children.remove(fork.id)
+    fork.extra[REPLAY_KEY] = {
+        "kind": "rerun-callee",
+        "of_context": active.id,
+        "of_index": len(active.messages),
+    }
+    session.add_context(fork)
+    record.callee.context_id = fork.id
+    record.rerun = {"kind": "rerun-callee", "branch": fork.id}
+    return fork
 
 
 def rerun_invocation(
