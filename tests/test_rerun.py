@@ -505,3 +505,58 @@ def test_a_thread_a_rerun_opened_for_a_callee_is_not_that_threads_session_later(
     later = Grocer(runtime=Runtime(store.root, ScriptedEndpoint(says("hi"))), object_id="grocer")  # type: ignore[arg-type]
     later.invoke("hello grocer", thread="shop")
     assert len([s for s in store.sessions() if s.role == "Grocer"]) == 2  # a session of its own
+
+
+def test_a_log_analyzer_rerun_reproduces_its_tool_calls_and_its_callee_chain(
+    tmp_path: Path, llm_server: LocalModelServer
+) -> None:
+    """The demo's 3-deep chain (analyzer -> chunk summarizer -> keyword extractor) on the
+    deterministic server: an unchanged re-run from the analyzer's first answer, with its
+    summarize_chunk tool live, calls the same tools with the same arguments at every
+    level, in new sessions and branches, and changes no file that was there."""
+    from demo.build import write_sample_log
+    from demo.log_analyzer import LogAnalyzer
+
+    log = write_sample_log(tmp_path / "app.log")
+    runtime = Runtime(tmp_path / "store", LLMEndpoint(llm_server.base_url, timeout=300))
+    analyzer = LogAnalyzer(log, runtime=runtime, object_id="analyzer")
+    analyzer.ask(
+        "Summarise lines 181 to 188 of the log, where the errors start.", first_tool="summarize_chunk"
+    )
+    store = runtime.store
+    roles = {s.role for s in store.sessions()}
+    assert {"LogAnalyzer", "ChunkSummarizer", "KeywordExtractor"} <= roles
+
+    def tool_calls(role: str, in_rerun: bool) -> list[tuple[str, object]]:
+        """Every tool call of ``role``'s sessions: the original run's, or the re-run's
+        (its branches, and the sessions it opened)."""
+        found = []
+        for summary in store.sessions():
+            if summary.role != role:
+                continue
+            session = store.load_session(summary.uuid)
+            opened_by_rerun = bool(session.state_data.get("_soapwb_rerun"))
+            for context in session.contexts.values():
+                if (opened_by_rerun or REPLAY_KEY in context.extra) == in_rerun:
+                    found += [(u.name, u.parsed_arguments()) for m in context.messages for u in m.tool_uses()]
+        return sorted(found, key=repr)
+
+    original = {
+        role: tool_calls(role, False) for role in ("LogAnalyzer", "ChunkSummarizer", "KeywordExtractor")
+    }
+    session = next(store.load_session(s.uuid) for s in store.sessions() if s.role == "LogAnalyzer")
+    before = snapshot(store.root)
+    result = rerun(
+        store,
+        session,
+        None,
+        FIRST_ANSWER,
+        runtime.endpoint,
+        tools=ToolModes(per_tool={"summarize_chunk": "live"}),
+    )
+    assert result.ok, result.error
+    assert {t["tool"]: t["how"] for t in result.tools} == {"summarize_chunk": "live"}
+    rerun_calls = {role: tool_calls(role, True) for role in original}
+    assert rerun_calls == original
+    after = snapshot(store.root)
+    assert {k: after[k] for k in before} == before
