@@ -177,7 +177,7 @@ def test_one_replay_clicked_through_saves_a_fork_and_shows_its_output(
     session = analyst(store)
     before = {cid for cid in Store(store).load_session(session).contexts}
     page = open_page(browser, f"{url}/replay?store={store}&session={session}")
-    page.get_by_role("button", name="Run").click()
+    page.get_by_role("button", name="Run", exact=True).click()
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         after = Store(store).load_session(session).contexts

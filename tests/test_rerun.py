@@ -544,6 +544,7 @@ def test_a_log_analyzer_rerun_reproduces_its_tool_calls_and_its_callee_chain(
     original = {
         role: tool_calls(role, False) for role in ("LogAnalyzer", "ChunkSummarizer", "KeywordExtractor")
     }
+    assert all(original.values()), original  # every level of the chain called its tools
     session = next(store.load_session(s.uuid) for s in store.sessions() if s.role == "LogAnalyzer")
     before = snapshot(store.root)
     result = rerun(
