@@ -377,7 +377,9 @@ def show_batch(root: str, session_uuid: str, number: int, batch: Batch, original
         )
         st.json(figures, expanded=False)
     elif batch.noise_runs:
-        st.warning("No unchanged sample succeeded: there is no noise band.")
+        st.warning(
+            "Fewer than two unchanged samples succeeded: there is no noise band (a spread needs a pair)."
+        )
     diffs = run_diffs(batch, original)
     for run in batch.runs:
         show_run(root, session_uuid, run, diffs.get(run.fork_id), "run")

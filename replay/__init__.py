@@ -23,6 +23,7 @@ from replay._diff import (
     diff_outputs,
     distance,
     noise_band,
+    unchanged_band,
     word_diff,
 )
 from replay._materialize import (
@@ -135,6 +136,7 @@ __all__ = [
     "source_named",
     "sources",
     "system_prompt_history",
+    "unchanged_band",
     "verify_session",
     "verify_store",
     "word_diff",

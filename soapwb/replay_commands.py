@@ -19,8 +19,8 @@ from replay import (
     ReplayRun,
     diff_contexts,
     diff_outputs,
-    noise_band,
     replay,
+    unchanged_band,
     verify_store,
 )
 from replay._refs import resolve_reference
@@ -257,10 +257,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return report_replay(args, found.as_dict(), original if original_message else None, runs, baseline)
 
 
-def _band(runs: list[ReplayRun], baseline: list[ReplayRun], changed: bool) -> NoiseBand | None:
-    unchanged = baseline or ([] if changed else runs)
-    outputs = [Output.of(r.output) for r in unchanged if r.ok]
-    return noise_band(outputs) if len(outputs) >= 2 else None
+def _band(runs: list[ReplayRun], baseline: list[ReplayRun], overrides: Overrides) -> NoiseBand | None:
+    def outputs(of: list[ReplayRun]) -> list[Output]:
+        return [Output.of(r.output) for r in of if r.ok]
+
+    return unchanged_band(outputs(runs), outputs(baseline), not overrides.as_dict())
 
 
 def report_replay(
@@ -270,7 +271,7 @@ def report_replay(
     runs: list[ReplayRun],
     baseline: list[ReplayRun],
 ) -> int:
-    band = _band(runs, baseline, bool(args.edit or args.drop or args.system_prompt_file))
+    band = _band(runs, baseline, overrides_from(args))
     threshold = args.threshold if args.threshold is not None else (band.upper if band else 0.0)
     rows = []
     for run in runs:

@@ -76,3 +76,18 @@ def test_dropping_a_tool_call_drops_its_result_too(store_copy: Path) -> None:
         replay_messages(found, Overrides(edits={1: "tools have no text"}))
     with pytest.raises(SoapError, match="cannot drop message 9"):
         replay_messages(found, Overrides(drops=(9,)))
+
+
+def test_the_command_line_and_the_page_take_one_rule_for_the_noise_band() -> None:
+    """One unchanged sample is no band (it would read as a band of width 0); unchanged
+    runs count as samples only when nothing at all was changed; noise runs always do."""
+    from replay import unchanged_band
+
+    same, other = Output("a b"), Output("a c")
+    assert unchanged_band([same], [], unchanged=True) is None
+    assert unchanged_band([], [same], unchanged=False) is None
+    band = unchanged_band([same], [other], unchanged=True)
+    assert band is not None and band.samples == 2 and band.upper == 0.5
+    changed = unchanged_band([same], [other], unchanged=False)
+    assert changed is None  # the changed run is not a sample: one noise run is no band
+    assert unchanged_band([same, same], [], unchanged=True) is not None

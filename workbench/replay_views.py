@@ -29,8 +29,8 @@ from replay import (
     Turn,
     diff_outputs,
     injected_results,
-    noise_band,
     request_differences,
+    unchanged_band,
 )
 from soap_core import Context, Message, Session, canonical_json, read_calls
 
@@ -250,9 +250,10 @@ def delta_table(diff: OutputDiff) -> pd.DataFrame:
 
 
 def batch_noise_band(batch: Batch) -> NoiseBand | None:
-    """The noise band of the batch's unchanged samples that succeeded; None if none ran."""
-    outputs = [run_output(r) for r in batch.noise_runs if r.ok]
-    return noise_band(outputs) if outputs else None
+    """The noise band of the batch (:func:`replay.unchanged_band`, the command line's rule)."""
+    outputs = [run_output(r) for r in batch.runs if r.ok]
+    noise = [run_output(r) for r in batch.noise_runs if r.ok]
+    return unchanged_band(outputs, noise, not batch.overrides.as_dict())
 
 
 def band_verdict(band: NoiseBand | None, distance: float | None) -> str:
