@@ -109,8 +109,9 @@ def selected_message() -> int | None:
     return int(raw) if raw is not None and raw.lstrip("-").isdigit() else None
 
 
-def show_messages(context: Context, chronological: bool) -> None:
-    """Every message with its heading, its parts, and the anchors it ends."""
+def show_messages(root: str, session: Session, context: Context, chronological: bool) -> None:
+    """Every message with its heading, its parts, and the anchors it ends; a model output
+    links to the Replay page, where it can be replayed or the agent re-run from it."""
     chosen = selected_message()
     for row in message_rows(context, chronological=chronological):
         message = context.messages[row.index]
@@ -118,6 +119,18 @@ def show_messages(context: Context, chronological: bool) -> None:
             if row.index == chosen:
                 st.text(f"▶ message {row.index}, as linked")
             st.text(message_heading(row, message.message_type))
+            if message.role == "assistant":
+                st.page_link(
+                    "pages/replay.py",
+                    label="Replay it, or re-run the agent from here",
+                    icon=":material/replay:",
+                    query_params={
+                        "store": root,
+                        "session": session.uuid,
+                        "context": context.id,
+                        "message": str(row.index),
+                    },
+                )
             if not message.content:
                 st.text("(no content)")
             for index, part in enumerate(message.content):
@@ -190,7 +203,7 @@ def show_system_prompts(session: Session, context: Context) -> None:
             st.code(prompt.text, language=None)
 
 
-def show_session(session: Session) -> None:
+def show_session(root: str, session: Session) -> None:
     """The session's identity, unreadable files, fork tree and the chosen context."""
     st.text(f"{session.role} / {session.uuid}  thread {session.thread_id or '-'}")
     for name, error in session.load_errors.items():
@@ -208,7 +221,7 @@ def show_session(session: Session) -> None:
     st.subheader("Messages")
     chronological = st.toggle("Chronological order (by sequence number)", key="chronological")
     st.text(f"{len(context.messages)} messages, {context.total_token_count()} tokens (cl100k_base)")
-    show_messages(context, chronological)
+    show_messages(root, session, context, chronological)
 
 
 st.title("Context")
@@ -222,4 +235,4 @@ try:
     loaded = load_session(root, ref)
 except SoapError as exc:
     show_error_and_stop(exc)
-show_session(loaded)
+show_session(root, loaded)

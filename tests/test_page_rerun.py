@@ -66,3 +66,16 @@ def test_a_message_without_an_invocation_record_says_why_it_cannot_be_rerun() ->
     at = open_app_page(fixture, "replay", session="20250611-3f0c", message="5")
     assert not [b for b in at.button if b.label == "Re-run the agent"]
     assert any("needs a session our runtime wrote" in c.value for c in at.caption)
+
+
+def test_each_model_output_on_the_context_page_links_to_its_replay_and_rerun(tmp_path: Path) -> None:
+    store, session = bought(tmp_path)
+    at = open_app_page(store.root, "context", session=session.uuid)
+    links = [link.proto for link in at.page_link if link.proto.page == "replay"]
+    answers = [i for i, m in enumerate(session.active_context.messages) if m.role == "assistant"]
+    assert len(links) == len(answers) == 2
+    assert (
+        f"message={answers[0]}" in links[0].query_string
+        and f"session={session.uuid}" in links[0].query_string
+    )
+    assert links[0].label == "Replay it, or re-run the agent from here"
