@@ -561,3 +561,21 @@ def test_a_log_analyzer_rerun_reproduces_its_tool_calls_and_its_callee_chain(
     assert rerun_calls == original
     after = snapshot(store.root)
     assert {k: after[k] for k in before} == before
+
+
+def test_the_trace_of_a_rerun_marks_its_frames_and_follows_its_callee(tmp_path: Path) -> None:
+    from soap_core.runtime import invocation_chain
+    from workbench.traceback_views import stack_table
+
+    endpoint = ScriptedEndpoint(calls("ask_grocer", '{"question": "pears?"}'), says("yes"), says("ok"))
+    pantry = Pantry(runtime=Runtime(tmp_path / "store", endpoint), object_id="pantry")  # type: ignore[arg-type]
+    pantry.invoke("ask about pears", thread="t")
+    store = pantry.runtime.store
+    session = next(store.load_session(s.uuid) for s in store.sessions() if s.role == "Pantry")
+    again = ScriptedEndpoint(calls("ask_grocer", '{"question": "plums?"}', "c9"), says("no"), says("none"))
+    assert rerun(store, session, None, FIRST_ANSWER, again, tools=ToolModes(default="live")).ok  # type: ignore[arg-type]
+    traces = invocation_chain(store, session.uuid)
+    [traced] = [t for t in traces if t.invocation is not None and t.invocation.rerun == "rerun"]
+    assert [f.role for f in traced.callees] == ["Grocer"] and traced.callees[0].rerun == "rerun-callee"
+    table = stack_table(traced, {})
+    assert [o.endswith("ok (re-run)") for o in table["outcome"]] == [True, True]

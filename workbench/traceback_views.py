@@ -148,7 +148,7 @@ def stack_table(trace: InvocationTrace, prompts: dict[str, str]) -> pd.DataFrame
             f.message_index,
             f.started_at,
             f.ended_at,
-            outcome_label(f.outcome),
+            outcome_label(f.outcome) + (" (re-run)" if f.rerun else ""),
             f.error,
             f.invocation_id,
         )
@@ -201,9 +201,10 @@ def timeline_rows(trace: InvocationTrace) -> pd.DataFrame:
     for f in trace_frames(trace):
         start = _utc(f.started_at)
         end = _utc(f.ended_at) if f.ended_at else start
+        branch = " (re-run)" if f.rerun else ""
         rows.append(
             (
-                f"{f.role} / {short_session(f.session)}",
+                f"{f.role} / {short_session(f.session)}{branch}",
                 start,
                 end,
                 (end - start).total_seconds() * 1000,

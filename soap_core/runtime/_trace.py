@@ -36,6 +36,8 @@ class TraceFrame:
     error: str | None
     depth: int
     prompt: str = ""
+    rerun: str | None = None
+    """``rerun`` for a re-run's own invocation, ``rerun-callee`` for an object it invoked."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -76,6 +78,7 @@ def _frame(record: InvocationRecord, depth: int) -> TraceFrame:
         error=record.error,
         depth=depth,
         prompt=record.prompt,
+        rerun=str(record.rerun.get("kind")) if record.rerun else None,
     )
 
 
