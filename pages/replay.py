@@ -439,16 +439,22 @@ def run_rerun(
     session = store.load_session(session_uuid, require_active=False)
     try:
         modes = rerun_modes(again.default, again.unserved, again.injections)
-        with st.spinner("Re-running the agent…"):
-            result = rerun(
-                store,
-                session,
-                found.context_id,
-                found.index,
-                LLMEndpoint(settings.base_url),
-                overrides=overrides,
-                tools=modes,
-            )
+        bar = st.progress(0.0, text="Re-running the agent: no model call yet")
+
+        def step(done: int) -> None:  # the limit is the agent's; its callees add steps of their own
+            bar.progress(min(1.0, done / (done + 1)), text=f"Re-running the agent: {done} model calls")
+
+        result = rerun(
+            store,
+            session,
+            found.context_id,
+            found.index,
+            LLMEndpoint(settings.base_url),
+            overrides=overrides,
+            tools=modes,
+            on_step=step,
+        )
+        bar.progress(1.0, text=f"Re-ran the agent: {len(result.calls)} model calls")
         return result, diff_rerun(store.load_session(session_uuid), result)
     except SoapError as exc:
         show_error_and_stop(exc)

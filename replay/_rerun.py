@@ -219,6 +219,24 @@ class RerunResult:
         return {**dataclasses.asdict(self), "ok": self.ok}
 
 
+class _Steps:
+    """An endpoint that reports every model call of a re-run (its callees' too) as a step."""
+
+    def __init__(self, endpoint: Endpoint, on_step: Callable[[int], None]) -> None:
+        self._endpoint = endpoint
+        self._on_step = on_step
+        self.base_url = endpoint.base_url
+        self.model = endpoint.model
+        self.steps = 0
+
+    def complete(self, request: dict[str, Any]) -> Any:
+        try:
+            return self._endpoint.complete(request)
+        finally:
+            self.steps += 1
+            self._on_step(self.steps)
+
+
 def load_class(path: str | None) -> type[AgenticObject]:
     """The agentic class named by an invocation record's ``module:qualname``."""
     if not path or ":" not in path or "<locals>" in path:
@@ -291,9 +309,15 @@ def rerun(
     overrides: Overrides | None = None,
     tools: ToolModes | None = None,
     label: str | None = None,
+    on_step: Callable[[int], None] | None = None,
 ) -> RerunResult:
-    """Re-run the agent of ``session`` from the model output at ``at`` of ``context``."""
+    """Re-run the agent of ``session`` from the model output at ``at`` of ``context``.
+
+    ``on_step(n)`` is called after each model call (the objects a live tool invokes
+    included), for a progress display."""
     overrides, tools = overrides or Overrides(), tools or ToolModes()
+    if on_step is not None:
+        endpoint = _Steps(endpoint, on_step)
     found = materialize(session, context, at)
     if found.message_id is None:
         raise MaterializeError(

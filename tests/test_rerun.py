@@ -38,8 +38,9 @@ def test_a_recorded_mode_rerun_serves_the_recorded_result_and_touches_nothing(tm
     store, session = bought(tmp_path)
     before = snapshot(store.root)
     again = ScriptedEndpoint(calls("add_item", '{"item":"pear"}', "c9"), says("done again"))
-    result = rerun(store, session, None, FIRST_ANSWER, again)  # type: ignore[arg-type]
-    assert result.ok and result.answer == "done again"
+    steps: list[int] = []
+    result = rerun(store, session, None, FIRST_ANSWER, again, on_step=steps.append)  # type: ignore[arg-type]
+    assert result.ok and result.answer == "done again" and steps == [1, 2]
     assert result.tools == [{"tool": "add_item", "arguments": '{"item":"pear"}', "how": "recorded"}]
     after = snapshot(store.root)
     assert {k: after[k] for k in before} == before, "the original files changed"
