@@ -7,7 +7,10 @@ import json
 from typing import Any
 
 from replay import (
+    BranchDiff,
+    NoiseBand,
     RerunError,
+    RerunResult,
     ToolModes,
     continue_branch,
     diff_rerun,
@@ -77,6 +80,7 @@ def register(commands: Any) -> None:
         default=0.0,
         help="largest branch distance (0..1) --check passes without --noise (default 0)",
     )
+    run.add_argument("--samples", type=int, default=1, metavar="K", help="how many re-runs (default 1)")
     run.add_argument(
         "--noise",
         type=int,
@@ -126,49 +130,70 @@ def tool_modes(args: argparse.Namespace) -> ToolModes:
 def cmd_rerun(args: argparse.Namespace) -> int:
     if args.noise == 1 or args.noise < 0:
         raise UsageError("--noise takes K >= 2: a spread needs two unchanged re-runs")
+    if args.samples < 1:
+        raise UsageError("--samples takes K >= 1")
     store = open_store(args)
     session = store.load_session(args.session, require_active=args.context is None)
     found = materialize_target(args, session)
     modes, overrides = tool_modes(args), overrides_from(args)
     with endpoint_for(args) as endpoint:
-        result = rerun(
-            store, session, found.context_id, found.index, endpoint, overrides=overrides, tools=modes
-        )
+        results = [
+            rerun(
+                store,
+                store.load_session(session.uuid),
+                found.context_id,
+                found.index,
+                endpoint,
+                overrides=overrides,
+                tools=modes,
+            )
+            for _ in range(args.samples)
+        ]
         band = None
         if args.noise:
             band, _ = rerun_noise_band(
                 store, session, found.context_id, found.index, endpoint, tools=modes, samples=args.noise
             )
-    diff = diff_rerun(store.load_session(session.uuid), result)
-    measured = band is not None and band.samples >= 2
-    beyond = (
-        not band.contains(diff.distance) if band is not None and measured else diff.distance > args.threshold
-    )
-    failed = not result.ok or (args.check and beyond)
+    reloaded = store.load_session(session.uuid)
+    measured = band if band is not None and band.samples >= 2 else None
+    reports = [_report(result, diff_rerun(reloaded, result), measured, args.threshold) for result in results]
+    failed = any(not r["ok"] or (args.check and r["beyond"]) for r in reports)
     if args.json:
         noise = band.as_dict() if band is not None else None
-        emit_json({**result.as_dict(), "diff": diff.as_dict(), "noise_band": noise})
-        return 1 if failed else 0
-    print(f"re-ran {session.role}/{session.uuid} from message {result.of_index} of {result.of_context}")
-    print(f"branch {result.branch_id} ({len(result.calls)} model calls)")
-    for served in result.tools:
-        print(f"  {served['tool']}({served['arguments']}): {served['how']}")
-    print(
-        f"answer: {json.dumps(result.answer, ensure_ascii=False)}" if result.ok else f"FAILED: {result.error}"
-    )
-    print(f"first divergence: {diff.divergence}" if diff.first_divergence is not None else diff.divergence)
-    if band is not None and measured:
-        where = "outside" if beyond else "inside"
-        print(
-            f"branch distance {diff.distance:.3f}: {where} the noise band of {band.samples} unchanged "
-            f"re-runs (up to {band.upper:.3f})"
+        emit_json(
+            reports[0] | {"noise_band": noise}
+            if len(reports) == 1
+            else {"runs": reports, "noise_band": noise}
         )
         return 1 if failed else 0
-    if band is not None:
+    print(f"re-ran {session.role}/{session.uuid} from message {found.index} of {found.context_id}")
+    for number, report in enumerate(reports, start=1):
+        print(f"run {number}: branch {report['branch_id']} ({len(report['calls'])} model calls)")
+        for served in report["tools"]:
+            print(f"  {served['tool']}({served['arguments']}): {served['how']}")
+        answer = json.dumps(report["answer"], ensure_ascii=False)
+        print(f"  answer: {answer}" if report["ok"] else f"  FAILED: {report['error']}")
+        print(f"  {report['verdict']}")
+    if band is not None and measured is None:
         print(f"no noise band: {band.samples} of {args.noise} unchanged re-runs succeeded")
-    check = f" (--check threshold {args.threshold:g})" if args.check else ""
-    print(f"branch distance {diff.distance:.3f}{check}")
     return 1 if failed else 0
+
+
+def _report(
+    result: RerunResult, diff: BranchDiff, band: NoiseBand | None, threshold: float
+) -> dict[str, Any]:
+    """One re-run for the output: its result, its diff, and where it lies."""
+    beyond = not band.contains(diff.distance) if band is not None else diff.distance > threshold
+    divergence = (
+        f"first divergence: {diff.divergence}" if diff.first_divergence is not None else diff.divergence
+    )
+    if band is not None:
+        where = "outside" if beyond else "inside"
+        placed = f"{where} the noise band of {band.samples} unchanged re-runs (up to {band.upper:.3f})"
+    else:
+        placed = f"{'above' if beyond else 'within'} the threshold {threshold:g}"
+    verdict = f"{divergence}; branch distance {diff.distance:.3f}, {placed}"
+    return {**result.as_dict(), "diff": diff.as_dict(), "beyond": beyond, "verdict": verdict}
 
 
 def cmd_continue(args: argparse.Namespace) -> int:

@@ -580,3 +580,41 @@ def test_the_trace_of_a_rerun_marks_its_frames_and_follows_its_callee(tmp_path: 
     assert [f.role for f in traced.callees] == ["Grocer"] and traced.callees[0].rerun == "rerun-callee"
     table = stack_table(traced, {})
     assert [o.endswith("ok (re-run)") for o in table["outcome"]] == [True, True]
+
+
+def test_soapwb_rerun_samples_k_branches_and_reports_each(tmp_path: Path) -> None:
+    import contextlib
+    import io
+    import json
+
+    from soapwb.cli import main
+    from tests.peers.openai_stub import OpenAIStub
+
+    store, session = bought(tmp_path)
+    pear = {"tool_calls": [{"id": "c9", "name": "add_item", "arguments": '{"item": "pear"}'}]}
+    with OpenAIStub([pear, {"content": "done"}, pear, {"content": "done, again"}]) as stub:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = main(
+                [
+                    "rerun",
+                    session.uuid,
+                    "--at",
+                    "3",
+                    "--samples",
+                    "2",
+                    "--check",
+                    "--json",
+                    "--store",
+                    str(store.root),
+                    "--base-url",
+                    stub.base_url,
+                ]
+            )
+    report = json.loads(out.getvalue())
+    assert [r["answer"] for r in report["runs"]] == ["done", "done, again"]
+    assert [r["beyond"] for r in report["runs"]] == [
+        False,
+        True,
+    ] and code == 1  # the second reworded its answer
+    assert len({r["branch_id"] for r in report["runs"]}) == 2
