@@ -23,7 +23,6 @@ from replay._diff import (
     diff_outputs,
     distance,
     noise_band,
-    unchanged_band,
     word_diff,
 )
 from replay._materialize import (
@@ -55,7 +54,15 @@ from replay._rerun import (
     rerun,
     rerun_noise_band,
 )
-from replay._run import Endpoint, Overrides, ReplayRun, replay, replay_messages, replay_parameters
+from replay._run import (
+    Endpoint,
+    Overrides,
+    ReplayRun,
+    replay,
+    replay_messages,
+    replay_parameters,
+    unchanged_band,
+)
 from replay._runtime_source import RUNTIME_SOURCE, RuntimeSource, recorded_parameters, request_messages
 from replay._sources import (
     ENTRY_POINT_GROUP,

@@ -143,19 +143,6 @@ class NoiseBand:
         }
 
 
-MIN_BAND_SAMPLES = 2
-"""A spread needs a pair: with fewer unchanged samples there is no band."""
-
-
-def unchanged_band(outputs: list[Output], noise_outputs: list[Output], unchanged: bool) -> NoiseBand | None:
-    """The noise band of a batch of runs, by one rule for the command line and the page:
-    the unchanged samples are the noise runs' outputs, plus the runs' own when they
-    changed nothing at all (no edit and no parameter); None below two samples, so a
-    single sample never passes for a band of zero width."""
-    samples = [*noise_outputs, *(outputs if unchanged else [])]
-    return noise_band(samples) if len(samples) >= MIN_BAND_SAMPLES else None
-
-
 def noise_band(outputs: list[Output]) -> NoiseBand:
     if not outputs:
         return NoiseBand(0, 1.0)

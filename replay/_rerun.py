@@ -35,7 +35,7 @@ from typing import Any, Literal
 from replay._branch import BranchDiff, Turn, branch_noise_band, branch_turns, diff_branches
 from replay._diff import NoiseBand
 from replay._materialize import Materialized, MaterializeError, materialize
-from replay._run import Endpoint, Overrides, replay_messages, replay_parameters
+from replay._run import Endpoint, Overrides, branch_fork, replay_messages, replay_parameters
 from replay._runtime_source import RUNTIME_SOURCE
 from replay._sources import source_named
 from soap_core import (
@@ -290,13 +290,7 @@ def _choices(
 
 
 def _fork(session: Session, found: Materialized, overrides: Overrides, record: dict[str, Any]) -> Context:
-    origin = session.contexts[found.context_id]
-    messages = replay_messages(found, overrides)
-    fork = origin.transform_fork(lambda _: [m.copy() for m in messages])
-    origin.children.remove(fork.id)  # the original stays untouched; lineage is origin_context_id
-    fork.extra[REPLAY_KEY] = record
-    session.add_context(fork)
-    return fork
+    return branch_fork(session, found, replay_messages(found, overrides), record)
 
 
 def rerun(
@@ -502,8 +496,7 @@ def continue_branch(
     )
     branch = context
     if REPLAY_KEY not in context.extra:
-        branch = context.transform_fork(lambda messages: messages)
-        context.children.remove(branch.id)  # the original stays untouched
+        branch = context.side_fork()
         branch.extra[REPLAY_KEY] = {
             "kind": "continue",
             "of_context": context.id,

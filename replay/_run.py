@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from replay._diff import NoiseBand, Output, noise_band
 from replay._materialize import Materialized
 from replay._sources import source_named
 from soap_core import (
@@ -139,6 +140,27 @@ def _dropped(messages: Sequence[Message], drops: Sequence[int]) -> set[int]:
     return out
 
 
+MIN_BAND_SAMPLES = 2
+"""A spread needs a pair: with fewer unchanged samples there is no band."""
+
+
+def unchanged_band(
+    outputs: list[Output], noise_outputs: list[Output], overrides: Overrides
+) -> NoiseBand | None:
+    """The noise band of a batch of runs, by one rule for the command line and the page.
+
+    With noise runs (sent with no override at all), the band is theirs, and the runs'
+    own outputs join them when the runs changed nothing either. Without, the runs are the
+    samples when they changed no message (several samples of one request, at the
+    parameters asked for). Below two samples there is no band: one sample would pass for
+    a band of width zero and put every other run outside it."""
+    if noise_outputs:
+        samples = [*noise_outputs, *(outputs if not overrides.as_dict() else [])]
+    else:
+        samples = [] if overrides.changes_messages else list(outputs)
+    return noise_band(samples) if len(samples) >= MIN_BAND_SAMPLES else None
+
+
 def replay_messages(found: Materialized, overrides: Overrides) -> list[Message]:
     """The messages a replay sends: the materialized ones with the overrides applied."""
     messages = [m.copy() for m in found.messages]
@@ -167,12 +189,12 @@ def replay_parameters(
     return model, parameters
 
 
-def _new_fork(
+def branch_fork(
     session: Session, found: Materialized, messages: list[Message], record: dict[str, Any]
 ) -> Context:
-    origin = session.contexts[found.context_id]
-    fork = origin.transform_fork(lambda _: [m.copy() for m in messages])
-    origin.children.remove(fork.id)  # the original stays untouched; lineage is origin_context_id
+    """A side fork of the context ``found`` came from, holding ``messages`` (copies) and
+    the run's ``record``; the original context is not changed."""
+    fork = session.contexts[found.context_id].side_fork(lambda _: [m.copy() for m in messages])
     fork.extra[REPLAY_KEY] = record
     session.add_context(fork)
     return fork
@@ -207,7 +229,7 @@ def replay(
     for sample in range(samples):
         call_id = new_record_id()
         record = {**origin, "overrides": overrides.as_dict(), "sample": sample, "call_id": call_id}
-        fork = _new_fork(session, found, messages, record)
+        fork = branch_fork(session, found, messages, record)
         runs.append(ReplayRun(fork.id, call_id, sample, request, request_hash(request), overrides.as_dict()))
     store.save_session(session)
     done = 0

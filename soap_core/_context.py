@@ -453,6 +453,16 @@ class Context:
         self.children.append(child.id)
         return child
 
+    def side_fork(
+        self, transform: Callable[[list[Message]], list[Message]] = lambda messages: messages
+    ) -> Context:
+        """:meth:`transform_fork` that the parent does not list among its ``children``:
+        replays and re-runs branch off without changing the parent's file (the fork tree
+        finds such forks through ``origin_context_id``)."""
+        child = self.transform_fork(transform)
+        self.children.remove(child.id)
+        return child
+
     # -- codec --------------------------------------------------------------------------
 
     @classmethod

@@ -261,7 +261,7 @@ def _band(runs: list[ReplayRun], baseline: list[ReplayRun], overrides: Overrides
     def outputs(of: list[ReplayRun]) -> list[Output]:
         return [Output.of(r.output) for r in of if r.ok]
 
-    return unchanged_band(outputs(runs), outputs(baseline), not overrides.as_dict())
+    return unchanged_band(outputs(runs), outputs(baseline), overrides)
 
 
 def report_replay(

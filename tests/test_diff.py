@@ -79,15 +79,18 @@ def test_dropping_a_tool_call_drops_its_result_too(store_copy: Path) -> None:
 
 
 def test_the_command_line_and_the_page_take_one_rule_for_the_noise_band() -> None:
-    """One unchanged sample is no band (it would read as a band of width 0); unchanged
-    runs count as samples only when nothing at all was changed; noise runs always do."""
-    from replay import unchanged_band
+    """One sample is no band (it would read as a band of width 0). With noise runs the
+    band is theirs, joined by the runs only when those changed nothing; without, runs that
+    changed no message are samples of one request (at the parameters asked for)."""
+    from replay import Overrides, unchanged_band
 
     same, other = Output("a b"), Output("a c")
-    assert unchanged_band([same], [], unchanged=True) is None
-    assert unchanged_band([], [same], unchanged=False) is None
-    band = unchanged_band([same], [other], unchanged=True)
-    assert band is not None and band.samples == 2 and band.upper == 0.5
-    changed = unchanged_band([same], [other], unchanged=False)
-    assert changed is None  # the changed run is not a sample: one noise run is no band
-    assert unchanged_band([same, same], [], unchanged=True) is not None
+    untouched, warmer, edited = Overrides(), Overrides(temperature=1.0), Overrides(edits={1: "x"})
+    assert unchanged_band([same], [], untouched) is None
+    assert unchanged_band([], [same], untouched) is None
+    both = unchanged_band([same], [other], untouched)
+    assert both is not None and both.samples == 2 and both.upper == 0.5
+    assert unchanged_band([same], [other], warmer) is None  # a warmer run is no sample of the original
+    warm = unchanged_band([same, other], [], warmer)
+    assert warm is not None and warm.samples == 2  # but warmer runs are samples of each other
+    assert unchanged_band([same, same], [], edited) is None

@@ -253,7 +253,7 @@ def batch_noise_band(batch: Batch) -> NoiseBand | None:
     """The noise band of the batch (:func:`replay.unchanged_band`, the command line's rule)."""
     outputs = [run_output(r) for r in batch.runs if r.ok]
     noise = [run_output(r) for r in batch.noise_runs if r.ok]
-    return unchanged_band(outputs, noise, not batch.overrides.as_dict())
+    return unchanged_band(outputs, noise, batch.overrides)
 
 
 def band_verdict(band: NoiseBand | None, distance: float | None) -> str:

@@ -458,8 +458,7 @@ def callee_branch(session: Session, record: InvocationRecord) -> Context:
     """For an object a re-run's live tool invokes: a copy of its active context to run the
     turn in, so its session keeps what it had (the copy is not among the children)."""
     active = session.active_context
-    fork = active.transform_fork(lambda messages: messages)
-    active.children.remove(fork.id)
+    fork = active.side_fork()
     fork.extra[REPLAY_KEY] = {
         "kind": "rerun-callee",
         "of_context": active.id,
