@@ -39,6 +39,7 @@ def test_the_replay_page_reruns_the_agent_and_shows_both_branches_step_by_step(t
     assert any(t.startswith("first divergence: turn 2") for t in texts)  # the last answer's words
     [table] = [d.value for d in at.dataframe if "re-run" in d.value.columns]
     assert table["status"].tolist() == ["equal", "changed"]
+    assert table["step"].tolist() == ["1", "▶ 2"]  # the first divergence is marked
     assert table["original"].tolist()[0] == 'add_item({"item":"pear"})'
     after = snapshot(store.root)
     assert {k: after[k] for k in before} == before

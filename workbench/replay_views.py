@@ -382,10 +382,11 @@ def preview_text(text: str, width: int = 80) -> str:
 
 
 def rerun_pairs_table(diff: BranchDiff) -> pd.DataFrame:
-    """The two branches step by step, as the page shows them side by side."""
+    """The two branches step by step, as the page shows them side by side; the first
+    divergence is marked ▶ in the step column."""
     rows = [
         (
-            number,
+            f"▶ {number}" if number - 1 == diff.first_divergence else str(number),
             pair.status,
             _step(pair.a),
             _step(pair.b),
