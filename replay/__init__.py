@@ -41,16 +41,11 @@ from replay._peteos_body import PeteosBodyError, openai_tool_parameters, peteos_
 from replay._peteos_source import PETEOS_05, PETEOS_06, PeteosSource
 from replay._refs import Reference, find_context, resolve_reference
 from replay._rerun import (
-    RecordedResult,
-    RerunError,
     RerunResult,
-    ToolModes,
     branch_of,
     continue_branch,
     diff_rerun,
-    injected_results,
     load_class,
-    recorded_results,
     rerun,
     rerun_noise_band,
 )
@@ -71,6 +66,13 @@ from replay._sources import (
     source_for,
     source_named,
     sources,
+)
+from replay._tool_modes import (
+    RecordedResult,
+    RerunError,
+    ToolModes,
+    injected_results,
+    recorded_results,
 )
 from replay._verify import Verification, request_differences, verify_session, verify_store
 from soap_core import REPLAY_KEY
