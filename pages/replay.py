@@ -11,6 +11,7 @@ Markdown or HTML.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from replay import (
     Reference,
     ReplayRun,
     RerunResult,
+    continue_branch,
     diff_contexts,
     diff_outputs,
     diff_rerun,
@@ -410,6 +412,7 @@ def show_replay(root: str) -> None:
         st.rerun()
     for number, (result, diff) in reversed(list(enumerate(reruns.get(key, []), start=1))):
         show_rerun(number, result, diff)
+        continue_form(root, session.uuid, result, settings.base_url)
     if clicked:
         if not settings.base_url:
             st.error("No endpoint: enter the base URL of an OpenAI-compatible server.")
@@ -468,6 +471,38 @@ def show_rerun(number: int, result: RerunResult, diff: BranchDiff) -> None:
     for line in (lines[0], *lines[2:]):
         st.text(line)
     st.dataframe(rerun_pairs_table(diff), hide_index=True, key=f"rerun_pairs:{result.branch_id}")
+
+
+CONTINUED_KEY = "replay_continued"
+
+
+def continue_form(root: str, session_uuid: str, result: RerunResult, base_url: str) -> None:
+    """A new user message at the end of the re-run's branch, and the agent's turn on it
+    (tools live: a new turn has no record); each turn is shown under the branch."""
+    turns: dict[str, list[RerunResult]] = st.session_state.setdefault(CONTINUED_KEY, {})
+    with st.form(f"continue:{result.branch_id}"):
+        text = st.text_input(
+            "Continue this branch: what the user says next", key=f"continue_text:{result.branch_id}"
+        )
+        clicked = st.form_submit_button("Continue")
+    if clicked and text.strip():
+        if not base_url:
+            st.error("No endpoint: enter the base URL of an OpenAI-compatible server above.")
+            st.stop()
+        store = Store(root)
+        session = store.load_session(session_uuid, require_active=False)
+        latest = (turns.get(result.branch_id) or [result])[-1].branch_id
+        try:
+            with st.spinner("The agent's turn…"):
+                turn = continue_branch(
+                    store, session, session.contexts[latest], text.strip(), LLMEndpoint(base_url)
+                )
+        except SoapError as exc:
+            show_error_and_stop(exc)
+        turns.setdefault(result.branch_id, []).append(turn)
+    for turn in turns.get(result.branch_id, []):
+        answer = json.dumps(turn.answer, ensure_ascii=False) if turn.ok else f"failed: {turn.error}"
+        st.text(f"continued ({len(turn.calls)} model calls): {answer}")
 
 
 # ── the diff tab ───────────────────────────────────────────────────────────────────

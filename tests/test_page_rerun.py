@@ -80,3 +80,25 @@ def test_each_model_output_on_the_context_page_links_to_its_replay_and_rerun(tmp
         and f"session={session.uuid}" in links[0].query_string
     )
     assert links[0].label == "Replay it, or re-run the agent from here"
+
+
+def test_a_rerun_branch_is_continued_from_the_page(tmp_path: Path) -> None:
+    store, session = bought(tmp_path)
+    at = open_app_page(store.root, "replay", session=session.uuid, message=str(FIRST_ANSWER))
+    script = [
+        {"tool_calls": [{"id": "c9", "name": "add_item", "arguments": '{"item": "pear"}'}]},
+        {"content": "done again"},
+        {"content": "nothing else"},
+    ]
+    with OpenAIStub(script) as stub:
+        click_rerun(at, stub.base_url)
+        [box] = [t for t in at.text_input if t.label.startswith("Continue this branch")]
+        box.input("Anything else?")
+        [go] = [b for b in at.button if b.label == "Continue"]
+        go.click().run()
+        assert not at.exception
+        assert stub.bodies[-1]["messages"][-1] == {"role": "user", "content": "Anything else?"}
+    assert any(t.value == 'continued (1 model calls): "nothing else"' for t in at.text)
+    reloaded = Store(store.root).load_session(session.uuid)
+    [branch] = [c for c in reloaded.contexts.values() if c.extra.get(REPLAY_KEY, {}).get("kind") == "rerun"]
+    assert [m.text() for m in branch.messages[-2:]] == ["Anything else?", "nothing else"]
