@@ -303,3 +303,51 @@ def test_an_openai_base_url_in_the_environment_is_the_endpoint(monkeypatch: pyte
     assert endpoint_from_env() == ("http://example.test/v1", "sk-no-key-required")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     assert endpoint_from_env() == ("http://example.test/v1", "sk-test")
+
+
+def test_the_model_reads_what_a_tool_returned(llm_server: LocalModelServer) -> None:
+    """llama.cpp's own function-calling template leaves a tool message's content out of
+    the prompt; the server's chat format hands it over, so a different result gives a
+    different next answer (at temperature 0 on the deterministic server)."""
+    client = openai_client(llm_server)
+
+    def answer(result: str) -> str:
+        reply = client.chat.completions.create(
+            model="local",
+            temperature=0,
+            max_tokens=24,
+            messages=[
+                {"role": "user", "content": "What is in the box? Look, then tell me."},
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [
+                        {"id": "c1", "type": "function", "function": {"name": "look", "arguments": "{}"}}
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "c1", "content": result},
+            ],
+        )
+        return reply.choices[0].message.content or ""
+
+    assert answer("a red apple") != answer("seven blue marbles")
+    assert answer("a red apple") == answer("a red apple")
+
+
+def test_a_tool_only_assistant_turn_without_content_is_accepted(llm_server: LocalModelServer) -> None:
+    """peteos leaves content out of tool-only turns; the template needs one."""
+    reply = openai_client(llm_server).chat.completions.create(
+        model="local",
+        max_tokens=8,
+        messages=[
+            {"role": "user", "content": "hi"},
+            {
+                "role": "assistant",
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+        ],
+    )
+    assert reply.choices[0].message is not None

@@ -618,3 +618,29 @@ def test_soapwb_rerun_samples_k_branches_and_reports_each(tmp_path: Path) -> Non
         True,
     ] and code == 1  # the second reworded its answer
     assert len({r["branch_id"] for r in report["runs"]}) == 2
+
+
+def test_an_injected_result_changes_what_the_local_model_answers_next(
+    tmp_path: Path, llm_server: LocalModelServer
+) -> None:
+    """On the deterministic server a recorded-mode re-run gives the original answer; the
+    same re-run with the tool's result injected gives another (the model reads results)."""
+    pantry = Pantry(runtime=Runtime(tmp_path / "store", LLMEndpoint(llm_server.base_url)), object_id="p")
+    original = pantry.invoke(
+        "Add a pear to the pantry.",
+        thread="t",
+        output_schema=str,
+        tool_choice="add_item",
+        follow_up="produce_output",
+    )
+    store = pantry.runtime.store
+    uuid = store.sessions()[0].uuid
+    recorded = rerun(store, store.load_session(uuid), None, FIRST_ANSWER, LLMEndpoint(llm_server.base_url))
+    full = ToolModes(injected={"add_item": "ERROR: the pantry is full, nothing was added"})
+    injected = rerun(
+        store, store.load_session(uuid), None, FIRST_ANSWER, LLMEndpoint(llm_server.base_url), tools=full
+    )
+    assert recorded.ok and injected.ok, (recorded.error, injected.error)
+    assert recorded.answer == original
+    assert injected.answer != original
+    assert [t["how"] for t in injected.tools] == ["injected"]

