@@ -292,7 +292,7 @@ def test_deterministic_servers_evaluate_one_token_at_a_time() -> None:
     default = LocalModelServer(1234, deterministic=False).command(Path("m.gguf"))
     assert deterministic[-4:] == ["--n_batch", "1", "--n_ubatch", "1"]
     assert "--n_batch" not in default
-    assert "chatml-function-calling" in default
+    assert "soapwb-function-calling" in default  # tool results shown to the model
 
 
 def test_an_openai_base_url_in_the_environment_is_the_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
