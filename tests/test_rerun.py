@@ -644,3 +644,26 @@ def test_an_injected_result_changes_what_the_local_model_answers_next(
     assert recorded.answer == original
     assert injected.answer != original
     assert [t["how"] for t in injected.tools] == ["injected"]
+
+
+def test_an_openpoke_import_reruns_against_the_local_model_with_openpokes_body(
+    tmp_path: Path, llm_server: LocalModelServer
+) -> None:
+    from importers.openpoke import import_openpoke
+    from replay import Overrides
+
+    fixtures = Path(__file__).resolve().parent / "fixtures" / "openpoke" / "short"
+    import_openpoke(fixtures, tmp_path / "store")
+    store = Store(tmp_path / "store")
+    summary = next(s for s in store.sessions() if s.role == "OpenPokeInteraction")
+    before = snapshot(tmp_path / "store")
+    endpoint = LLMEndpoint(llm_server.base_url, timeout=120, max_retries=0)
+    result = rerun(
+        store, store.load_session(summary.uuid), None, 0, endpoint, overrides=Overrides(max_tokens=32)
+    )
+    assert result.ok or "recorded mode cannot serve" in (result.error or ""), result.error
+    [call] = [c for c in read_calls(summary.path) if c.id == result.calls[0]]
+    assert list(call.request)[:3] == ["model", "messages", "stream"] and call.request["stream"] is False
+    assert call.response is not None
+    after = snapshot(tmp_path / "store")
+    assert {k: after[k] for k in before} == before
