@@ -28,6 +28,26 @@ def bought(tmp_path: Path, *answers: dict) -> tuple[Store, Session]:  # type: ig
     return store, store.load_session(store.sessions()[0].uuid)
 
 
+def pear_on_the_local_model(tmp_path: Path, server: LocalModelServer) -> tuple[Store, str, object]:
+    """A pantry session on the real model, and its answer: add_item forced first, the
+    answer through produce_output (as the demo does: with tool_choice "auto" after a tool
+    result the small model's server can generate until the client's timeout)."""
+    pantry = Pantry(runtime=Runtime(tmp_path / "store", LLMEndpoint(server.base_url)), object_id="p")
+    answer = pantry.invoke(
+        "Add a pear to the pantry.",
+        thread="t",
+        output_schema=str,
+        tool_choice="add_item",
+        follow_up="produce_output",
+    )
+    store = pantry.runtime.store
+    return store, store.sessions()[0].uuid, answer
+
+
+def rerun_argv(store: Store, uuid: str, base_url: str) -> list[str]:
+    return ["rerun", uuid, "--at", str(FIRST_ANSWER), "--store", str(store.root), "--base-url", base_url]
+
+
 def rerun_record(session: Session, result_fork: str) -> dict:  # type: ignore[type-arg]
     [record] = [r for r in read_invocations(session.directory or Path()) if r.rerun]
     assert record.rerun is not None and record.rerun["of_index"] == FIRST_ANSWER
@@ -233,19 +253,9 @@ def test_an_unchanged_rerun_against_the_local_model_reproduces_the_run(
     tmp_path: Path, llm_server: LocalModelServer
 ) -> None:
     """Temperature 0 on the deterministic server: the same first request (by hash), the
-    same tool call served from the record, the same answer. (As in the demo, the answer
-    comes through produce_output: with tool_choice "auto" after a tool result the small
-    model's server can generate until the client's timeout.)"""
-    pantry = Pantry(runtime=Runtime(tmp_path / "store", LLMEndpoint(llm_server.base_url)), object_id="p")
-    original_answer = pantry.invoke(
-        "Add a pear to the pantry.",
-        thread="t",
-        output_schema=str,
-        tool_choice="add_item",
-        follow_up="produce_output",
-    )
-    store = pantry.runtime.store
-    session = store.load_session(store.sessions()[0].uuid)
+    same tool call served from the record, the same answer."""
+    store, uuid, original_answer = pear_on_the_local_model(tmp_path, llm_server)
+    session = store.load_session(uuid)
     before = snapshot(store.root)
     result = rerun(store, session, None, FIRST_ANSWER, LLMEndpoint(llm_server.base_url))
     assert result.ok, result.error
@@ -299,26 +309,8 @@ def test_soapwb_rerun_reports_the_branch_its_first_divergence_and_checks_it(
     at the tool call, says so and fails --check."""
     from soapwb.cli import main
 
-    pantry = Pantry(runtime=Runtime(tmp_path / "store", LLMEndpoint(llm_server.base_url)), object_id="p")
-    pantry.invoke(
-        "Add a pear to the pantry.",
-        thread="t",
-        output_schema=str,
-        tool_choice="add_item",
-        follow_up="produce_output",
-    )
-    store = pantry.runtime.store
-    uuid = store.sessions()[0].uuid
-    common = [
-        "rerun",
-        uuid,
-        "--at",
-        str(FIRST_ANSWER),
-        "--store",
-        str(store.root),
-        "--base-url",
-        llm_server.base_url,
-    ]
+    store, uuid, _ = pear_on_the_local_model(tmp_path, llm_server)
+    common = rerun_argv(store, uuid, llm_server.base_url)
     assert main([*common, "--check"]) == 0
     edited = [
         *common,
@@ -439,26 +431,8 @@ def test_soapwb_rerun_with_a_noise_band_passes_an_unchanged_rerun_and_fails_an_e
 
     from soapwb.cli import main
 
-    pantry = Pantry(runtime=Runtime(tmp_path / "store", LLMEndpoint(llm_server.base_url)), object_id="p")
-    pantry.invoke(
-        "Add a pear to the pantry.",
-        thread="t",
-        output_schema=str,
-        tool_choice="add_item",
-        follow_up="produce_output",
-    )
-    store = pantry.runtime.store
-    uuid = store.sessions()[0].uuid
-    common = [
-        "rerun",
-        uuid,
-        "--at",
-        str(FIRST_ANSWER),
-        "--store",
-        str(store.root),
-        "--base-url",
-        llm_server.base_url,
-    ]
+    store, uuid, _ = pear_on_the_local_model(tmp_path, llm_server)
+    common = rerun_argv(store, uuid, llm_server.base_url)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert main([*common, "--noise", "2", "--check"]) == 0
@@ -625,16 +599,7 @@ def test_an_injected_result_changes_what_the_local_model_answers_next(
 ) -> None:
     """On the deterministic server a recorded-mode re-run gives the original answer; the
     same re-run with the tool's result injected gives another (the model reads results)."""
-    pantry = Pantry(runtime=Runtime(tmp_path / "store", LLMEndpoint(llm_server.base_url)), object_id="p")
-    original = pantry.invoke(
-        "Add a pear to the pantry.",
-        thread="t",
-        output_schema=str,
-        tool_choice="add_item",
-        follow_up="produce_output",
-    )
-    store = pantry.runtime.store
-    uuid = store.sessions()[0].uuid
+    store, uuid, original = pear_on_the_local_model(tmp_path, llm_server)
     recorded = rerun(store, store.load_session(uuid), None, FIRST_ANSWER, LLMEndpoint(llm_server.base_url))
     full = ToolModes(injected={"add_item": "ERROR: the pantry is full, nothing was added"})
     injected = rerun(
