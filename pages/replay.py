@@ -467,7 +467,10 @@ def show_rerun(number: int, result: RerunResult, diff: BranchDiff) -> None:
     """One re-run: how it ended, what answered its tools, and its branch beside the original."""
     st.subheader(f"Re-run {number}")
     lines = rerun_lines(result, diff)
-    (st.text if result.ok else st.error)(lines[1] if result.ok else escape_markdown(lines[1]))
+    if result.ok:
+        st.text(lines[1])
+    else:
+        st.error(escape_markdown(lines[1]))
     for line in (lines[0], *lines[2:]):
         st.text(line)
     st.dataframe(rerun_pairs_table(diff), hide_index=True, key=f"rerun_pairs:{result.branch_id}")

@@ -43,32 +43,7 @@ def register(commands: Any) -> None:
     )
     add_target(run)
     add_change_options(run)
-    run.add_argument(
-        "--tools",
-        choices=("recorded", "live"),
-        default="recorded",
-        help="how tools answer: the original's recorded results, or the real methods (default recorded)",
-    )
-    run.add_argument(
-        "--tool",
-        action="append",
-        default=[],
-        metavar="NAME=MODE",
-        help="the mode of one tool (recorded or live; repeatable)",
-    )
-    run.add_argument(
-        "--inject",
-        action="append",
-        default=[],
-        metavar="NAME=RESULT",
-        help="answer every call of tool NAME with RESULT (JSON, else the text as it is; repeatable)",
-    )
-    run.add_argument(
-        "--unserved",
-        choices=("stop", "live"),
-        default="stop",
-        help="a call recorded mode cannot serve: stop the re-run there, or run it live (default stop)",
-    )
+    add_tool_options(run, default="recorded", unserved="stop")
     run.add_argument(
         "--check",
         action="store_true",
@@ -102,15 +77,36 @@ def register(commands: Any) -> None:
     )
     more.add_argument("context", metavar="CONTEXT", help="context id or a unique prefix (any session)")
     more.add_argument("message", metavar="MESSAGE", help="what the user says next")
-    more.add_argument(
-        "--tools", choices=("recorded", "live"), default="live", help="how tools answer (default live)"
-    )
-    more.add_argument("--tool", action="append", default=[], metavar="NAME=MODE", help="the mode of one tool")
-    more.add_argument("--inject", action="append", default=[], metavar="NAME=RESULT", help="a tool's result")
-    more.add_argument("--unserved", choices=("stop", "live"), default="live", help=argparse.SUPPRESS)
+    add_tool_options(more, default="live", unserved="live")
     add_endpoint_options(more)
     add_store_options(more)
     more.set_defaults(handler=cmd_continue)
+
+
+def add_tool_options(parser: argparse.ArgumentParser, *, default: str, unserved: str) -> None:
+    """How the tools of a re-run (or a continued turn) answer."""
+    parser.add_argument(
+        "--tools",
+        choices=("recorded", "live"),
+        default=default,
+        help=f"how tools answer: the original's recorded results, or the real methods (default {default})",
+    )
+    parser.add_argument(
+        "--tool", action="append", default=[], metavar="NAME=MODE", help="the mode of one tool (repeatable)"
+    )
+    parser.add_argument(
+        "--inject",
+        action="append",
+        default=[],
+        metavar="NAME=RESULT",
+        help="answer every call of tool NAME with RESULT (JSON, else the text as it is; repeatable)",
+    )
+    parser.add_argument(
+        "--unserved",
+        choices=("stop", "live"),
+        default=unserved,
+        help=f"a call recorded mode cannot serve: stop there, or run it live (default {unserved})",
+    )
 
 
 def tool_modes(args: argparse.Namespace) -> ToolModes:
