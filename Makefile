@@ -7,7 +7,7 @@ STORE  ?= $(CURDIR)/.demo-store
 HOST   ?= 127.0.0.1
 PORT   ?= 8501
 
-.PHONY: install run test lint typecheck unit browser clean
+.PHONY: install run test lint typecheck unit browser bench clean
 
 install: $(STAMP)
 
@@ -44,6 +44,16 @@ run: install
 	test -d $(STORE)/agents || { rm -rf $(STORE).partial && \
 		$(BIN)/soapwb demo --store $(STORE).partial && mv $(STORE).partial $(STORE); }
 	$(BIN)/soapwb ui --store $(STORE) --host $(HOST) --port $(PORT)
+
+# Benchmarks on generated stores, each a ratio against a baseline of the same run, written
+# to benchmarks/RESULTS.md (QUICK=1: a small smoke scale). The peers come from `.[bench]`.
+BENCH_STAMP := $(VENV)/.bench-installed
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,llm,bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP) browser
+	$(BIN)/python -m benchmarks.run $(if $(QUICK),--quick)
 
 clean:
 	rm -rf $(VENV) .demo-store .demo-store.partial .pytest_cache .mypy_cache .ruff_cache test-output

@@ -98,6 +98,9 @@ class Context:
         self.extra: dict[str, Any] = {}
         self._key_order: tuple[str, ...] = _KEY_ORDER
         self._file_keys: frozenset[str] = frozenset()
+        self.saved_fingerprint: bytes | None = None
+        """Digest of the dict this context was last read as or written as (the store
+        skips writing a context whose ``to_dict()`` still has it)."""
 
     # -- building -----------------------------------------------------------------------
 

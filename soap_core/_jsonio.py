@@ -10,15 +10,21 @@ atomically so that a crash never leaves half a file.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import json5
+import orjson
 
 from soap_core._errors import FormatError, StoreError
+
+_BOM = b"\xef\xbb\xbf"
+_LONG_DIGITS = re.compile(rb"\d{19}")
 
 
 def read_json(path: Path) -> Any:
@@ -27,6 +33,17 @@ def read_json(path: Path) -> Any:
         raw = path.read_bytes()
     except OSError as exc:
         raise StoreError(path, f"cannot read: {exc.strerror or exc}") from exc
+    return parse_json_bytes(path, raw)
+
+
+def parse_json_bytes(path: Path, raw: bytes) -> Any:
+    """Parse a file's bytes: orjson first (several times faster), then the standard
+    library (NaN, huge integers, lone surrogates), then json5 (comments, trailing commas)."""
+    if _LONG_DIGITS.search(raw) is None:  # orjson reads integers past 64 bits as floats
+        try:
+            return orjson.loads(raw[3:] if raw.startswith(_BOM) else raw)
+        except orjson.JSONDecodeError:
+            pass  # not strict JSON, or JSON orjson refuses: the slower readers decide
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -48,6 +65,15 @@ def _describe(error: Exception) -> str:
     if isinstance(error, RecursionError):
         return "nested too deeply"
     return str(error)
+
+
+def fingerprint(value: Any) -> bytes | None:
+    """A digest of a JSON value, key order included, to tell cheaply whether a value
+    changed since it was read or written; None where orjson cannot encode it."""
+    try:
+        return hashlib.blake2b(orjson.dumps(value), digest_size=16).digest()
+    except (TypeError, orjson.JSONEncodeError):
+        return None
 
 
 def dump_json(value: Any) -> str:

@@ -153,6 +153,23 @@ class Message:
             self._token_cache[encoding] = cached
         return cached
 
+    def set_known_token_count(self, count: int, encoding: str = DEFAULT_ENCODING) -> None:
+        """Take the true count of the current content from one who counted it (the
+        catalog, for a file it indexed at the same signature), so it is not encoded again."""
+        self._token_cache.setdefault(encoding, count)
+
+    def searchable_text(self) -> str:
+        """Everything a person might search a message for: text, thinking, tool traffic."""
+        pieces: list[str] = []
+        for part in self.content:
+            if isinstance(part, (TextPart, ThinkingPart)):
+                pieces.append(part.text)
+            elif isinstance(part, ToolUsePart):
+                pieces.append(f"{part.name} {part.arguments}")
+            elif isinstance(part, ToolResultPart):
+                pieces.append(str(part.content))
+        return "\n".join(pieces)
+
     def part_token_counts(self, encoding: str = DEFAULT_ENCODING) -> tuple[int, ...]:
         """Tokens of each part's JSON on its own (for a make-up of the count; they need
         not add up to :meth:`count_tokens` exactly), cached like it."""

@@ -48,7 +48,17 @@ def session_overview(store: Store, summary: SessionSummary) -> SessionOverview:
         "last_timestamp": None,
     }
     error = summary.error
-    if error is None:
+    if error is None and summary.figures is not None:
+        known = summary.figures  # the catalog indexed the active context: no file read
+        error = known.error
+        if error is None:
+            figures = {
+                "messages": known.messages,
+                "tokens": known.tokens,
+                "first_timestamp": known.first_timestamp,
+                "last_timestamp": known.last_timestamp,
+            }
+    elif error is None:
         try:
             context = store.load_active_context(summary)
         except SoapError as exc:
@@ -161,15 +171,7 @@ class SearchHit:
 
 def searchable_text(message: Message) -> str:
     """Everything a person might search a message for: text, thinking, tool traffic."""
-    pieces: list[str] = []
-    for part in message.content:
-        if isinstance(part, (TextPart, ThinkingPart)):
-            pieces.append(part.text)
-        elif isinstance(part, ToolUsePart):
-            pieces.append(f"{part.name} {part.arguments}")
-        elif isinstance(part, ToolResultPart):
-            pieces.append(str(part.content))
-    return "\n".join(pieces)
+    return message.searchable_text()
 
 
 def _snippet(text: str, at: int, width: int = 80) -> str:
@@ -180,12 +182,39 @@ def _snippet(text: str, at: int, width: int = 80) -> str:
 
 def search_store(store: Store, query: str, limit: int = 200) -> list[SearchHit]:
     """Messages containing ``query`` (case-insensitive) in every readable session, each
-    message once (in the active context where it is there)."""
+    message once: in the active context where it matches there, else in the first fork
+    (by file name) whose copy matches. Through the catalog's
+    text index where the store has one, else by reading every session."""
     needle = query.casefold()
-    hits: list[SearchHit] = []
     if not needle:
-        return hits
-    for summary in store.sessions():
+        return []
+    catalog = store.catalog()
+    if catalog is None:
+        return _scan_search(store, needle, limit)
+    store.sessions()  # brings the catalog up to date
+    hits: list[SearchHit] = []
+    seen: set[tuple[str, str]] = set()  # forks copy messages: each is listed once per session
+    for hit in catalog.search(query):
+        key = (hit.session_dir, hit.message_id)
+        if key in seen:
+            continue
+        at = hit.text.casefold().find(needle)
+        if at < 0:
+            continue
+        seen.add(key)
+        hits.append(
+            SearchHit(
+                hit.role, hit.session, hit.context_id, hit.index, hit.message_role, _snippet(hit.text, at)
+            )
+        )
+        if len(hits) >= limit:
+            break
+    return hits
+
+
+def _scan_search(store: Store, needle: str, limit: int) -> list[SearchHit]:
+    hits: list[SearchHit] = []
+    for summary in store.scan_sessions():
         if summary.error:
             continue
         try:
@@ -198,10 +227,10 @@ def search_store(store: Store, query: str, limit: int = 200) -> list[SearchHit]:
             for index, message in enumerate(context.messages):
                 if message.id in seen:
                     continue
-                seen.add(message.id)
                 text = searchable_text(message)
                 at = text.casefold().find(needle)
                 if at >= 0:
+                    seen.add(message.id)
                     hits.append(
                         SearchHit(
                             summary.role, summary.uuid, context.id, index, message.role, _snippet(text, at)

@@ -16,6 +16,8 @@ from soap_core._tokens import DEFAULT_ENCODING
 THREAD_ID_KEY = "_persistent_thread_id"
 OBJECT_KEY = "_soapwb_object"
 """``state_data`` key our runtime writes into each session it creates: the object's id."""
+RERUN_SESSION_KEY = "_soapwb_rerun"
+"""``state_data`` key of a session a re-run made: thread lookups skip it."""
 SOURCE_KEY = "_soapwb_source"
 """``state_data`` key an importer writes into each session it creates: the framework."""
 _KEY_ORDER = ("uuid", "active_context_id", "auto_approve_tools", "state_data", "is_active")

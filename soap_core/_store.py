@@ -4,17 +4,24 @@
 
 Each session directory holds ``session.json`` and one file per saved context, named
 ``<id>.json`` or ``<YYYYMMDD>-<id>.json``; files are keyed by the ``id`` inside them.
-Listing reads only ``session.json`` files. A broken file never hides the rest of the
-store: the listing marks that one session, and loading a session keeps going past a
-broken fork.
+A broken file never hides the rest of the store: the listing marks that one session,
+and loading a session keeps going past a broken fork.
+
+Listing, lookup and search go through the store's catalog (:mod:`soap_core._catalog`),
+which reads only the files that changed since it last looked; :meth:`Store.scan_sessions`
+is the same listing from the files alone, and the store falls back to it when no
+catalog can be opened.
 """
 
 from __future__ import annotations
 
+import os
 import re
-from dataclasses import dataclass
+import sqlite3
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from soap_core._catalog import Catalog, SessionRow
 from soap_core._context import Context
 from soap_core._errors import (
     AmbiguousSessionError,
@@ -24,7 +31,7 @@ from soap_core._errors import (
     SoapError,
     StoreError,
 )
-from soap_core._jsonio import read_json, write_json_atomic
+from soap_core._jsonio import fingerprint, read_json, write_json_atomic
 from soap_core._layout import UNKNOWN_ROLE, InstanceClaim, Layout, locate, read_instances
 from soap_core._session import Session
 
@@ -48,10 +55,45 @@ class SessionSummary:
     """Which generation's folder the session lives in (``sessions``: peteos 0.6)."""
     instance: str | None = None
     """For a 0.6 session: the name of the instance whose ``thread_store`` claims it."""
+    figures: ActiveFigures | None = field(default=None, compare=False)
+    """The active context's figures, when the catalog knows them (no file read); a
+    cache, so it takes no part in comparing summaries."""
 
     @property
     def broken(self) -> bool:
         return self.error is not None
+
+
+@dataclass(frozen=True)
+class ActiveFigures:
+    """What the listing shows of a session's active context, as the catalog indexed it."""
+
+    file: str | None
+    messages: int | None
+    tokens: int | None
+    first_timestamp: str | None
+    last_timestamp: str | None
+    error: str | None
+    """Why the active context cannot be read (as loading it would say), or None."""
+
+
+def _summary_of(row: SessionRow) -> SessionSummary:
+    figures = ActiveFigures(
+        row.active_file, row.messages, row.tokens, row.first_timestamp, row.last_timestamp, row.active_error
+    )
+    return SessionSummary(
+        row.role,
+        row.uuid if row.uuid is not None else row.dir.name,
+        row.dir,
+        row.thread_id,
+        row.is_active,
+        row.active_context_id,
+        row.context_files,
+        row.error,
+        "sessions" if row.layout == "sessions" else "agents",
+        row.instance,
+        None if row.error else figures,
+    )
 
 
 def _context_paths(session_dir: Path) -> list[Path]:
@@ -70,11 +112,23 @@ class Store:
     """A sOAP store: a config dir of either generation, its ``.peteos``, or the ``agents``
     or ``sessions`` folder itself. New sessions of our runtime go to ``agents/<role>/``."""
 
-    def __init__(self, config_dir: Path | str) -> None:
+    def __init__(self, config_dir: Path | str, *, use_catalog: bool = True) -> None:
         self.root = Path(config_dir)
         self.layout = locate(self.root)
         self.agents_dir = self.layout.agents_dir
         self.sessions_dir = self.layout.sessions_dir
+        self._use_catalog = use_catalog and not os.environ.get("SOAPWB_NO_CATALOG")
+        self._catalog: Catalog | None = None
+
+    def catalog(self) -> Catalog | None:
+        """The store's catalog, opened on first use; None if it cannot be (then every
+        question is answered from the files)."""
+        if self._catalog is None and self._use_catalog and self.root.is_dir():
+            try:
+                self._catalog = Catalog(self.layout)
+            except (OSError, sqlite3.Error):
+                self._use_catalog = False
+        return self._catalog
 
     def __repr__(self) -> str:
         return f"Store({str(self.root)!r})"
@@ -128,7 +182,18 @@ class Store:
     # -- listing ------------------------------------------------------------------------
 
     def sessions(self) -> list[SessionSummary]:
-        """Every session of every role, read from ``session.json`` only; broken ones marked."""
+        """Every session of every role; broken ones marked. Through the catalog, which
+        first reads what changed on disk."""
+        catalog = self.catalog()
+        if catalog is None:
+            return self.scan_sessions()
+        if not self.root.is_dir():
+            raise StoreError(self.root, "no such store directory")
+        catalog.refresh()
+        return [_summary_of(row) for row in catalog.session_rows()]
+
+    def scan_sessions(self) -> list[SessionSummary]:
+        """The listing from the files alone (``session.json`` of every session)."""
         return [self._summary(*found) for found in self._session_dirs()]
 
     def _summary(self, role: str, path: Path, layout: Layout, instance: str | None) -> SessionSummary:
@@ -151,8 +216,35 @@ class Store:
         )
 
     def find(self, ref: str) -> SessionSummary:
-        """The session whose uuid is ``ref``, or starts with it (with or without the date)."""
-        candidates = self.sessions()
+        """The session whose uuid is ``ref``, or starts with it (with or without the date).
+
+        A full uuid or folder name is looked up in the catalog and only that session's
+        files are checked; a prefix, or a name the catalog does not know yet, refreshes
+        the catalog first (a new session of another process, a copied folder)."""
+        catalog = self.catalog()
+        if catalog is None:
+            return self._resolve(ref, self.scan_sessions())
+        if not self.root.is_dir():
+            raise StoreError(self.root, "no such store directory")
+        for directory in self._direct_candidates(catalog, ref):
+            catalog.index_session_dir(directory)
+        rows = [
+            r for r in catalog.session_rows("WHERE s.name = ? OR s.uuid = ?", (ref, ref)) if r.dir.is_dir()
+        ]
+        if len(rows) != 1:
+            catalog.refresh()
+            return self._resolve(ref, [_summary_of(r) for r in catalog.session_rows()])
+        return _summary_of(rows[0])
+
+    def _direct_candidates(self, catalog: Catalog, ref: str) -> list[Path]:
+        """The folders ``ref`` names exactly: known to the catalog, or present on disk."""
+        if not ref or "/" in ref or "\\" in ref or ref in (".", ".."):
+            return []
+        known = [d for d in catalog.find_dirs(ref, exact_only=True) if d.is_dir()]
+        on_disk = [self.agents_dir / role / ref for role in self.roles()] + [self.sessions_dir / ref]
+        return list(dict.fromkeys([*known, *(d for d in on_disk if d.is_dir())]))
+
+    def _resolve(self, ref: str, candidates: list[SessionSummary]) -> SessionSummary:
         exact = [s for s in candidates if ref in (s.uuid, s.path.name)]
         if len(exact) == 1:
             return exact[0]
@@ -179,11 +271,24 @@ class Store:
             raise exc.at(session_file) if exc.path is None else exc from None
 
     def read_context(self, path: Path) -> Context:
-        """One context file; FormatError names the file and the JSON path of the fault."""
+        """One context file; FormatError names the file and the JSON path of the fault.
+
+        The true token counts come from the catalog when it indexed this very file
+        (same signature before and after the read), so a warm load encodes nothing."""
+        before = _signature_of(path)
         try:
-            return Context.from_dict(read_json(path))
+            data = read_json(path)
+            context = Context.from_dict(data)
         except FormatError as exc:
             raise exc.at(path) if exc.path is None else exc from None
+        context.saved_fingerprint = fingerprint([str(path), data])
+        catalog = self._catalog
+        if catalog is not None and before is not None:
+            counts = catalog.token_counts(path.parent, path.name, before)
+            if counts is not None and len(counts) == len(context.messages) and _signature_of(path) == before:
+                for message, count in zip(context.messages, counts, strict=True):
+                    message.set_known_token_count(count)
+        return context
 
     def load_session(self, ref: str, *, require_active: bool = True) -> Session:
         """The session ``ref`` (uuid or unique prefix) with every readable context.
@@ -193,6 +298,7 @@ class Store:
         is False.
         """
         summary = self.find(ref)
+        self.catalog()  # token counts come from it
         session = self.read_session_file(summary.role, summary.path)
         session.directory = summary.path
         session.layout = summary.layout
@@ -232,6 +338,10 @@ class Store:
             raise StoreError(summary.path, summary.error)
         if active is None:
             raise ContextNotFoundError(summary.path, "session has no active context")
+        if summary.figures is not None and summary.figures.file is not None:
+            path = summary.path / summary.figures.file
+            if path.is_file():
+                return self.read_context(path)
         for path in (summary.path / f"{active}.json", *summary.path.glob(f"*-{active}.json")):
             if path.is_file():
                 return self.read_context(path)
@@ -253,8 +363,24 @@ class Store:
             name = session.context_files.setdefault(context_id, f"{context_id}.json")
             if name in session.load_errors:
                 raise StoreError(directory / name, "refusing to overwrite a file that failed to load")
-            if write_json_atomic(directory / name, context.to_dict()):
+            value = context.to_dict()
+            digest = fingerprint([str(directory / name), value])
+            if digest is not None and digest == context.saved_fingerprint and (directory / name).is_file():
+                continue  # unchanged since it was read or written: not even dumped
+            if write_json_atomic(directory / name, value):
                 written.append(directory / name)
+            context.saved_fingerprint = digest
         if write_json_atomic(directory / SESSION_FILE, session.to_dict()):
             written.append(directory / SESSION_FILE)
+        catalog = self.catalog()
+        if catalog is not None and written:
+            catalog.note_saved(session, directory, written)
         return written
+
+
+def _signature_of(path: Path) -> str | None:
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return f"{info.st_size}:{info.st_mtime_ns}:{info.st_ino}"

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from soap_core import Context, Store
+from soap_core._catalog import is_catalog_file
 from tests.demo_store import demo_build, demo_store  # noqa: F401  (built once, against the local model)
 from tests.llm import llm_server  # noqa: F401  (the one session-wide local model server)
 from tests.workbench_store import workbench_store  # noqa: F401  (a small store with every kind of record)
@@ -53,7 +54,11 @@ def load_fixture_context(context_id: str) -> Context:
 
 def snapshot(root: Path) -> dict[str, bytes]:
     """Every file under ``root`` with its bytes, to prove nothing was rewritten."""
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not is_catalog_file(p)
+    }
 
 
 def session_dir(root: Path, session_uuid: str = SESSION_UUID) -> Path:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import pickle
 import shutil
 from collections.abc import Callable
@@ -342,16 +343,25 @@ def test_errors_survive_pickling_for_the_workbench_cache(tmp_path: Path) -> None
         assert type(clone) is type(error) and str(clone) == str(error)
 
 
+@pytest.mark.parametrize("use_catalog", [True, False], ids=["catalog", "scan"])
 def test_an_unlistable_role_folder_is_a_store_error(
-    store_copy: Path, monkeypatch: pytest.MonkeyPatch
+    store_copy: Path, monkeypatch: pytest.MonkeyPatch, use_catalog: bool
 ) -> None:
-    real_iterdir = Path.iterdir
+    real_iterdir, real_scandir = Path.iterdir, os.scandir
+
+    def refuse(path: Any) -> None:
+        if Path(path).name == "HelloPete":
+            raise PermissionError(13, "Permission denied", str(path))
 
     def iterdir(self: Path) -> Any:
-        if self.name == "HelloPete":
-            raise PermissionError(13, "Permission denied", str(self))
+        refuse(self)
         return real_iterdir(self)
 
+    def scandir(path: Any = ".") -> Any:
+        refuse(path)
+        return real_scandir(path)
+
     monkeypatch.setattr(Path, "iterdir", iterdir)
+    monkeypatch.setattr(os, "scandir", scandir)
     with pytest.raises(StoreError, match="cannot list: Permission denied"):
-        Store(store_copy).sessions()
+        Store(store_copy, use_catalog=use_catalog).sessions()

@@ -33,6 +33,7 @@ from importers.openpoke import (
 )
 from replay import MaterializeError, Output, Overrides, diff_outputs, materialize, replay
 from soap_core import Context, Session, Store, fork_tree, tool_schema
+from soap_core._catalog import is_catalog_file
 from soap_core.runtime import LLMEndpoint, invocation_chain, read_invocations
 from soap_core.runtime.local_model import LocalModelServer
 from soapwb.cli import main
@@ -59,7 +60,7 @@ def files(root: Path) -> dict[str, tuple[bytes, int]]:
     return {
         str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns)
         for p in sorted(root.rglob("*"))
-        if p.is_file()
+        if p.is_file() and not is_catalog_file(p)
     }
 
 

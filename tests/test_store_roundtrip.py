@@ -11,7 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import soap_core._catalog
 import soap_core._jsonio as jsonio
+import soap_core._store
 from soap_core import (
     Context,
     MediaPart,
@@ -29,7 +31,7 @@ from soap_core import (
     part_from_dict,
 )
 from soap_core._store import SessionSummary
-from tests.conftest import CHILD_ID, PARENT_ID, SESSION_UUID, SOAP_FIXTURE, snapshot
+from tests.conftest import CHILD_ID, PARENT_ID, SESSION_UUID, snapshot
 
 
 def test_loading_and_saving_the_fixture_gives_the_same_bytes(store_copy: Path) -> None:
@@ -87,17 +89,20 @@ def test_bare_uuid_sessions_and_an_agents_dir_given_directly_load(store_copy: Pa
     assert store.load_session(bare[:6]).uuid == bare
 
 
-def test_listing_reads_no_context_file(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(self: Store, path: Path) -> Context:
+def test_a_warm_listing_reads_no_store_file(store_copy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    Store(store_copy).sessions()  # the first listing indexes the files into the catalog
+
+    def refuse(path: Path) -> object:
         raise AssertionError(f"listing read {path}")
 
-    monkeypatch.setattr(Store, "read_context", refuse)
-    sessions = Store(SOAP_FIXTURE).sessions()
+    monkeypatch.setattr(soap_core._catalog, "read_json", refuse)
+    monkeypatch.setattr(soap_core._store, "read_json", refuse)
+    sessions = Store(store_copy).sessions()
     assert sessions == [
         SessionSummary(
             role="HelloPete",
             uuid=SESSION_UUID,
-            path=SOAP_FIXTURE / "agents" / "HelloPete" / SESSION_UUID,
+            path=store_copy / "agents" / "HelloPete" / SESSION_UUID,
             thread_id="pete-chat",
             is_active=False,
             active_context_id=CHILD_ID,

@@ -35,7 +35,7 @@ from soap_core._records import (
     write_call,
     write_invocation,
 )
-from soap_core._session import OBJECT_KEY, Session
+from soap_core._session import OBJECT_KEY, RERUN_SESSION_KEY, Session
 from soap_core._store import SESSION_FILE
 from soap_core._tree import REPLAY_KEY
 from soap_core.runtime._agentic import AgenticObject
@@ -68,7 +68,6 @@ ToolServer = Callable[[ToolUsePart], "str | None"]
 """Asked before a tool call of a re-run runs: the result text to use, or None to run the
 tool live; raises :class:`RerunStopped` to end the re-run there."""
 RERUN: ContextVar[bool] = ContextVar("soapwb_rerun", default=False)
-RERUN_SESSION_KEY = "_soapwb_rerun"
 """``state_data`` key of a session a re-run created (a callee's new thread): it is not the
 thread's session for later invocations."""
 
@@ -115,10 +114,29 @@ def output_schema_json(output_schema: Any) -> dict[str, Any] | None:
 
 
 def _thread_session(obj: AgenticObject, thread: str) -> Session | None:
-    """The session this object keeps for ``thread``, from the session files alone."""
+    """The session this object keeps for ``thread``: the catalog names it (every session
+    our store saves is indexed at once), so a thread-reuse invoke reads that session's
+    files only. Without a hit the catalog first catches up with the files (a session
+    copied in, a store written without one)."""
+    store = obj.runtime.store
+    catalog = store.catalog()
+    if catalog is None:
+        return _scanned_thread_session(obj, thread)
+    for attempt in range(2):
+        for directory in catalog.thread_sessions(obj.role, thread, obj.object_id):
+            catalog.index_session_dir(directory)  # the files may have changed since
+        found = catalog.thread_sessions(obj.role, thread, obj.object_id)
+        if found:
+            return store.load_session(found[0].name)
+        if attempt == 0:
+            catalog.refresh()
+    return None
+
+
+def _scanned_thread_session(obj: AgenticObject, thread: str) -> Session | None:
     store = obj.runtime.store
     matches = []
-    for summary in store.sessions():
+    for summary in store.scan_sessions():
         if summary.role != obj.role or summary.thread_id != thread or summary.error:
             continue
         header = store.read_session_file(summary.role, summary.path)

@@ -1,0 +1,107 @@
+"""Run every benchmark and write ``benchmarks/RESULTS.md``: ``make bench`` (``QUICK=1``
+for a small smoke scale). ``python -m benchmarks.run [--quick] [--only NAME ...]``.
+
+Each ``bench_*.py`` module with a ``run(bench)`` function is one section; the modules run
+in name order in one process, so the ratios of one run share its machine state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import pkgutil
+import platform
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from benchmarks._harness import Bench, Figure
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "RESULTS.md"
+
+
+def bench_modules(only: list[str]) -> list[str]:
+    names = sorted(m.name for m in pkgutil.iter_modules([str(HERE)]) if m.name.startswith("bench_"))
+    return [n for n in names if not only or any(o in n for o in only)]
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{platform.system()} {platform.release()}, {os.cpu_count()} cores ({cpu}), Python {platform.python_version()}"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _value(figure: Figure) -> str:
+    return f"{figure.value:.3g} {figure.unit}" if figure.unit != "x" else f"{figure.value:.2f}x"
+
+
+def render(figures: list[Figure], *, quick: bool, seconds: float, failed: dict[str, str]) -> str:
+    met = sum(1 for f in figures if f.met)
+    goals = sum(1 for f in figures if f.met is not None)
+    lines = [
+        "# Benchmark results",
+        "",
+        f"Written by `make bench{' QUICK=1' if quick else ''}` on "
+        f"{datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}; {machine()}.",
+        f"Whole run: {seconds / 60:.1f} min. Goals met: {met} of {goals}.",
+        "",
+        "Every ratio is against a baseline measured in the same run; the machine is shared,",
+        "so figures move between runs, and the ratios move less than the times.",
+    ]
+    group = None
+    for figure in figures:
+        if figure.group != group:
+            group = figure.group
+            lines += ["", f"## {group}", "", "| what | figure | goal | met | against | note |", "|---|---|---|---|---|---|"]
+        verdict = {True: "yes", False: "**no**", None: ""}[figure.met]
+        lines.append(
+            f"| {_cell(figure.what)} | {_value(figure)} | {_cell(figure.goal)} | {verdict} "
+            f"| {_cell(figure.baseline)} | {_cell(figure.note)} |"
+        )
+    if failed:
+        lines += ["", "## Benchmarks that did not finish", ""]
+        lines += [f"- `{name}`: {_cell(error)}" for name, error in failed.items()]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="small scale (a smoke run)")
+    parser.add_argument("--only", nargs="*", default=[], help="run the modules whose names contain these")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="where to write the results")
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    failed: dict[str, str] = {}
+    with tempfile.TemporaryDirectory(prefix="soapwb-bench-") as tmp:
+        bench = Bench(Path(tmp), quick=args.quick)
+        for name in bench_modules(args.only):
+            module = importlib.import_module(f"benchmarks.{name}")
+            bench.group = (module.__doc__ or name).strip().splitlines()[0].rstrip(".")
+            print(f"## {bench.group}", flush=True)
+            try:
+                module.run(bench)
+            except Exception as exc:  # one benchmark failing must not lose the others' figures
+                failed[name] = f"{type(exc).__name__}: {exc}"
+                print(f"  FAILED: {failed[name]}", file=sys.stderr, flush=True)
+    seconds = time.perf_counter() - started
+    args.results.write_text(render(bench.figures, quick=args.quick, seconds=seconds, failed=failed))
+    print(f"wrote {args.results} ({seconds / 60:.1f} min)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,881 @@
+"""The catalog: an SQLite index of a store, so that listing, lookup and search do not
+read every file every time.
+
+The files stay the truth. The catalog remembers, per file, the signature it was indexed
+at (size, modification time, inode) and what was read from it: one row per session
+(``session.json``), per context file (its figures and true token count of each message),
+per message (role, tokens, time, size, text for search through FTS5) and per recorded
+call and invocation. :meth:`Catalog.refresh` walks the store with ``stat`` calls only and
+reads again just the files whose signature changed, so a rebuild from the files alone
+gives the same answers as the updates did (a test compares both with a full scan).
+
+It is a cache: deleting it loses nothing, a damaged or older catalog is rebuilt, and a
+store whose folder cannot be written gets its catalog in the user's cache directory.
+peteos writes files in place (``open(path, "w")``), which does not change the folder's
+modification time, so every session and context file is ``stat``-ed on a refresh; our
+own record folders (``calls/``, ``invocations/``) are written once per file by rename,
+so their folder's time is their signature.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from array import array
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from soap_core._context import Context
+from soap_core._errors import ContextNotFoundError, FormatError, SoapError, StoreError
+from soap_core._jsonio import read_json
+from soap_core._layout import (
+    AGENTS_DIR,
+    SESSIONS_DIR,
+    UNKNOWN_ROLE,
+    InstanceClaim,
+    StoreLayout,
+    read_instances,
+)
+from soap_core._message import Message
+from soap_core._records import CALLS_DIR, INVOCATIONS_DIR, CallRecord, InvocationRecord
+from soap_core._session import OBJECT_KEY, RERUN_SESSION_KEY, Session
+from soap_core._tokens import count_text, message_token_text
+
+CATALOG_FILE = ".soapwb-catalog.sqlite3"
+SCHEMA_VERSION = "1"
+SESSION_FILE = "session.json"
+
+_SCHEMA = """
+CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT) WITHOUT ROWID;
+CREATE TABLE sessions(
+    dir TEXT PRIMARY KEY,          -- relative to the config dir: agents/<role>/<name> or sessions/<name>
+    sort_key TEXT NOT NULL,        -- the listing's order
+    layout TEXT NOT NULL,
+    role TEXT NOT NULL,
+    instance TEXT,
+    name TEXT NOT NULL,
+    uuid_part TEXT NOT NULL,       -- the name without its date prefix
+    sig TEXT NOT NULL,             -- of session.json ('' when it is missing)
+    mtime_ns INTEGER NOT NULL,     -- of session.json, for "the newest session of a thread"
+    uuid TEXT,
+    thread_id TEXT,
+    is_active INTEGER,
+    active_context_id TEXT,
+    object_id TEXT,
+    rerun INTEGER,
+    error TEXT
+) WITHOUT ROWID;
+CREATE INDEX sessions_name ON sessions(name);
+CREATE INDEX sessions_uuid ON sessions(uuid);
+CREATE INDEX sessions_thread ON sessions(thread_id, role);
+CREATE TABLE context_files(
+    dir TEXT NOT NULL,
+    file TEXT NOT NULL,
+    sig TEXT NOT NULL,
+    id TEXT,
+    origin_context_id TEXT,
+    children TEXT,
+    messages INTEGER,
+    tokens INTEGER,
+    first_ts TEXT,
+    last_ts TEXT,
+    counts BLOB,                   -- true token count of each message, int32 array
+    error TEXT,
+    PRIMARY KEY(dir, file)
+) WITHOUT ROWID;
+CREATE INDEX context_files_id ON context_files(id);
+CREATE TABLE messages(
+    dir TEXT NOT NULL,
+    file TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    id TEXT NOT NULL,
+    role TEXT NOT NULL,
+    tokens INTEGER NOT NULL,
+    cached_tokens INTEGER,
+    created TEXT,
+    chars INTEGER NOT NULL,
+    PRIMARY KEY(dir, file, idx)
+) WITHOUT ROWID;
+CREATE VIRTUAL TABLE message_text USING fts5(
+    text, dir UNINDEXED, file UNINDEXED, idx UNINDEXED, tokenize='trigram'
+);
+CREATE TABLE record_dirs(dir TEXT NOT NULL, kind TEXT NOT NULL, sig TEXT NOT NULL,
+    PRIMARY KEY(dir, kind)) WITHOUT ROWID;
+CREATE TABLE calls(dir TEXT NOT NULL, id TEXT NOT NULL, context_id TEXT, message_index INTEGER,
+    message_id TEXT, request_hash TEXT, invocation_id TEXT, started_at TEXT,
+    PRIMARY KEY(dir, id)) WITHOUT ROWID;
+CREATE TABLE invocations(dir TEXT NOT NULL, id TEXT NOT NULL, parent_invocation_id TEXT,
+    callee_session TEXT, caller_session TEXT, started_at TEXT, outcome TEXT,
+    PRIMARY KEY(dir, id)) WITHOUT ROWID;
+CREATE INDEX invocations_parent ON invocations(parent_invocation_id);
+CREATE TABLE token_counts(hash BLOB PRIMARY KEY, tokens INTEGER NOT NULL) WITHOUT ROWID;
+"""
+
+
+def is_catalog_file(path: Path) -> bool:
+    """The catalog's database or one of SQLite's files beside it (not store data)."""
+    return path.name.startswith(CATALOG_FILE)
+
+
+def _cache_home() -> Path:
+    configured = os.environ.get("SOAPWB_CACHE_DIR")
+    if configured:
+        return Path(configured)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "soapwb"
+
+
+def cache_catalog_path(config_dir: Path) -> Path:
+    """Where the catalog of a store that cannot be written lives: the user's cache."""
+    key = hashlib.sha256(str(config_dir.resolve()).encode("utf-8", "surrogatepass")).hexdigest()[:20]
+    return _cache_home() / "catalogs" / f"{key}.sqlite3"
+
+
+def _signature(info: os.stat_result) -> str:
+    return f"{info.st_size}:{info.st_mtime_ns}:{info.st_ino}"
+
+
+RACY_NS = 2_000_000_000
+"""A file modified this recently may change again within the same tick of the file
+system's clock without its signature changing (same size, same mtime): as git does
+with "racily clean" entries, its signature is not trusted until it is older."""
+
+
+def _settled(sig: str) -> str:
+    """The signature to remember: marked so it never matches while it is racy."""
+    if not sig:
+        return sig
+    mtime = int(sig.split(":", 2)[1])
+    return f"racy:{sig}" if time.time_ns() - mtime < RACY_NS else sig
+
+
+def _token_key(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+@dataclass(frozen=True)
+class SessionRow:
+    """What the catalog knows of one session folder (the listing's row)."""
+
+    dir: Path
+    layout: str
+    role: str
+    instance: str | None
+    uuid: str | None
+    thread_id: str | None
+    is_active: bool
+    active_context_id: str | None
+    context_files: int
+    error: str | None
+    active_file: str | None
+    """The file the active context is read from, if one exists."""
+    messages: int | None
+    tokens: int | None
+    first_timestamp: str | None
+    last_timestamp: str | None
+    active_error: str | None
+    """Why the active context cannot be shown (missing or broken file), as loading says."""
+
+
+@dataclass(frozen=True)
+class CatalogHit:
+    """One message whose searchable text may contain the query."""
+
+    session_dir: str
+    role: str
+    session: str
+    context_id: str
+    index: int
+    message_id: str
+    message_role: str
+    text: str
+
+
+@dataclass(frozen=True)
+class _Found:
+    """One session folder as the walk found it: its files and their signatures."""
+
+    rel: str
+    path: Path
+    layout: str
+    role: str
+    instance: str | None
+    session_sig: str
+    session_mtime: int
+    context_sigs: dict[str, str]
+    record_sigs: dict[str, str]
+
+    @property
+    def session_key(self) -> str:
+        """What the session row depends on: session.json, and the role a 0.6 instance gives."""
+        return f"{self.session_sig}|{self.role}|{self.instance or ''}"
+
+
+@dataclass
+class _Known:
+    """The signatures the catalog holds, to compare with a walk."""
+
+    sessions: dict[str, str]
+    files: dict[str, dict[str, str]]
+    records: dict[tuple[str, str], str]
+
+    def differs(self, item: _Found) -> bool:
+        if self.sessions.get(item.rel) != item.session_key:
+            return True
+        if self.files.get(item.rel, {}) != item.context_sigs:
+            return True
+        return any(
+            self.records.get((item.rel, k)) != item.record_sigs.get(k) for k in (CALLS_DIR, INVOCATIONS_DIR)
+        )
+
+
+class Catalog:
+    """The index of one store. Open it through :meth:`Store.catalog`."""
+
+    def __init__(self, layout: StoreLayout, path: Path | None = None) -> None:
+        self.layout = layout
+        self.config_dir = layout.config_dir
+        self.path = path or self._choose_path()
+        self._lock = threading.RLock()
+        self._db = self._open()
+        self.generation = 0
+        """Goes up whenever a refresh or a write changes what the catalog holds."""
+
+    # -- opening --------------------------------------------------------------------------
+
+    def _choose_path(self) -> Path:
+        beside = self.config_dir / CATALOG_FILE
+        if beside.exists():
+            return beside if os.access(beside, os.W_OK) else cache_catalog_path(self.config_dir)
+        if self.config_dir.is_dir() and os.access(self.config_dir, os.W_OK):
+            return beside
+        return cache_catalog_path(self.config_dir)
+
+    def _connect(self, path: Path) -> sqlite3.Connection:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(path, timeout=30, check_same_thread=False, isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        return db
+
+    def _open(self) -> sqlite3.Connection:
+        try:
+            db = self._connect(self.path)
+        except (OSError, sqlite3.Error):
+            if self.path == cache_catalog_path(self.config_dir):
+                raise
+            self.path = cache_catalog_path(self.config_dir)  # the store's folder refused it
+            db = self._connect(self.path)
+        try:
+            version = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+        except sqlite3.DatabaseError:
+            version = None
+        if version is None or version[0] != SCHEMA_VERSION:
+            db = self._recreate(db)
+        return db
+
+    def _recreate(self, db: sqlite3.Connection) -> sqlite3.Connection:
+        """A catalog of another version, or damaged: it is a cache, so start afresh."""
+        db.close()
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{self.path}{suffix}")
+        db = self._connect(self.path)
+        db.executescript(_SCHEMA)
+        db.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
+        return db
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def clear(self) -> None:
+        """Forget everything (the next refresh reads every file again)."""
+        with self._lock:
+            self._db = self._recreate(self._db)
+            self.generation += 1
+
+    # -- walking the store ----------------------------------------------------------------
+
+    def _walk(self, claims: dict[str, InstanceClaim]) -> list[_Found]:
+        found: list[_Found] = []
+        agents = self.layout.agents_dir
+        for role in _subdirs(agents):
+            for name in _subdirs(agents / role):
+                found.append(
+                    self._found(f"{AGENTS_DIR}/{role}/{name}", agents / role / name, "agents", role, None)
+                )
+        sessions = self.layout.sessions_dir
+        for name in _subdirs(sessions):
+            claim = claims.get(name)
+            role, instance = (claim.role, claim.instance) if claim else (UNKNOWN_ROLE, None)
+            found.append(self._found(f"{SESSIONS_DIR}/{name}", sessions / name, "sessions", role, instance))
+        return found
+
+    @staticmethod
+    def _found(rel: str, path: Path, layout: str, role: str, instance: str | None) -> _Found:
+        session_sig, session_mtime = "", 0
+        contexts: dict[str, str] = {}
+        records: dict[str, str] = {}
+        try:
+            entries = list(os.scandir(path))
+        except OSError:
+            entries = []
+        for entry in entries:
+            name = entry.name
+            if name.startswith("."):
+                continue
+            try:
+                info = entry.stat()
+            except OSError:
+                continue
+            if name in (CALLS_DIR, INVOCATIONS_DIR) and entry.is_dir():
+                records[name] = _signature(info)
+            elif not name.endswith(".json") or not entry.is_file():
+                continue
+            elif name == SESSION_FILE:
+                session_sig, session_mtime = _signature(info), info.st_mtime_ns
+            else:
+                contexts[name] = _signature(info)
+        return _Found(rel, path, layout, role, instance, session_sig, session_mtime, contexts, records)
+
+    def refresh(self) -> int:
+        """Bring the catalog up to date with the files; returns :attr:`generation`."""
+        claims, _errors = read_instances(self.layout.instances_dir)
+        found = self._walk(claims)
+        with self._lock:
+            known = self._known()
+            on_disk = {f.rel for f in found}
+            changes = [f for f in found if known.differs(f)]
+            gone = [d for d in known.sessions if d not in on_disk]
+            if not changes and not gone:
+                return self.generation
+            with self._write() as db:
+                for rel in gone:
+                    _delete_session(db, rel)
+                for item in changes:
+                    self._index_found(db, item, known)
+            self.generation += 1
+            return self.generation
+
+    def _known(self, rel: str | None = None) -> _Known:
+        """The signatures the catalog holds (of every session, or of one)."""
+        where, params = ("WHERE dir = ?", (rel,)) if rel is not None else ("", ())
+        known = _Known({}, {}, {})
+        for d, sig in self._db.execute(
+            f"SELECT dir, sig || '|' || role || '|' || ifnull(instance, '') FROM sessions {where}", params
+        ):
+            known.sessions[d] = sig
+        for d, f, sig in self._db.execute(f"SELECT dir, file, sig FROM context_files {where}", params):
+            known.files.setdefault(d, {})[f] = sig
+        for d, k, sig in self._db.execute(f"SELECT dir, kind, sig FROM record_dirs {where}", params):
+            known.records[(d, k)] = sig
+        return known
+
+    def _index_found(self, db: sqlite3.Connection, item: _Found, known: _Known) -> None:
+        """Read again what changed in one session folder, and forget what vanished."""
+        if known.sessions.get(item.rel) != item.session_key:
+            _put_session(db, item, self._read_session(item))
+        files = known.files.get(item.rel, {})
+        for name in files.keys() - item.context_sigs.keys():
+            for table in ("context_files", "messages", "message_text"):
+                db.execute(f"DELETE FROM {table} WHERE dir=? AND file=?", (item.rel, name))
+        for name, sig in item.context_sigs.items():
+            if files.get(name) != sig:
+                self._index_context_file(db, item.rel, item.path / name, sig)
+        for kind in (CALLS_DIR, INVOCATIONS_DIR):
+            record_sig = item.record_sigs.get(kind)
+            if known.records.get((item.rel, kind)) != record_sig:
+                _index_records(db, item.rel, item.path, kind, record_sig)
+
+    @staticmethod
+    def _read_session(item: _Found) -> Session | SoapError:
+        path = item.path / SESSION_FILE
+        if not item.session_sig:
+            return StoreError(path, "missing session.json")
+        try:
+            return Session.from_dict(item.role, read_json(path))
+        except FormatError as exc:
+            return exc.at(path) if exc.path is None else exc
+        except SoapError as exc:
+            return exc
+
+    def _index_context_file(self, db: sqlite3.Connection, rel: str, path: Path, sig: str) -> None:
+        db.execute("DELETE FROM messages WHERE dir=? AND file=?", (rel, path.name))
+        db.execute("DELETE FROM message_text WHERE dir=? AND file=?", (rel, path.name))
+        try:
+            context = Context.from_dict(read_json(path))
+        except FormatError as exc:
+            error = exc.at(path) if exc.path is None else exc
+            db.execute(
+                "INSERT OR REPLACE INTO context_files(dir, file, sig, error) VALUES (?, ?, ?, ?)",
+                (rel, path.name, _settled(sig), str(error)),
+            )
+            return
+        except SoapError as exc:
+            db.execute(
+                "INSERT OR REPLACE INTO context_files(dir, file, sig, error) VALUES (?, ?, ?, ?)",
+                (rel, path.name, _settled(sig), str(exc)),
+            )
+            return
+        counts = self._true_counts(db, context.messages)
+        _put_context(db, rel, path.name, sig, context, counts)
+
+    def _true_counts(self, db: sqlite3.Connection, messages: list[Message]) -> list[int]:
+        """Each message's true count: from the content-addressed cache where this exact
+        text was counted before (a fork's copies, an unchanged message of an edited
+        file), encoded otherwise."""
+        texts = [message_token_text(m.role, m.raw_content()) for m in messages]
+        keys = [_token_key(t) for t in texts]
+        known: dict[bytes, int] = {}
+        for start in range(0, len(keys), 500):
+            chunk = keys[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            known.update(db.execute(f"SELECT hash, tokens FROM token_counts WHERE hash IN ({marks})", chunk))
+        counts: list[int] = []
+        new: dict[bytes, int] = {}
+        for message, text, key in zip(messages, texts, keys, strict=True):
+            count = known.get(key)
+            if count is None:
+                count = new.get(key)
+            if count is None:
+                count = count_text(text)
+                new[key] = count
+            message.set_known_token_count(count)
+            counts.append(count)
+        db.executemany("INSERT OR IGNORE INTO token_counts VALUES (?, ?)", new.items())
+        return counts
+
+    # -- writes through the store ---------------------------------------------------------
+
+    def note_saved(self, session: Session, directory: Path, written: Iterable[Path]) -> None:
+        """Index what :meth:`Store.save_session` just wrote into ``directory``, from the
+        objects in hand (no file is read again), so this process and the next see it."""
+        rel = self._relative(directory)
+        if rel is None:
+            return
+        written_names = {p.name for p in written}
+        by_file = {name: cid for cid, name in session.context_files.items()}
+        if self._db.execute("SELECT 1 FROM sessions WHERE dir=?", (rel,)).fetchone() is None:
+            self.index_session_dir(directory)  # a new session: its files, all of them
+            return
+        with self._write() as db:
+            for name in sorted(written_names - {SESSION_FILE}):
+                context = session.contexts.get(by_file.get(name, ""))
+                info = _stat(directory / name)
+                if context is None or info is None:
+                    continue
+                db.execute("DELETE FROM messages WHERE dir=? AND file=?", (rel, name))
+                db.execute("DELETE FROM message_text WHERE dir=? AND file=?", (rel, name))
+                counts = [m.count_tokens() for m in context.messages]
+                _put_context(db, rel, name, _signature(info), context, counts)
+            info = _stat(directory / SESSION_FILE)
+            if info is not None:
+                layout = "sessions" if rel.startswith(f"{SESSIONS_DIR}/") else "agents"
+                role, instance = session.role, None
+                if layout == "sessions":
+                    row = db.execute("SELECT role, instance FROM sessions WHERE dir=?", (rel,)).fetchone()
+                    role, instance = row if row else (UNKNOWN_ROLE, None)
+                found = _Found(
+                    rel, directory, layout, role, instance, _signature(info), info.st_mtime_ns, {}, {}
+                )
+                _put_session(db, found, session)
+        self.generation += 1
+
+    def note_records(self, directory: Path) -> None:
+        """Index the record folders of one session (after the runtime wrote a record)."""
+        rel = self._relative(directory)
+        if rel is None:
+            return
+        with self._write() as db:
+            for kind in (CALLS_DIR, INVOCATIONS_DIR):
+                info = _stat(directory / kind)
+                _index_records(db, rel, directory, kind, _signature(info) if info else None)
+        self.generation += 1
+
+    def index_session_dir(self, directory: Path) -> None:
+        """Index one session folder from its files (a lookup found it on disk)."""
+        rel = self._relative(directory)
+        if rel is None:
+            return
+        layout = "sessions" if rel.startswith(f"{SESSIONS_DIR}/") else "agents"
+        if layout == "sessions":
+            claims, _errors = read_instances(self.layout.instances_dir)
+            claim = claims.get(directory.name)
+            role, instance = (claim.role, claim.instance) if claim else (UNKNOWN_ROLE, None)
+        else:
+            role, instance = directory.parent.name, None
+        item = self._found(rel, directory, layout, role, instance)
+        with self._lock:
+            known = self._known(rel)
+            if not known.differs(item):
+                return
+            with self._write() as db:
+                self._index_found(db, item, known)
+            self.generation += 1
+
+    def _relative(self, directory: Path) -> str | None:
+        try:
+            rel = directory.relative_to(self.config_dir).as_posix()
+        except ValueError:
+            return None
+        return rel if rel.startswith((f"{AGENTS_DIR}/", f"{SESSIONS_DIR}/")) else None
+
+    # -- questions ------------------------------------------------------------------------
+
+    def session_rows(self, where: str = "", params: tuple[Any, ...] = ()) -> list[SessionRow]:
+        """The sessions (all, or those ``where`` selects), in the listing's order. The
+        active context's figures come from the file named after it in the same query;
+        only a session whose active file is named otherwise takes a second look."""
+        query = f"""
+            SELECT s.dir, s.layout, s.role, s.instance, s.uuid, s.thread_id, s.is_active,
+                   s.active_context_id, s.error,
+                   (SELECT count(*) FROM context_files n WHERE n.dir = s.dir),
+                   c.file, c.messages, c.tokens, c.first_ts, c.last_ts, c.error
+            FROM sessions s LEFT JOIN context_files c
+                 ON c.dir = s.dir AND c.file = s.active_context_id || '.json'
+            {where} ORDER BY s.sort_key"""
+        with self._lock:
+            return [self._row(*row) for row in self._db.execute(query, params).fetchall()]
+
+    def _row(self, *row: Any) -> SessionRow:
+        rel, layout, role, instance, uuid, thread_id, is_active, active, error, files = row[:10]
+        file, messages, tokens, first, last, file_error = row[10:]
+        figures: tuple[int | None, int | None, str | None, str | None] = (None, None, None, None)
+        active_file = active_error = None
+        if error is not None:
+            pass
+        elif file is not None:
+            active_file, active_error = (None, file_error) if file_error else (file, None)
+            if file_error is None:
+                figures = (messages, tokens, first, last)
+        else:
+            active_file, figures, active_error = self._active_figures(rel, active, uuid or "")
+        return SessionRow(
+            self.config_dir / rel,
+            layout,
+            role,
+            instance,
+            uuid,
+            thread_id,
+            bool(is_active),
+            active,
+            files,
+            error,
+            active_file,
+            *figures,
+            active_error,
+        )
+
+    def _active_figures(
+        self, rel: str, active: str | None, uuid: str
+    ) -> tuple[str | None, tuple[int | None, int | None, str | None, str | None], str | None]:
+        """Mirrors :meth:`Store.load_active_context`: the file named after the id (with or
+        without a date prefix) first, then any file holding that id."""
+        none = (None, None, None, None)
+        directory = self.config_dir / rel
+        if active is None:
+            return None, none, str(ContextNotFoundError(directory, "session has no active context"))
+        candidates = self._db.execute(
+            """SELECT file, messages, tokens, first_ts, last_ts, error, id FROM context_files
+               WHERE dir = ? AND (file = ? OR file LIKE ? ESCAPE '\\' OR id = ?) ORDER BY file""",
+            (rel, f"{active}.json", "%-" + _like_escape(active) + ".json", active),
+        ).fetchall()
+        by_name = [c for c in candidates if c[0] == f"{active}.json"] + sorted(
+            (c for c in candidates if c[0] != f"{active}.json" and c[0].endswith(f"-{active}.json")),
+            key=lambda c: c[0],
+        )
+        if by_name:
+            file, messages, tokens, first, last, error, _id = by_name[0]
+            return (None, none, error) if error else (file, (messages, tokens, first, last), None)
+        holding = [c for c in candidates if c[6] == active and c[5] is None]
+        if holding:
+            file, messages, tokens, first, last, _error, _id = holding[0]
+            return file, (messages, tokens, first, last), None
+        broken = [
+            f
+            for (f,) in self._db.execute(
+                "SELECT file FROM context_files WHERE dir=? AND error IS NOT NULL", (rel,)
+            )
+        ]
+        for name in broken:
+            if active in name:
+                error = self._db.execute(
+                    "SELECT error FROM context_files WHERE dir=? AND file=?", (rel, name)
+                ).fetchone()[0]
+                return None, none, error
+        problem = f"active context {active} of session {uuid} has no file"
+        return None, none, str(ContextNotFoundError(directory / f"{active}.json", problem))
+
+    def token_counts(self, directory: Path, file: str, sig: str) -> list[int] | None:
+        """The true counts of a context file's messages, if it was indexed at ``sig``."""
+        rel = self._relative(directory)
+        if rel is None:
+            return None
+        with self._lock:
+            row = self._db.execute(
+                "SELECT counts FROM context_files WHERE dir=? AND file=? AND sig=? AND error IS NULL",
+                (rel, file, sig),
+            ).fetchone()
+        if row is None or row[0] is None:
+            return None
+        counts = array("i")
+        counts.frombytes(row[0])
+        return counts.tolist()
+
+    def find_dirs(self, ref: str, *, exact_only: bool = False) -> list[Path]:
+        """Session folders whose uuid or name is ``ref``, or (if none) starts with it."""
+        with self._lock:
+            exact = self._db.execute(
+                "SELECT dir FROM sessions WHERE name = ? OR uuid = ? ORDER BY sort_key", (ref, ref)
+            ).fetchall()
+            if exact or exact_only:
+                return [self.config_dir / d for (d,) in exact]
+            prefix = self._db.execute(
+                """SELECT dir FROM sessions WHERE substr(name, 1, ?) = ? OR substr(uuid_part, 1, ?) = ?
+                   ORDER BY sort_key""",
+                (len(ref), ref, len(ref), ref),
+            ).fetchall()
+        return [self.config_dir / d for (d,) in prefix]
+
+    def thread_sessions(self, role: str, thread_id: str, object_id: str) -> list[Path]:
+        """Readable sessions of ``object_id`` for ``thread_id`` (not re-runs), newest first."""
+        with self._lock:
+            rows = self._db.execute(
+                """SELECT dir FROM sessions WHERE thread_id = ? AND role = ? AND object_id = ?
+                   AND rerun = 0 AND error IS NULL ORDER BY mtime_ns DESC, sort_key""",
+                (thread_id, role, object_id),
+            ).fetchall()
+        return [self.config_dir / d for (d,) in rows]
+
+    def search(self, query: str) -> Iterator[CatalogHit]:
+        """Messages whose searchable text may contain ``query``, case-insensitively: in
+        the listing's order of sessions, the active context's file first, then by file
+        and index. Three or more characters use the trigram index; shorter ones read
+        every message's text. The caller checks each hit exactly."""
+        where = "1"
+        params: tuple[str, ...] = ()
+        if len(query) >= 3:
+            where, params = "message_text MATCH ?", ('"' + query.replace('"', '""') + '"',)
+        sql = f"""
+            SELECT t.dir, s.role, s.uuid, c.id, t.idx, m.id, m.role, t.text
+            FROM message_text t JOIN sessions s ON s.dir = t.dir
+            JOIN context_files c ON c.dir = t.dir AND c.file = t.file
+            JOIN messages m ON m.dir = t.dir AND m.file = t.file AND m.idx = t.idx
+            WHERE {where} AND s.error IS NULL
+            ORDER BY s.sort_key, (c.id IS NOT s.active_context_id), t.file, t.idx"""
+        with self._lock:
+            cursor = self._db.execute(sql, params)
+            while batch := cursor.fetchmany(256):
+                for rel, role, uuid, context_id, idx, message_id, message_role, text in batch:
+                    yield CatalogHit(rel, role, uuid, context_id, int(idx), message_id, message_role, text)
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            return {
+                table: int(self._db.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+                for table in ("sessions", "context_files", "messages", "calls", "invocations", "token_counts")
+            }
+
+    def invocation_session_dirs(self) -> dict[str, Path]:
+        """Session uuid -> folder, for every readable session (the trace walk's map)."""
+        with self._lock:
+            rows = self._db.execute("SELECT uuid, dir FROM sessions WHERE uuid IS NOT NULL ORDER BY sort_key")
+            found: dict[str, Path] = {}
+            for uuid, rel in rows:
+                found.setdefault(uuid, self.config_dir / rel)
+            return found
+
+    def child_invocations(self, directory: Path, parent_id: str) -> list[str]:
+        rel = self._relative(directory) or ""
+        with self._lock:
+            return [
+                i
+                for (i,) in self._db.execute(
+                    "SELECT id FROM invocations WHERE dir=? AND parent_invocation_id=?", (rel, parent_id)
+                )
+            ]
+
+
+# -- rows -----------------------------------------------------------------------------------
+
+
+def _subdirs(path: Path) -> list[str]:
+    """The folders in ``path`` (none if it does not exist); a folder that exists but
+    cannot be listed is an error, not an empty part of the store."""
+    try:
+        with os.scandir(path) as entries:
+            return sorted(e.name for e in entries if not e.name.startswith(".") and e.is_dir())
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as exc:
+        raise StoreError(path, f"cannot list: {exc.strerror}") from exc
+
+
+def _stat(path: Path) -> os.stat_result | None:
+    try:
+        return path.stat()
+    except OSError:
+        return None
+
+
+def _like_escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def _sort_key(item: _Found) -> str:
+    return ("0/" if item.layout == "agents" else "1/") + item.rel.split("/", 1)[1]
+
+
+def _delete_session(db: sqlite3.Connection, rel: str) -> None:
+    for table in (
+        "sessions",
+        "context_files",
+        "messages",
+        "message_text",
+        "record_dirs",
+        "calls",
+        "invocations",
+    ):
+        db.execute(f"DELETE FROM {table} WHERE dir=?", (rel,))
+
+
+def _put_session(db: sqlite3.Connection, item: _Found, session: Session | SoapError) -> None:
+    name = item.rel.rsplit("/", 1)[1]
+    uuid_part = name[9:] if len(name) > 9 and name[:8].isdigit() and name[8] == "-" else name
+    base = (item.rel, _sort_key(item), item.layout, item.role, item.instance, name, uuid_part)
+    sig = _settled(item.session_sig)
+    if isinstance(session, SoapError):
+        db.execute(
+            "INSERT OR REPLACE INTO sessions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (*base, sig, item.session_mtime, None, None, 0, None, None, 0, str(session)),
+        )
+        return
+    object_id = session.state_data.get(OBJECT_KEY)
+    db.execute(
+        "INSERT OR REPLACE INTO sessions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        (
+            *base,
+            sig,
+            item.session_mtime,
+            session.uuid,
+            session.thread_id,
+            int(session.is_active),
+            session.active_context_id,
+            object_id if isinstance(object_id, str) else None,
+            int(RERUN_SESSION_KEY in session.state_data),
+            None,
+        ),
+    )
+
+
+def _put_context(
+    db: sqlite3.Connection, rel: str, file: str, sig: str, context: Context, counts: list[int]
+) -> None:
+    stamps = sorted(m.creation_timestamp for m in context.messages if m.creation_timestamp)
+    db.execute(
+        "INSERT OR REPLACE INTO context_files VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+        (
+            rel,
+            file,
+            _settled(sig),
+            context.id,
+            context.origin_context_id,
+            json.dumps(context.children),
+            len(context.messages),
+            sum(counts),
+            stamps[0] if stamps else None,
+            stamps[-1] if stamps else None,
+            array("i", counts).tobytes(),
+            None,
+        ),
+    )
+    rows = []
+    texts = []
+    for index, (message, count) in enumerate(zip(context.messages, counts, strict=True)):
+        text = message.searchable_text()
+        rows.append(
+            (
+                rel,
+                file,
+                index,
+                message.id,
+                message.role,
+                count,
+                message.token_count,
+                message.creation_timestamp,
+                len(text),
+            )
+        )
+        if text:
+            texts.append((text, rel, file, index))
+    db.executemany("INSERT INTO messages VALUES (?,?,?,?,?,?,?,?,?)", rows)
+    db.executemany("INSERT INTO message_text(text, dir, file, idx) VALUES (?,?,?,?)", texts)
+
+
+def _index_records(db: sqlite3.Connection, rel: str, directory: Path, kind: str, sig: str | None) -> None:
+    table = "calls" if kind == CALLS_DIR else "invocations"
+    db.execute(f"DELETE FROM {table} WHERE dir=?", (rel,))
+    db.execute("DELETE FROM record_dirs WHERE dir=? AND kind=?", (rel, kind))
+    if sig is None:
+        return
+    db.execute("INSERT INTO record_dirs VALUES (?,?,?)", (rel, kind, _settled(sig)))
+    folder = directory / kind
+    try:
+        names = sorted(
+            e.name for e in os.scandir(folder) if e.name.endswith(".json") and not e.name.startswith(".")
+        )
+    except OSError:
+        return
+    for name in names:
+        try:
+            data = read_json(folder / name)
+            if kind == CALLS_DIR:
+                call = CallRecord.from_dict(data, folder / name)
+                db.execute(
+                    "INSERT OR REPLACE INTO calls VALUES (?,?,?,?,?,?,?,?)",
+                    (
+                        rel,
+                        call.id,
+                        call.context_id,
+                        call.message_index,
+                        call.message_id,
+                        call.request_hash,
+                        call.invocation_id,
+                        call.started_at,
+                    ),
+                )
+            else:
+                record = InvocationRecord.from_dict(data, folder / name)
+                db.execute(
+                    "INSERT OR REPLACE INTO invocations VALUES (?,?,?,?,?,?,?)",
+                    (
+                        rel,
+                        record.id,
+                        record.parent_invocation_id,
+                        record.callee.session,
+                        record.caller.session if record.caller else None,
+                        record.started_at,
+                        record.outcome,
+                    ),
+                )
+        except SoapError:
+            continue  # a broken record is reported where it is read; the index skips it

@@ -1,0 +1,378 @@
+"""The catalog answers exactly what a full scan of the files answers: on stores of both
+layouts with forks, broken files and odd names, after files change underneath it in
+place (as peteos writes them), and after it is deleted or damaged. Warm loads take the
+token counts it holds; a lookup by uuid reads that session's files only."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import soap_core._catalog as catalog_module
+import soap_core._message as message_module
+import soap_core._store as store_module
+from soap_core import Context, Message, Session, Store, TextPart, search_store, session_overview
+from soap_core._catalog import CATALOG_FILE, Catalog, cache_catalog_path, is_catalog_file
+
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "the",
+    "model",
+    "reads",
+    "every",
+    "message",
+    "Zürich",
+    "東京",
+    "emoji",
+    "🙂",
+    "tool",
+    "result",
+]
+QUERIES = [
+    "alpha",
+    "GAMMA",
+    "zürich",
+    "東京",
+    "🙂",
+    "ta",
+    "e",
+    "no such words here",
+    "tool result",
+    '"quoted',
+]
+
+
+def _say(role: str, text: str) -> Message:
+    return Message(role, [TextPart(text)])
+
+
+def _text(rng: random.Random) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 30)))
+
+
+def _session(rng: random.Random, role: str, thread: str | None) -> Session:
+    context = Context.create(Message.system_prompt(f"You are {role}."))
+    for _ in range(rng.randint(0, 8)):
+        context.append(_say("user", _text(rng)))
+        context.append(_say("assistant", _text(rng)))
+    session = Session.create(role, context, thread_id=thread)
+    if rng.random() < 0.5 and len(context.messages) > 2:
+        fork = context.fork(range(len(context.messages) - 1))
+        session.add_context(fork)
+        if rng.random() < 0.5:
+            session.active_context_id = fork.id
+    return session
+
+
+def build_agents_store(root: Path, sessions: int, seed: int) -> None:
+    rng = random.Random(seed)
+    store = Store(root, use_catalog=False)
+    for n in range(sessions):
+        role = rng.choice(["Planner", "Coder", "Critic"])
+        store.save_session(_session(rng, role, f"thread-{n % 4}"))
+
+
+def build_sessions_store(root: Path, sessions: int, seed: int) -> None:
+    """A peteos 0.6 layout: ``sessions/`` and instance files that name their roles."""
+    rng = random.Random(seed)
+    store = Store(root, use_catalog=False)
+    claims: dict[str, dict[str, str]] = {"alice": {}, "bob": {}}
+    for n in range(sessions):
+        session = _session(rng, "Ignored", None)
+        session.directory = root / "sessions" / session.uuid
+        store.save_session(session)
+        if n % 3:
+            claims["alice" if n % 2 else "bob"][f"t{n}"] = session.uuid
+    for name, store_map in claims.items():
+        folder = root / "instances" / name
+        folder.mkdir(parents=True)
+        qualname = "mod.Alice" if name == "alice" else "Bob"
+        data = {"class": {"qualname": qualname}, "thread_store": store_map}
+        (folder / "agentic_object.json").write_text(json.dumps(data, indent=2))
+
+
+def answers(store: Store) -> dict[str, Any]:
+    """Everything the catalog serves, as plain data."""
+    summaries = store.sessions()
+    refs = [s.uuid for s in summaries] + [s.path.name[:12] for s in summaries[:3]] + ["2", "nope"]
+    found: dict[str, Any] = {}
+    for ref in refs:
+        try:
+            found[ref] = str(store.find(ref).path)
+        except Exception as exc:
+            found[ref] = f"{type(exc).__name__}: {exc}"
+    return {
+        "sessions": [(s.role, s.uuid, str(s.path), s.layout, s.instance, s.error) for s in summaries],
+        "overviews": [session_overview(store, s).as_dict() for s in summaries],
+        "search": {q: [h.as_dict() for h in search_store(store, q)] for q in QUERIES},
+        "find": found,
+    }
+
+
+def full_scan(root: Path) -> dict[str, Any]:
+    return answers(Store(root, use_catalog=False))
+
+
+def assert_catalog_agrees(root: Path) -> None:
+    expected = full_scan(root)
+    assert answers(Store(root)) == expected, "the catalog, updated incrementally"
+    for path in root.glob(f"{CATALOG_FILE}*"):
+        path.unlink()
+    assert answers(Store(root)) == expected, "the catalog, rebuilt from the files"
+
+
+def _context_files(root: Path) -> list[Path]:
+    return sorted(
+        p
+        for p in root.rglob("*.json")
+        if p.name not in ("session.json", "agentic_object.json") and "instances" not in p.parts
+    )
+
+
+def mutate(root: Path, rng: random.Random) -> str:
+    """One change of the kind a store sees: peteos appending in place, a hand edit, a
+    crash leftover, a new or vanished session, a changed instance claim."""
+    kind = rng.choice(["append", "edit", "truncate", "delete", "new", "remove", "active", "claims", "rename"])
+    files = _context_files(root)
+    sessions = sorted(p.parent for p in root.rglob("session.json"))
+    if kind == "append" and files:
+        path = rng.choice(files)
+        try:
+            data = json.loads(path.read_text())
+            data["messages"].append(_say("user", _text(rng)).to_dict())
+        except (ValueError, KeyError, AttributeError):
+            return "append skipped (broken file)"
+        path.write_text(json.dumps(data, indent=2))  # in place: the folder's mtime stays
+    elif kind == "edit" and files:
+        path = rng.choice(files)
+        path.write_text(path.read_text().replace("alpha", "omega"))
+    elif kind == "truncate" and files:
+        path = rng.choice(files)
+        path.write_bytes(path.read_bytes()[: rng.randint(0, 40)])
+    elif kind == "delete" and files:
+        rng.choice(files).unlink()
+    elif kind == "new":
+        store = Store(root, use_catalog=False)
+        store.save_session(_session(rng, "Newcomer", "thread-new"))
+    elif kind == "remove" and sessions:
+        shutil.rmtree(rng.choice(sessions))
+    elif kind == "active" and sessions:
+        path = rng.choice(sessions) / "session.json"
+        data = json.loads(path.read_text()) if path.read_text().strip().startswith("{") else {}
+        data["active_context_id"] = rng.choice(["missing-id", None])
+        path.write_text(json.dumps(data, indent=2))
+    elif kind == "claims" and (root / "instances").is_dir():
+        path = root / "instances" / "alice" / "agentic_object.json"
+        data = json.loads(path.read_text())
+        data["thread_store"] = {k: v for k, v in list(data["thread_store"].items())[1:]}
+        path.write_text(json.dumps(data, indent=2))
+    elif kind == "rename" and files:  # a context file keeps its id under a dated name
+        path = rng.choice(files)
+        path.rename(path.with_name(f"20250101-{path.name}"))
+    return kind
+
+
+@pytest.mark.parametrize("layout", ["agents", "sessions"])
+def test_the_catalog_equals_a_full_scan_as_files_change_underneath(tmp_path: Path, layout: str) -> None:
+    root = tmp_path / "store"
+    (build_agents_store if layout == "agents" else build_sessions_store)(root, 12, seed=3)
+    store = Store(root)
+    assert answers(store) == full_scan(root)
+    rng = random.Random(11)
+    _age(root, only_recent=True)
+    for step in range(16):
+        kind = mutate(root, rng)
+        if step % 2:  # half the steps go through signatures, half through the racy rule
+            _age(root, only_recent=True)
+        expected = full_scan(root)
+        assert answers(store) == expected, f"step {step}: after {kind}, one catalog kept open"
+        assert answers(Store(root)) == expected, f"step {step}: after {kind}, a new process"
+    assert_catalog_agrees(root)
+
+
+def test_the_catalog_equals_a_full_scan_on_the_fixture_store(store_copy: Path) -> None:
+    assert_catalog_agrees(store_copy)
+
+
+def test_deleting_or_damaging_the_catalog_loses_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    build_agents_store(root, 6, seed=5)
+    expected = full_scan(root)
+    assert answers(Store(root)) == expected
+    catalog = root / CATALOG_FILE
+    assert catalog.is_file()
+    for extra in root.glob(f"{CATALOG_FILE}-*"):
+        extra.unlink()
+    catalog.write_bytes(b"this is not a database" * 100)
+    assert answers(Store(root)) == expected
+    catalog.unlink()
+    assert answers(Store(root)) == expected
+
+
+def _age(root: Path, seconds: int = 60, *, only_recent: bool = False) -> None:
+    """Date files back, as in a store written a while ago (a file written within the
+    file system's clock tick is re-read until it is older: see ``RACY_NS``)."""
+    now = time.time_ns()
+    for path in root.rglob("*"):
+        info = path.stat()
+        if not only_recent or now - info.st_mtime_ns < 10 * 1_000_000_000:
+            os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns - seconds * 1_000_000_000))
+
+
+def _encodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    seen: list[str] = []
+    real = message_module.count_text
+
+    def counting(text: str, encoding: str = "cl100k_base") -> int:
+        seen.append(text)
+        return real(text, encoding)
+
+    monkeypatch.setattr(message_module, "count_text", counting)
+    monkeypatch.setattr(catalog_module, "count_text", counting)
+    return seen
+
+
+def test_warm_token_counts_encode_nothing_and_an_edit_only_its_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "store"
+    build_agents_store(root, 4, seed=8)
+    _age(root)
+    Store(root).sessions()  # cold: the catalog counts every message once
+    encodes = _encodes(monkeypatch)
+    fresh = Store(root)
+    totals = {s.uuid: fresh.load_session(s.uuid, require_active=False) for s in fresh.sessions()}
+    tokens = {u: [c.total_token_count() for c in s.contexts.values()] for u, s in totals.items()}
+    assert encodes == [], "a warm listing and load encode nothing"
+    assert tokens == {
+        u: [c.total_token_count() for c in s.contexts.values()]
+        for u, s in (
+            (u, Store(root, use_catalog=False).load_session(u, require_active=False)) for u in totals
+        )
+    }
+    encodes.clear()
+    path = next(p for p in _context_files(root) if "alpha" in p.read_text())
+    data = json.loads(path.read_text())
+    target = next(m for m in data["messages"] if "alpha" in json.dumps(m))
+    target["content"][0]["text"] += " and one more word"
+    path.write_text(json.dumps(data, indent=2))
+    Store(root).sessions()
+    assert len(encodes) == 1 and "one more word" in encodes[0], "only the edited message is encoded again"
+
+
+def test_a_lookup_by_uuid_reads_only_that_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "store"
+    build_agents_store(root, 30, seed=2)
+    store = Store(root)
+    target = store.sessions()[17]
+    read: list[Path] = []
+    real_read_json = store_module.read_json
+
+    def recording(path: Path) -> Any:
+        read.append(path)
+        return real_read_json(path)
+
+    monkeypatch.setattr(store_module, "read_json", recording)
+    monkeypatch.setattr(catalog_module, "read_json", recording)
+    monkeypatch.setattr(Catalog, "refresh", lambda self: pytest.fail("a uuid lookup walked the store"))
+    session = Store(root).load_session(target.uuid)
+    assert session.uuid == target.uuid
+    assert read and {p.parent for p in read} == {target.path}
+
+
+def test_a_save_writes_and_indexes_only_what_changed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "store"
+    store = Store(root)
+    context = Context.create(Message.system_prompt("sys"))
+    context.append(_say("user", "first"))
+    session = Session.create("Saver", context)
+    for n in range(5):
+        session.add_context(context.fork(range(len(context.messages)))).append(_say("user", f"fork {n}"))
+    store.save_session(session)
+    loaded = Store(root).load_session(session.uuid)
+    dumped: list[Any] = []
+    real_dump = store_module.write_json_atomic
+
+    def recording(path: Path, value: Any) -> bool:
+        dumped.append(path.name)
+        return real_dump(path, value)
+
+    monkeypatch.setattr(store_module, "write_json_atomic", recording)
+    loaded.active_context.append(_say("user", "second"))
+    written = Store(root).save_session(loaded)
+    assert [p.name for p in written] == [f"{loaded.active_context_id}.json"]
+    assert dumped == [f"{loaded.active_context_id}.json", "session.json"], (
+        "the five unchanged forks are skipped"
+    )
+    assert [h.context_id for h in search_store(Store(root), "second")] == [loaded.active_context_id]
+
+
+@contextlib.contextmanager
+def unwritable(folder: Path) -> Iterator[None]:
+    """No new file can be made in ``folder``: immutable for root (who ignores modes),
+    read-only modes for anyone else."""
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        try:
+            yield
+        finally:
+            folder.chmod(0o755)
+        return
+    if shutil.which("chattr") is None:
+        pytest.skip("running as root without chattr: cannot make a folder unwritable")
+    made = subprocess.run(["chattr", "+i", str(folder)], capture_output=True, text=True, check=False)
+    if made.returncode != 0:
+        pytest.skip(f"chattr +i refused here ({made.stderr.strip()}): cannot make a folder unwritable")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(folder)], check=True)
+
+
+def test_a_read_only_store_keeps_its_catalog_in_the_cache_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "store"
+    build_agents_store(root, 3, seed=4)
+    monkeypatch.setenv("SOAPWB_CACHE_DIR", str(tmp_path / "cache"))
+    expected = full_scan(root)
+    before = {p: p.stat().st_mtime_ns for p in root.rglob("*")}
+    with unwritable(root):
+        store = Store(root)
+        assert answers(store) == expected
+        catalog = store.catalog()
+        assert catalog is not None and catalog.path == cache_catalog_path(root)
+        assert catalog.path.is_relative_to(tmp_path / "cache" / "catalogs")
+        assert answers(Store(root)) == expected, "a second process finds the same cache"
+    assert {p: p.stat().st_mtime_ns for p in root.rglob("*")} == before
+    assert not [p for p in root.rglob("*") if is_catalog_file(p)]
+
+
+def test_a_file_rewritten_within_one_clock_tick_is_read_again(tmp_path: Path) -> None:
+    """Same size, same mtime, same inode: only the racy rule tells the edit apart."""
+    root = tmp_path / "store"
+    context = Context.create(Message.system_prompt("sys"))
+    context.append(_say("user", "alpha words"))
+    Store(root).save_session(Session.create("Racer", context))
+    path = next(iter(_context_files(root)))
+    store = Store(root)
+    assert [h.snippet for h in search_store(store, "alpha")] == ["alpha words"]
+    info = path.stat()
+    path.write_text(path.read_text().replace("alpha words", "omega words"))  # in place, same size
+    os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))  # as if in the same tick
+    assert path.stat().st_size == info.st_size and path.stat().st_ino == info.st_ino
+    assert search_store(store, "alpha") == []
+    assert [h.snippet for h in search_store(store, "omega")] == ["omega words"]
