@@ -49,7 +49,7 @@ from soap_core._session import OBJECT_KEY, RERUN_SESSION_KEY, Session
 from soap_core._tokens import count_text, message_token_text
 
 CATALOG_FILE = ".soapwb-catalog.sqlite3"
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 SESSION_FILE = "session.json"
 
 _SCHEMA = """
@@ -92,6 +92,7 @@ CREATE TABLE context_files(
 ) WITHOUT ROWID;
 CREATE INDEX context_files_id ON context_files(id);
 CREATE TABLE messages(
+    rowid INTEGER PRIMARY KEY,     -- also the rowid of the message's text in message_text
     dir TEXT NOT NULL,
     file TEXT NOT NULL,
     idx INTEGER NOT NULL,
@@ -100,12 +101,10 @@ CREATE TABLE messages(
     tokens INTEGER NOT NULL,
     cached_tokens INTEGER,
     created TEXT,
-    chars INTEGER NOT NULL,
-    PRIMARY KEY(dir, file, idx)
-) WITHOUT ROWID;
-CREATE VIRTUAL TABLE message_text USING fts5(
-    text, dir UNINDEXED, file UNINDEXED, idx UNINDEXED, tokenize='trigram'
+    chars INTEGER NOT NULL
 );
+CREATE UNIQUE INDEX messages_at ON messages(dir, file, idx);
+CREATE VIRTUAL TABLE message_text USING fts5(text, tokenize='trigram');
 CREATE TABLE record_dirs(dir TEXT NOT NULL, kind TEXT NOT NULL, sig TEXT NOT NULL,
     PRIMARY KEY(dir, kind)) WITHOUT ROWID;
 CREATE TABLE calls(dir TEXT NOT NULL, id TEXT NOT NULL, context_id TEXT, message_index INTEGER,
@@ -245,8 +244,6 @@ class Catalog:
         self.path = path or self._choose_path()
         self._lock = threading.RLock()
         self._db = self._open()
-        self.generation = 0
-        """Goes up whenever a refresh or a write changes what the catalog holds."""
 
     # -- opening --------------------------------------------------------------------------
 
@@ -290,6 +287,8 @@ class Catalog:
         db = self._connect(self.path)
         db.executescript(_SCHEMA)
         db.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
+        db.execute("INSERT INTO meta VALUES ('generation', '1')")
+        db.execute("INSERT INTO meta VALUES ('epoch', ?)", (os.urandom(8).hex(),))
         return db
 
     def close(self) -> None:
@@ -302,16 +301,36 @@ class Catalog:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
+                self._db.execute(
+                    "UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'"
+                )
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
 
+    @property
+    def state(self) -> str:
+        """The catalog's identity and generation: changes whenever what it holds does,
+        and never repeats across a rebuild (a cache key for pages)."""
+        with self._lock:
+            values = dict(
+                self._db.execute("SELECT key, value FROM meta WHERE key IN ('epoch', 'generation')")
+            )
+        return f"{values.get('epoch', '')}:{values.get('generation', '0')}"
+
+    @property
+    def generation(self) -> int:
+        """Goes up with every change to what the catalog holds, in any process: a cache
+        key for whatever is computed from the store."""
+        with self._lock:
+            row = self._db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
+        return int(row[0]) if row else 0
+
     def clear(self) -> None:
         """Forget everything (the next refresh reads every file again)."""
         with self._lock:
             self._db = self._recreate(self._db)
-            self.generation += 1
 
     # -- walking the store ----------------------------------------------------------------
 
@@ -373,7 +392,6 @@ class Catalog:
                     _delete_session(db, rel)
                 for item in changes:
                     self._index_found(db, item, known)
-            self.generation += 1
             return self.generation
 
     def _known(self, rel: str | None = None) -> _Known:
@@ -396,8 +414,8 @@ class Catalog:
             _put_session(db, item, self._read_session(item))
         files = known.files.get(item.rel, {})
         for name in files.keys() - item.context_sigs.keys():
-            for table in ("context_files", "messages", "message_text"):
-                db.execute(f"DELETE FROM {table} WHERE dir=? AND file=?", (item.rel, name))
+            _delete_messages(db, item.rel, name)
+            db.execute("DELETE FROM context_files WHERE dir=? AND file=?", (item.rel, name))
         for name, sig in item.context_sigs.items():
             if files.get(name) != sig:
                 self._index_context_file(db, item.rel, item.path / name, sig)
@@ -419,8 +437,7 @@ class Catalog:
             return exc
 
     def _index_context_file(self, db: sqlite3.Connection, rel: str, path: Path, sig: str) -> None:
-        db.execute("DELETE FROM messages WHERE dir=? AND file=?", (rel, path.name))
-        db.execute("DELETE FROM message_text WHERE dir=? AND file=?", (rel, path.name))
+        _delete_messages(db, rel, path.name)
         try:
             context = Context.from_dict(read_json(path))
         except FormatError as exc:
@@ -483,8 +500,7 @@ class Catalog:
                 info = _stat(directory / name)
                 if context is None or info is None:
                     continue
-                db.execute("DELETE FROM messages WHERE dir=? AND file=?", (rel, name))
-                db.execute("DELETE FROM message_text WHERE dir=? AND file=?", (rel, name))
+                _delete_messages(db, rel, name)
                 counts = [m.count_tokens() for m in context.messages]
                 _put_context(db, rel, name, _signature(info), context, counts)
             info = _stat(directory / SESSION_FILE)
@@ -498,7 +514,6 @@ class Catalog:
                     rel, directory, layout, role, instance, _signature(info), info.st_mtime_ns, {}, {}
                 )
                 _put_session(db, found, session)
-        self.generation += 1
 
     def note_records(self, directory: Path) -> None:
         """Index the record folders of one session (after the runtime wrote a record)."""
@@ -509,7 +524,6 @@ class Catalog:
             for kind in (CALLS_DIR, INVOCATIONS_DIR):
                 info = _stat(directory / kind)
                 _index_records(db, rel, directory, kind, _signature(info) if info else None)
-        self.generation += 1
 
     def index_session_dir(self, directory: Path) -> None:
         """Index one session folder from its files (a lookup found it on disk)."""
@@ -530,7 +544,6 @@ class Catalog:
                 return
             with self._write() as db:
                 self._index_found(db, item, known)
-            self.generation += 1
 
     def _relative(self, directory: Path) -> str | None:
         try:
@@ -676,12 +689,12 @@ class Catalog:
         if len(query) >= 3:
             where, params = "message_text MATCH ?", ('"' + query.replace('"', '""') + '"',)
         sql = f"""
-            SELECT t.dir, s.role, s.uuid, c.id, t.idx, m.id, m.role, t.text
-            FROM message_text t JOIN sessions s ON s.dir = t.dir
-            JOIN context_files c ON c.dir = t.dir AND c.file = t.file
-            JOIN messages m ON m.dir = t.dir AND m.file = t.file AND m.idx = t.idx
+            SELECT m.dir, s.role, s.uuid, c.id, m.idx, m.id, m.role, t.text
+            FROM message_text t JOIN messages m ON m.rowid = t.rowid
+            JOIN sessions s ON s.dir = m.dir
+            JOIN context_files c ON c.dir = m.dir AND c.file = m.file
             WHERE {where} AND s.error IS NULL
-            ORDER BY s.sort_key, (c.id IS NOT s.active_context_id), t.file, t.idx"""
+            ORDER BY s.sort_key, (c.id IS NOT s.active_context_id), m.file, m.idx"""
         with self._lock:
             cursor = self._db.execute(sql, params)
             while batch := cursor.fetchmany(256):
@@ -746,16 +759,18 @@ def _sort_key(item: _Found) -> str:
 
 
 def _delete_session(db: sqlite3.Connection, rel: str) -> None:
-    for table in (
-        "sessions",
-        "context_files",
-        "messages",
-        "message_text",
-        "record_dirs",
-        "calls",
-        "invocations",
-    ):
+    _delete_messages(db, rel)
+    for table in ("sessions", "context_files", "record_dirs", "calls", "invocations"):
         db.execute(f"DELETE FROM {table} WHERE dir=?", (rel,))
+
+
+def _delete_messages(db: sqlite3.Connection, rel: str, file: str | None = None) -> None:
+    """The rows of one context file's messages (or a whole session's), and their text:
+    the text table is reached through the messages' rowids (an FTS table has no index
+    on anything else)."""
+    where, params = ("dir=? AND file=?", (rel, file)) if file is not None else ("dir=?", (rel,))
+    db.execute(f"DELETE FROM message_text WHERE rowid IN (SELECT rowid FROM messages WHERE {where})", params)
+    db.execute(f"DELETE FROM messages WHERE {where}", params)
 
 
 def _put_session(db: sqlite3.Connection, item: _Found, session: Session | SoapError) -> None:
@@ -809,26 +824,25 @@ def _put_context(
         ),
     )
     rows = []
-    texts = []
+    texts: dict[int, str] = {}
     for index, (message, count) in enumerate(zip(context.messages, counts, strict=True)):
         text = message.searchable_text()
+        created = message.creation_timestamp
         rows.append(
-            (
-                rel,
-                file,
-                index,
-                message.id,
-                message.role,
-                count,
-                message.token_count,
-                message.creation_timestamp,
-                len(text),
-            )
+            (rel, file, index, message.id, message.role, count, message.token_count, created, len(text))
         )
         if text:
-            texts.append((text, rel, file, index))
-    db.executemany("INSERT INTO messages VALUES (?,?,?,?,?,?,?,?,?)", rows)
-    db.executemany("INSERT INTO message_text(text, dir, file, idx) VALUES (?,?,?,?)", texts)
+            texts[index] = text
+    db.executemany(
+        "INSERT INTO messages(dir, file, idx, id, role, tokens, cached_tokens, created, chars) "
+        "VALUES (?,?,?,?,?,?,?,?,?)",
+        rows,
+    )
+    rowids = db.execute("SELECT rowid, idx FROM messages WHERE dir=? AND file=?", (rel, file)).fetchall()
+    db.executemany(
+        "INSERT INTO message_text(rowid, text) VALUES (?, ?)",
+        [(rowid, texts[idx]) for rowid, idx in rowids if idx in texts],
+    )
 
 
 def _index_records(db: sqlite3.Connection, rel: str, directory: Path, kind: str, sig: str | None) -> None:

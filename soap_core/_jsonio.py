@@ -13,7 +13,6 @@ import contextlib
 import hashlib
 import json
 import os
-import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,8 @@ import orjson
 from soap_core._errors import FormatError, StoreError
 
 _BOM = b"\xef\xbb\xbf"
-_LONG_DIGITS = re.compile(rb"\d{19}")
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_LONG_NUMBER = b"0" * 19
 
 
 def read_json(path: Path) -> Any:
@@ -39,7 +39,7 @@ def read_json(path: Path) -> Any:
 def parse_json_bytes(path: Path, raw: bytes) -> Any:
     """Parse a file's bytes: orjson first (several times faster), then the standard
     library (NaN, huge integers, lone surrogates), then json5 (comments, trailing commas)."""
-    if _LONG_DIGITS.search(raw) is None:  # orjson reads integers past 64 bits as floats
+    if _LONG_NUMBER not in raw.translate(_DIGITS_AS_ZERO):  # orjson reads integers past 64 bits as floats
         try:
             return orjson.loads(raw[3:] if raw.startswith(_BOM) else raw)
         except orjson.JSONDecodeError:

@@ -82,6 +82,22 @@ _NEW_KEY_ORDER: dict[str, tuple[str, ...]] = {
 }
 
 
+_KNOWN_KEY_SET = frozenset(_KNOWN_KEYS)
+_KEY_SHAPES: dict[tuple[str, ...], tuple[tuple[str, ...], frozenset[str], tuple[str, ...]]] = {}
+
+
+def _key_shape(data: dict[str, Any]) -> tuple[tuple[str, ...], frozenset[str], tuple[str, ...]]:
+    """A message dict's key order, key set and unknown keys, shared by every message of
+    the same shape (a store has a handful of shapes and many thousand messages)."""
+    order = tuple(data)
+    shape = _KEY_SHAPES.get(order)
+    if shape is None:
+        shape = (order, frozenset(order), tuple(k for k in order if k not in _KNOWN_KEY_SET))
+        if len(_KEY_SHAPES) < 4096:
+            _KEY_SHAPES[order] = shape
+    return shape
+
+
 class Message:
     """One message of a context, in display order there.
 
@@ -295,9 +311,8 @@ class Message:
         )
         message.hook_ids = hook_ids
         message.creation_timestamp = data.get("creation_timestamp")
-        message.extra = {k: v for k, v in data.items() if k not in _KNOWN_KEYS}
-        message._key_order = tuple(data)
-        message._file_keys = frozenset(data)
+        message._key_order, message._file_keys, unknown = _key_shape(data)
+        message.extra = {k: data[k] for k in unknown}
         return message
 
     def _known_values(self) -> dict[str, Any]:

@@ -180,18 +180,20 @@ def _snippet(text: str, at: int, width: int = 80) -> str:
     return ("…" if start else "") + line + ("…" if start + width < len(text) else "")
 
 
-def search_store(store: Store, query: str, limit: int = 200) -> list[SearchHit]:
+def search_store(store: Store, query: str, limit: int = 200, *, refresh: bool = True) -> list[SearchHit]:
     """Messages containing ``query`` (case-insensitive) in every readable session, each
     message once: in the active context where it matches there, else in the first fork
     (by file name) whose copy matches. Through the catalog's
-    text index where the store has one, else by reading every session."""
+    text index where the store has one, else by reading every session; ``refresh=False``
+    skips the catalog's walk of the files when the caller has just made it."""
     needle = query.casefold()
     if not needle:
         return []
     catalog = store.catalog()
     if catalog is None:
         return _scan_search(store, needle, limit)
-    store.sessions()  # brings the catalog up to date
+    if refresh:
+        catalog.refresh()
     hits: list[SearchHit] = []
     seen: set[tuple[str, str]] = set()  # forks copy messages: each is listed once per session
     for hit in catalog.search(query):

@@ -145,6 +145,9 @@ def _require(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], p
     return value
 
 
+_KNOWN_KEY_SETS = {kind: frozenset(keys) for kind, keys in _KNOWN_KEYS.items()}
+
+
 def part_from_dict(data: Any, path: str = "$") -> Part:
     """Turn one content-part dict into a typed part, raising FormatError on wrong types."""
     if not isinstance(data, dict):
@@ -152,7 +155,8 @@ def part_from_dict(data: Any, path: str = "$") -> Part:
     kind = data.get("type")
     if kind is None and "name" in data and "parameters" in data:
         kind = "tool"  # older ToolDefinitionsMessage versions wrote tool parts without type
-    extra = {k: v for k, v in data.items() if k not in _KNOWN_KEYS.get(str(kind), ())}
+    known = _KNOWN_KEY_SETS.get(str(kind), frozenset())
+    extra = {k: v for k, v in data.items() if k not in known} if not known.issuperset(data) else {}
     part: Part
     if kind in ("text", "thinking"):
         text = _require(data, "text", str, path)

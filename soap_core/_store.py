@@ -241,8 +241,10 @@ class Store:
         if not ref or "/" in ref or "\\" in ref or ref in (".", ".."):
             return []
         known = [d for d in catalog.find_dirs(ref, exact_only=True) if d.is_dir()]
+        if known:
+            return known
         on_disk = [self.agents_dir / role / ref for role in self.roles()] + [self.sessions_dir / ref]
-        return list(dict.fromkeys([*known, *(d for d in on_disk if d.is_dir())]))
+        return [d for d in on_disk if d.is_dir()]
 
     def _resolve(self, ref: str, candidates: list[SessionSummary]) -> SessionSummary:
         exact = [s for s in candidates if ref in (s.uuid, s.path.name)]

@@ -8,46 +8,65 @@ become one line on stderr and exit status 1; there is no user-facing traceback.
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import os
 import sys
 from collections.abc import Callable, Sequence
 
 from soap_core import SoapError
-from soapwb import (
-    analysis_commands,
-    demo_commands,
-    import_commands,
-    llm_commands,
-    replay_commands,
-    rerun_commands,
-    runtime_commands,
-    store_commands,
-    ui_commands,
-)
 from soapwb.common import UsageError
 
 Handler = Callable[[argparse.Namespace], int]
 
+COMMAND_MODULES = {
+    "ls": "store_commands",
+    "show": "store_commands",
+    "tree": "store_commands",
+    "llm": "llm_commands",
+    "trace": "runtime_commands",
+    "materialize": "replay_commands",
+    "verify": "replay_commands",
+    "replay": "replay_commands",
+    "diff": "replay_commands",
+    "rerun": "rerun_commands",
+    "continue": "rerun_commands",
+    "tokens": "analysis_commands",
+    "compact": "analysis_commands",
+    "ui": "ui_commands",
+    "demo": "demo_commands",
+    "import": "import_commands",
+    "gen-store": "gen_commands",
+}
+"""Which module registers each command: a command imports only its own module, so
+``soapwb ls`` does not pay for replay, pandas and openai (a test checks this map
+against what the modules register)."""
 
-def build_parser() -> argparse.ArgumentParser:
+
+def _modules() -> list[str]:
+    names = list(dict.fromkeys(COMMAND_MODULES.values()))
+    return [n for n in names if importlib.util.find_spec(f"soapwb.{n}") is not None]
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line, or only the module that registers the command ``only``."""
     parser = argparse.ArgumentParser(
         prog="soapwb", description="Inspect, replay and compare LLM agent contexts stored in sOAP format."
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    store_commands.register(commands)
-    llm_commands.register(commands)
-    runtime_commands.register(commands)
-    replay_commands.register(commands)
-    rerun_commands.register(commands)
-    analysis_commands.register(commands)
-    ui_commands.register(commands)
-    demo_commands.register(commands)
-    import_commands.register(commands)
+    for name in [only] if only else _modules():
+        importlib.import_module(f"soapwb.{name}").register(commands)
     return parser
 
 
+def _command_module(argv: Sequence[str]) -> str | None:
+    first = next((a for a in argv if not a.startswith("-")), None)
+    return COMMAND_MODULES.get(first) if first and argv and argv[0] == first else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(_command_module(argv))
     args = parser.parse_args(argv)
     handler: Handler = args.handler
     try:

@@ -11,6 +11,12 @@ from soapwb.common import add_store_options, emit_json, format_table, open_store
 
 def register(commands: Any) -> None:
     ls = commands.add_parser("ls", help="list the sessions of a store")
+    ls.add_argument(
+        "--recount",
+        action="store_true",
+        help="rebuild the store's catalog from the files, counting every token again "
+        "(the catalog otherwise reads only files that changed)",
+    )
     add_store_options(ls)
     ls.set_defaults(handler=cmd_ls)
 
@@ -31,6 +37,9 @@ def register(commands: Any) -> None:
 
 def cmd_ls(args: argparse.Namespace) -> int:
     store = open_store(args)
+    catalog = store.catalog() if args.recount else None
+    if catalog is not None:
+        catalog.clear()
     rows = [session_overview(store, summary) for summary in store.sessions()]
     if args.json:
         emit_json([row.as_dict() for row in rows])

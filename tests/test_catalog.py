@@ -376,3 +376,30 @@ def test_a_file_rewritten_within_one_clock_tick_is_read_again(tmp_path: Path) ->
     assert path.stat().st_size == info.st_size and path.stat().st_ino == info.st_ino
     assert search_store(store, "alpha") == []
     assert [h.snippet for h in search_store(store, "omega")] == ["omega words"]
+
+
+def test_ls_recount_rebuilds_counts_the_catalog_had_wrong(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sqlite3
+
+    from soapwb.cli import main
+
+    root = tmp_path / "store"
+    build_agents_store(root, 3, seed=6)
+    _age(root)
+    truth = [
+        o["tokens"]
+        for o in (
+            session_overview(Store(root, use_catalog=False), s).as_dict()
+            for s in Store(root, use_catalog=False).sessions()
+        )
+    ]
+    assert main(["ls", "--store", str(root), "--json"]) == 0
+    capsys.readouterr()
+    with sqlite3.connect(root / CATALOG_FILE) as db:  # a stale cache: a count off by 1,000
+        db.execute("UPDATE context_files SET tokens = tokens + 1000")
+    assert main(["ls", "--store", str(root), "--json"]) == 0
+    assert [r["tokens"] for r in json.loads(capsys.readouterr().out)] == [t + 1000 for t in truth]
+    assert main(["ls", "--store", str(root), "--json", "--recount"]) == 0
+    assert [r["tokens"] for r in json.loads(capsys.readouterr().out)] == truth

@@ -448,3 +448,27 @@ def test_installed_script_help_works() -> None:
     result = run_script("--help")
     assert (result.code, result.err) == (0, "")
     assert result.out.startswith("usage: soapwb")
+
+
+def test_the_command_map_names_the_module_that_registers_each_command() -> None:
+    import argparse
+    import importlib
+
+    from soapwb.cli import COMMAND_MODULES, _modules
+
+    registered: dict[str, str] = {}
+    for name in _modules():
+        commands = argparse.ArgumentParser().add_subparsers()
+        importlib.import_module(f"soapwb.{name}").register(commands)
+        registered.update(dict.fromkeys(commands.choices, name))
+    assert registered == {c: m for c, m in COMMAND_MODULES.items() if m in _modules()}
+
+
+def test_soapwb_ls_imports_neither_replay_nor_pandas_nor_openai(store_copy: Path) -> None:
+    code = (
+        "import sys; from soapwb.cli import main; main(['ls', '--store', sys.argv[1], '--json']); "
+        "print(sorted(m for m in ('replay', 'pandas', 'openai', 'deepdiff', 'streamlit') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(store_copy)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"

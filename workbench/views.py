@@ -22,6 +22,7 @@ from soap_core import (
     MessageRow,
     Session,
     SessionOverview,
+    SoapError,
     Store,
     describe_node,
 )
@@ -63,13 +64,26 @@ def _listing(path: str) -> list[str]:
 
 
 def store_signature(root: str) -> StoreSignature:
-    """The modification times of the store's folders and session files.
+    """A key that changes whenever the store does: the catalog's state after it caught
+    up with the files (``stat`` calls only, one small row read), or, without a catalog,
+    the modification times of the store's folders and session files.
 
     Any write to the store (a new session, a new or replaced context file, an atomic
-    rename) changes at least one entry, so this is a sound cache key for everything
-    read from the store, while costing only ``stat`` calls.
+    rename, peteos rewriting a file in place) changes it, so it is a sound cache key
+    for everything read from the store.
     """
     store = Store(root)
+    catalog = store.catalog()
+    if catalog is not None:
+        try:
+            catalog.refresh()
+            return (("catalog:" + catalog.state, 0, 0),)
+        except SoapError:
+            pass  # an unlistable folder: the walk below shows what can be seen
+    return _stat_signature(store, root)
+
+
+def _stat_signature(store: Store, root: str) -> StoreSignature:
     paths = [root, str(store.agents_dir), str(store.layout.instances_dir)]
     # peteos rewrites agentic_object.json in place: its own mtime tells a new thread
     paths.extend(os.path.join(d, INSTANCE_FILE) for d in _listing(str(store.layout.instances_dir)))

@@ -124,13 +124,22 @@ def _thread_session(obj: AgenticObject, thread: str) -> Session | None:
         return _scanned_thread_session(obj, thread)
     for attempt in range(2):
         for directory in catalog.thread_sessions(obj.role, thread, obj.object_id):
-            catalog.index_session_dir(directory)  # the files may have changed since
-        found = catalog.thread_sessions(obj.role, thread, obj.object_id)
-        if found:
-            return store.load_session(found[0].name)
+            session = store.load_session(directory.name)  # the lookup re-reads what changed
+            if _keeps_thread(obj, session, thread):
+                return session
         if attempt == 0:
             catalog.refresh()
     return None
+
+
+def _keeps_thread(obj: AgenticObject, session: Session, thread: str) -> bool:
+    state = session.state_data
+    return (
+        session.role == obj.role
+        and session.thread_id == thread
+        and state.get(OBJECT_KEY) == obj.object_id
+        and RERUN_SESSION_KEY not in state
+    )
 
 
 def _scanned_thread_session(obj: AgenticObject, thread: str) -> Session | None:

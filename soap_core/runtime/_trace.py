@@ -10,6 +10,7 @@ to the outermost invocation, and down through every invocation it made, by readi
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from soap_core._records import InvocationRecord, read_invocation, read_invocations
@@ -83,8 +84,21 @@ def _frame(record: InvocationRecord, depth: int) -> TraceFrame:
 
 
 class _Walker:
+    """Walks invocation links across sessions, reading each session's records once
+    (and grouping them by parent), so a chain costs what its records cost."""
+
     def __init__(self, store: Store) -> None:
         self.dirs = {s.uuid: s.path for s in store.sessions()}
+        self._children: dict[Path, dict[str | None, list[InvocationRecord]]] = {}
+
+    def children_of(self, directory: Path, invocation_id: str) -> list[InvocationRecord]:
+        by_parent = self._children.get(directory)
+        if by_parent is None:
+            by_parent = {}
+            for found in read_invocations(directory):
+                by_parent.setdefault(found.parent_invocation_id, []).append(found)
+            self._children[directory] = by_parent
+        return by_parent.get(invocation_id, [])
 
     def record(self, session: str | None, invocation_id: str) -> InvocationRecord | None:
         directory = self.dirs.get(session or "")
@@ -113,7 +127,7 @@ class _Walker:
         if directory is None:
             return []
         frames: list[TraceFrame] = []
-        children = [r for r in read_invocations(directory) if r.parent_invocation_id == record.id]
+        children = self.children_of(directory, record.id)
         for child in sorted(children, key=lambda r: r.started_at):
             if child.id in seen:
                 continue

@@ -1,0 +1,207 @@
+"""Store: listing, loading, token counts, search, invoke and replay at scale.
+
+One generated store of 10,000 sessions (``soapwb gen-store``, seed 12) serves every
+figure here; each is a ratio to a baseline measured in this run, on this machine.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from benchmarks._harness import Bench, best_time
+from soap_core import Message, Store, search_store
+from soap_core._catalog import RACY_NS, is_catalog_file
+from soap_core._generate import generate_store
+from soap_core._tokens import get_encoding, message_token_text
+
+PYTHON = sys.executable
+
+
+def _process_seconds(code: str, *args: str, repeat: int = 5) -> float:
+    """The fastest of ``repeat`` runs of a fresh Python process running ``code``."""
+
+    def run() -> None:
+        subprocess.run([PYTHON, "-c", code, *args], check=True, stdout=subprocess.DEVNULL)
+
+    return best_time(run, repeat)
+
+
+def build(bench: Bench, name: str, **shape: Any) -> Path:
+    root = bench.workdir / name
+    if not root.exists():
+        started = time.perf_counter()
+        summary = generate_store(root, **shape)
+        print(
+            f"  generated {name}: {summary.sessions} sessions, {summary.messages} messages, "
+            f"{summary.bytes / 1e6:.0f} MB in {time.perf_counter() - started:.0f} s",
+            flush=True,
+        )
+        time.sleep(RACY_NS / 1e9)  # files written this instant are re-read until they settle
+    return root
+
+
+def store_shape(bench: Bench) -> dict[str, Any]:
+    return {
+        "sessions": bench.scale(10_000, 300),
+        "messages": 20,
+        "fork_rate": 0.2,
+        "chain_depth": 3,
+        "seed": 12,
+    }
+
+
+def listing(bench: Bench, root: Path) -> None:
+    sessions = store_shape(bench)["sessions"]
+    ls = "import sys; from soapwb.cli import main; sys.exit(main(['ls', '--store', sys.argv[1], '--json']))"
+    started = time.perf_counter()
+    subprocess.run([PYTHON, "-c", ls, str(root)], check=True, stdout=subprocess.DEVNULL)
+    cold = time.perf_counter() - started
+    baseline = _process_seconds("import soap_core")
+    warm = _process_seconds(ls, str(root))
+    bench.ratio(
+        f"`soapwb ls --json`, {sessions:,} sessions, warm catalog",
+        warm,
+        baseline,
+        3,
+        baseline_is="`python -c 'import soap_core'` process",
+        note=f"{warm:.2f} s vs {baseline:.2f} s; the first `ls` builds the catalog: {cold:.1f} s",
+    )
+    store = Store(root)
+    refresh = best_time(lambda: store.catalog().refresh(), 3)  # type: ignore[union-attr]
+    bench.figure(
+        f"catalog refresh (stat walk), {sessions:,} sessions, nothing changed",
+        refresh * 1000,
+        "ms",
+        note="every session and context file is stat-ed: peteos rewrites files in place",
+    )
+
+
+def _store_files(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*.json") if not is_catalog_file(p)]
+
+
+def cold_load(bench: Bench, root: Path) -> None:
+    store = Store(root)
+    summaries = store.sessions()
+    files = [p for s in summaries for p in s.path.glob("*.json")]
+    size = sum(p.stat().st_size for p in files)
+
+    def parse_bytes() -> None:
+        for path in files:
+            orjson.loads(path.read_bytes())
+
+    def load_objects() -> None:
+        fresh = Store(root)
+        for summary in summaries:
+            fresh.load_session(summary.path.name, require_active=False)
+
+    baseline = best_time(parse_bytes, 3)
+    ours = best_time(load_objects, 3)
+    bench.figure(
+        f"cold load into objects, {len(summaries):,} sessions ({size / 1e6:.0f} MB)",
+        baseline / ours,
+        "x",
+        "≥ 0.5x",
+        baseline / ours >= 0.5,
+        baseline="`orjson.loads` of the same files' bytes (read included)",
+        note=f"{size / 1e6 / ours:.0f} MB/s vs {size / 1e6 / baseline:.0f} MB/s",
+    )
+
+
+@contextmanager
+def counting_encodes() -> Iterator[list[int]]:
+    import soap_core._catalog as catalog_module
+    import soap_core._message as message_module
+
+    seen: list[int] = []
+    real = message_module.count_text
+
+    def counting(text: str, encoding: str = "cl100k_base") -> int:
+        seen.append(1)
+        return real(text, encoding)
+
+    message_module.count_text, catalog_module.count_text = counting, counting  # type: ignore[assignment]
+    try:
+        yield seen
+    finally:
+        message_module.count_text, catalog_module.count_text = real, real  # type: ignore[assignment]
+
+
+def token_counts(bench: Bench, root: Path) -> None:
+    store = Store(root)
+    summaries = store.sessions()[: bench.scale(1_000, 100)]
+    with counting_encodes() as encodes:
+        fresh = Store(root)
+        total = 0
+        for summary in summaries:
+            session = fresh.load_session(summary.path.name, require_active=False)
+            total += sum(c.total_token_count() for c in session.contexts.values())
+    bench.figure(
+        f"warm token counts, {len(summaries):,} sessions loaded and counted in a new Store",
+        len(encodes),
+        "encodes",
+        "0",
+        not encodes,
+        note=f"{total:,} tokens, every count from the catalog",
+    )
+    messages: list[Message] = []
+    for summary in summaries[:200]:
+        session = Store(root, use_catalog=False).load_session(summary.path.name, require_active=False)
+        messages.extend(session.active_context.messages)
+    texts = [message_token_text(m.role, m.raw_content()) for m in messages]
+    encoding = get_encoding()
+    baseline = best_time(lambda: [encoding.encode_ordinary(t) for t in texts], 3)
+
+    def ours() -> None:
+        for message in messages:
+            message._token_cache.clear()
+            message.count_tokens()
+
+    bench.ratio(
+        f"cold token counts, {len(messages):,} messages",
+        best_time(ours, 3),
+        baseline,
+        1.1,
+        baseline_is="raw `encode_ordinary` of the same texts",
+        note="ours builds each message's text (peteos's formula) and counts it",
+    )
+
+
+def search(bench: Bench, root: Path) -> None:
+    store = Store(root)
+    sessions = len(store.sessions())
+    for query, kind in (("zebra-none", "no hit"), ("delegate", "common word"), ("quietly", "word")):
+        seconds = best_time(lambda q=query: search_store(store, q, refresh=False), 3)
+        hits = len(search_store(store, query, refresh=False))
+        bench.figure(
+            f"search {query!r} ({kind}), {sessions:,} sessions",
+            seconds * 1000,
+            "ms",
+            "< 300 ms",
+            seconds < 0.3,
+            note=f"{hits} hits (200 at most); the catalog's refresh is its own figure above",
+        )
+
+
+def run(bench: Bench) -> None:
+    root = build(bench, "store-10k", **store_shape(bench))
+    listing(bench, root)
+    cold_load(bench, root)
+    token_counts(bench, root)
+    search(bench, root)
+    os.environ.pop("SOAPWB_NO_CATALOG", None)
+
+
+if __name__ == "__main__":
+    from benchmarks.run import main
+
+    sys.exit(main(["--only", "store", *sys.argv[1:]]))
