@@ -69,9 +69,7 @@ class Bench:
     ) -> Figure:
         """``measured / baseline`` held against ``≤ limit``x."""
         value = measured / baseline if baseline > 0 else float("inf")
-        return self.figure(
-            what, value, "x", f"≤ {limit:g}x", value <= limit, baseline=baseline_is, note=note
-        )
+        return self.figure(what, value, "x", f"≤ {limit:g}x", value <= limit, baseline=baseline_is, note=note)
 
 
 def _verdict(met: bool | None) -> str:

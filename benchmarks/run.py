@@ -66,7 +66,13 @@ def render(figures: list[Figure], *, quick: bool, seconds: float, failed: dict[s
     for figure in figures:
         if figure.group != group:
             group = figure.group
-            lines += ["", f"## {group}", "", "| what | figure | goal | met | against | note |", "|---|---|---|---|---|---|"]
+            lines += [
+                "",
+                f"## {group}",
+                "",
+                "| what | figure | goal | met | against | note |",
+                "|---|---|---|---|---|---|",
+            ]
         verdict = {True: "yes", False: "**no**", None: ""}[figure.met]
         lines.append(
             f"| {_cell(figure.what)} | {_value(figure)} | {_cell(figure.goal)} | {verdict} "
