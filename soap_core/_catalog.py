@@ -34,7 +34,7 @@ from typing import Any
 
 from soap_core._context import Context
 from soap_core._errors import ContextNotFoundError, FormatError, SoapError, StoreError
-from soap_core._jsonio import read_json
+from soap_core._jsonio import parse_json_bytes, read_json
 from soap_core._layout import (
     AGENTS_DIR,
     SESSIONS_DIR,
@@ -49,7 +49,7 @@ from soap_core._session import OBJECT_KEY, RERUN_SESSION_KEY, Session
 from soap_core._tokens import count_text, message_token_text
 
 CATALOG_FILE = ".soapwb-catalog.sqlite3"
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 SESSION_FILE = "session.json"
 
 _SCHEMA = """
@@ -70,7 +70,8 @@ CREATE TABLE sessions(
     active_context_id TEXT,
     object_id TEXT,
     rerun INTEGER,
-    error TEXT
+    error TEXT,
+    digest TEXT                    -- of session.json's bytes, role and instance
 ) WITHOUT ROWID;
 CREATE INDEX sessions_name ON sessions(name);
 CREATE INDEX sessions_uuid ON sessions(uuid);
@@ -88,6 +89,8 @@ CREATE TABLE context_files(
     last_ts TEXT,
     counts BLOB,                   -- true token count of each message, int32 array
     error TEXT,
+    digest TEXT,                   -- of the file's bytes: a racy re-read that finds them
+                                   -- unchanged changes nothing
     PRIMARY KEY(dir, file)
 ) WITHOUT ROWID;
 CREATE INDEX context_files_id ON context_files(id);
@@ -106,7 +109,7 @@ CREATE TABLE messages(
 CREATE UNIQUE INDEX messages_at ON messages(dir, file, idx);
 CREATE VIRTUAL TABLE message_text USING fts5(text, tokenize='trigram');
 CREATE TABLE record_dirs(dir TEXT NOT NULL, kind TEXT NOT NULL, sig TEXT NOT NULL,
-    PRIMARY KEY(dir, kind)) WITHOUT ROWID;
+    digest TEXT, PRIMARY KEY(dir, kind)) WITHOUT ROWID;
 CREATE TABLE calls(dir TEXT NOT NULL, id TEXT NOT NULL, context_id TEXT, message_index INTEGER,
     message_id TEXT, request_hash TEXT, invocation_id TEXT, started_at TEXT,
     PRIMARY KEY(dir, id)) WITHOUT ROWID;
@@ -301,13 +304,15 @@ class Catalog:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
-                self._db.execute(
-                    "UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'"
-                )
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
+
+    @staticmethod
+    def _bump(db: sqlite3.Connection) -> None:
+        """Count one change of what the catalog holds (inside a write)."""
+        db.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")
 
     @property
     def state(self) -> str:
@@ -388,10 +393,13 @@ class Catalog:
             if not changes and not gone:
                 return self.generation
             with self._write() as db:
+                changed = bool(gone)
                 for rel in gone:
                     _delete_session(db, rel)
                 for item in changes:
-                    self._index_found(db, item, known)
+                    changed = self._index_found(db, item, known) or changed
+                if changed:
+                    self._bump(db)
             return self.generation
 
     def _known(self, rel: str | None = None) -> _Known:
@@ -408,53 +416,79 @@ class Catalog:
             known.records[(d, k)] = sig
         return known
 
-    def _index_found(self, db: sqlite3.Connection, item: _Found, known: _Known) -> None:
-        """Read again what changed in one session folder, and forget what vanished."""
+    def _index_found(self, db: sqlite3.Connection, item: _Found, known: _Known) -> bool:
+        """Read again what changed in one session folder, and forget what vanished;
+        False when every file read again held what the catalog already had."""
+        changed = False
         if known.sessions.get(item.rel) != item.session_key:
-            _put_session(db, item, self._read_session(item))
+            changed = self._index_session_file(db, item)
         files = known.files.get(item.rel, {})
         for name in files.keys() - item.context_sigs.keys():
             _delete_messages(db, item.rel, name)
             db.execute("DELETE FROM context_files WHERE dir=? AND file=?", (item.rel, name))
+            changed = True
         for name, sig in item.context_sigs.items():
             if files.get(name) != sig:
-                self._index_context_file(db, item.rel, item.path / name, sig)
+                changed = self._index_context_file(db, item.rel, item.path / name, sig) or changed
         for kind in (CALLS_DIR, INVOCATIONS_DIR):
             record_sig = item.record_sigs.get(kind)
             if known.records.get((item.rel, kind)) != record_sig:
-                _index_records(db, item.rel, item.path, kind, record_sig)
+                changed = _index_records(db, item.rel, item.path, kind, record_sig) or changed
+        return changed
+
+    def _index_session_file(self, db: sqlite3.Connection, item: _Found) -> bool:
+        raw = _read_bytes(item.path / SESSION_FILE) if item.session_sig else None
+        digest = None if raw is None else _digest(raw, item.role.encode(), (item.instance or "").encode())
+        row = db.execute("SELECT digest FROM sessions WHERE dir=?", (item.rel,)).fetchone()
+        if digest is not None and row is not None and row[0] == digest:
+            db.execute(
+                "UPDATE sessions SET sig=?, mtime_ns=? WHERE dir=?",
+                (_settled(item.session_sig), item.session_mtime, item.rel),
+            )
+            return False
+        _put_session(db, item, self._read_session(item, raw), digest)
+        return True
 
     @staticmethod
-    def _read_session(item: _Found) -> Session | SoapError:
+    def _read_session(item: _Found, raw: bytes | None) -> Session | SoapError:
         path = item.path / SESSION_FILE
-        if not item.session_sig:
+        if not item.session_sig or raw is None:
             return StoreError(path, "missing session.json")
         try:
-            return Session.from_dict(item.role, read_json(path))
+            return Session.from_dict(item.role, parse_json_bytes(path, raw))
         except FormatError as exc:
             return exc.at(path) if exc.path is None else exc
         except SoapError as exc:
             return exc
 
-    def _index_context_file(self, db: sqlite3.Connection, rel: str, path: Path, sig: str) -> None:
+    def _index_context_file(self, db: sqlite3.Connection, rel: str, path: Path, sig: str) -> bool:
+        """Index one context file; False if its bytes are what was indexed before (a
+        racy file read again), which then only takes the new signature."""
+        raw = _read_bytes(path)
+        digest = None if raw is None else _digest(raw)
+        row = db.execute(
+            "SELECT digest FROM context_files WHERE dir=? AND file=?", (rel, path.name)
+        ).fetchone()
+        if digest is not None and row is not None and row[0] == digest:
+            db.execute(
+                "UPDATE context_files SET sig=? WHERE dir=? AND file=?", (_settled(sig), rel, path.name)
+            )
+            return False
         _delete_messages(db, rel, path.name)
         try:
-            context = Context.from_dict(read_json(path))
-        except FormatError as exc:
-            error = exc.at(path) if exc.path is None else exc
-            db.execute(
-                "INSERT OR REPLACE INTO context_files(dir, file, sig, error) VALUES (?, ?, ?, ?)",
-                (rel, path.name, _settled(sig), str(error)),
-            )
-            return
+            if raw is None:
+                raise StoreError(path, "cannot read: it vanished or is unreadable")
+            context = Context.from_dict(parse_json_bytes(path, raw))
         except SoapError as exc:
+            error = exc.at(path) if isinstance(exc, FormatError) and exc.path is None else exc
             db.execute(
-                "INSERT OR REPLACE INTO context_files(dir, file, sig, error) VALUES (?, ?, ?, ?)",
-                (rel, path.name, _settled(sig), str(exc)),
+                "INSERT OR REPLACE INTO context_files(dir, file, sig, error, digest) VALUES (?, ?, ?, ?, ?)",
+                (rel, path.name, _settled(sig), str(error), digest),
             )
-            return
+            return True
         counts = self._true_counts(db, context.messages)
-        _put_context(db, rel, path.name, sig, context, counts)
+        _put_context(db, rel, path.name, sig, context, counts, digest)
+        return True
 
     def _true_counts(self, db: sqlite3.Connection, messages: list[Message]) -> list[int]:
         """Each message's true count: from the content-addressed cache where this exact
@@ -514,6 +548,7 @@ class Catalog:
                     rel, directory, layout, role, instance, _signature(info), info.st_mtime_ns, {}, {}
                 )
                 _put_session(db, found, session)
+            self._bump(db)
 
     def note_records(self, directory: Path) -> None:
         """Index the record folders of one session (after the runtime wrote a record)."""
@@ -523,7 +558,8 @@ class Catalog:
         with self._write() as db:
             for kind in (CALLS_DIR, INVOCATIONS_DIR):
                 info = _stat(directory / kind)
-                _index_records(db, rel, directory, kind, _signature(info) if info else None)
+                if _index_records(db, rel, directory, kind, _signature(info) if info else None):
+                    self._bump(db)
 
     def index_session_dir(self, directory: Path) -> None:
         """Index one session folder from its files (a lookup found it on disk)."""
@@ -543,7 +579,8 @@ class Catalog:
             if not known.differs(item):
                 return
             with self._write() as db:
-                self._index_found(db, item, known)
+                if self._index_found(db, item, known):
+                    self._bump(db)
 
     def _relative(self, directory: Path) -> str | None:
         try:
@@ -731,6 +768,21 @@ class Catalog:
 # -- rows -----------------------------------------------------------------------------------
 
 
+def _read_bytes(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+def _digest(*parts: bytes) -> str:
+    hasher = hashlib.blake2b(digest_size=16)
+    for part in parts:
+        hasher.update(len(part).to_bytes(8, "little"))
+        hasher.update(part)
+    return hasher.hexdigest()
+
+
 def _subdirs(path: Path) -> list[str]:
     """The folders in ``path`` (none if it does not exist); a folder that exists but
     cannot be listed is an error, not an empty part of the store."""
@@ -773,20 +825,22 @@ def _delete_messages(db: sqlite3.Connection, rel: str, file: str | None = None) 
     db.execute(f"DELETE FROM messages WHERE {where}", params)
 
 
-def _put_session(db: sqlite3.Connection, item: _Found, session: Session | SoapError) -> None:
+def _put_session(
+    db: sqlite3.Connection, item: _Found, session: Session | SoapError, digest: str | None = None
+) -> None:
     name = item.rel.rsplit("/", 1)[1]
     uuid_part = name[9:] if len(name) > 9 and name[:8].isdigit() and name[8] == "-" else name
     base = (item.rel, _sort_key(item), item.layout, item.role, item.instance, name, uuid_part)
     sig = _settled(item.session_sig)
     if isinstance(session, SoapError):
         db.execute(
-            "INSERT OR REPLACE INTO sessions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (*base, sig, item.session_mtime, None, None, 0, None, None, 0, str(session)),
+            "INSERT OR REPLACE INTO sessions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (*base, sig, item.session_mtime, None, None, 0, None, None, 0, str(session), digest),
         )
         return
     object_id = session.state_data.get(OBJECT_KEY)
     db.execute(
-        "INSERT OR REPLACE INTO sessions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        "INSERT OR REPLACE INTO sessions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
         (
             *base,
             sig,
@@ -798,16 +852,23 @@ def _put_session(db: sqlite3.Connection, item: _Found, session: Session | SoapEr
             object_id if isinstance(object_id, str) else None,
             int(RERUN_SESSION_KEY in session.state_data),
             None,
+            digest,
         ),
     )
 
 
 def _put_context(
-    db: sqlite3.Connection, rel: str, file: str, sig: str, context: Context, counts: list[int]
+    db: sqlite3.Connection,
+    rel: str,
+    file: str,
+    sig: str,
+    context: Context,
+    counts: list[int],
+    digest: str | None = None,
 ) -> None:
     stamps = sorted(m.creation_timestamp for m in context.messages if m.creation_timestamp)
     db.execute(
-        "INSERT OR REPLACE INTO context_files VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+        "INSERT OR REPLACE INTO context_files VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
         (
             rel,
             file,
@@ -821,6 +882,7 @@ def _put_context(
             stamps[-1] if stamps else None,
             array("i", counts).tobytes(),
             None,
+            digest,
         ),
     )
     rows = []
@@ -845,20 +907,30 @@ def _put_context(
     )
 
 
-def _index_records(db: sqlite3.Connection, rel: str, directory: Path, kind: str, sig: str | None) -> None:
+def _index_records(db: sqlite3.Connection, rel: str, directory: Path, kind: str, sig: str | None) -> bool:
+    """Index one record folder; False when it holds the same files as before (records
+    are written once, by rename: the same names are the same records)."""
     table = "calls" if kind == CALLS_DIR else "invocations"
+    folder = directory / kind
+    names: list[str] = []
+    if sig is not None:
+        try:
+            with os.scandir(folder) as entries:
+                names = sorted(
+                    e.name for e in entries if e.name.endswith(".json") and not e.name.startswith(".")
+                )
+        except OSError:
+            names = []
+    digest = _digest("\n".join(names).encode("utf-8", "surrogatepass")) if sig is not None else None
+    row = db.execute("SELECT digest FROM record_dirs WHERE dir=? AND kind=?", (rel, kind)).fetchone()
+    if sig is not None and row is not None and row[0] == digest:
+        db.execute("UPDATE record_dirs SET sig=? WHERE dir=? AND kind=?", (_settled(sig), rel, kind))
+        return False
     db.execute(f"DELETE FROM {table} WHERE dir=?", (rel,))
     db.execute("DELETE FROM record_dirs WHERE dir=? AND kind=?", (rel, kind))
     if sig is None:
-        return
-    db.execute("INSERT INTO record_dirs VALUES (?,?,?)", (rel, kind, _settled(sig)))
-    folder = directory / kind
-    try:
-        names = sorted(
-            e.name for e in os.scandir(folder) if e.name.endswith(".json") and not e.name.startswith(".")
-        )
-    except OSError:
-        return
+        return row is not None
+    db.execute("INSERT INTO record_dirs VALUES (?,?,?,?)", (rel, kind, _settled(sig), digest))
     for name in names:
         try:
             data = read_json(folder / name)
@@ -893,3 +965,4 @@ def _index_records(db: sqlite3.Connection, rel: str, directory: Path, kind: str,
                 )
         except SoapError:
             continue  # a broken record is reported where it is read; the index skips it
+    return True

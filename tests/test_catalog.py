@@ -403,3 +403,20 @@ def test_ls_recount_rebuilds_counts_the_catalog_had_wrong(
     assert [r["tokens"] for r in json.loads(capsys.readouterr().out)] == [t + 1000 for t in truth]
     assert main(["ls", "--store", str(root), "--json", "--recount"]) == 0
     assert [r["tokens"] for r in json.loads(capsys.readouterr().out)] == truth
+
+
+def test_the_state_holds_while_fresh_files_are_read_again_unchanged(tmp_path: Path) -> None:
+    """Pages key their caches on the state: files younger than the racy window are read
+    again on every refresh, and that must not look like a change."""
+    root = tmp_path / "store"
+    build_agents_store(root, 3, seed=9)  # just written: every file is racy
+    catalog = Store(root).catalog()
+    assert catalog is not None
+    catalog.refresh()
+    state = catalog.state
+    catalog.refresh()
+    assert Store(root).catalog().state == state  # type: ignore[union-attr]
+    path = _context_files(root)[0]
+    path.write_text(path.read_text().replace("alpha", "omega", 1))
+    catalog.refresh()
+    assert catalog.state != state
