@@ -2,22 +2,32 @@
 
 Everything read from the files is shown with elements that do not interpret it (text,
 code, JSON, image bytes), never as Markdown or HTML, because message content is
-whatever a model, a tool or a user wrote.
+whatever a model, a tool or a user wrote. (Outline labels quote message text in
+widgets that show Markdown; there it is escaped, as in every error message.)
+
+A context longer than one page (:data:`~workbench.context_views.PAGE_SIZE` messages) is
+paged: ``?page=`` or the page of ``?message=`` is shown, with a pager and, in the
+sidebar, an outline of the pages around it. The page reads the session from the shared
+read-only cache (:func:`~workbench.loading.read_only_session`) and everything computed
+over the whole context from :func:`~workbench.loading.context_index`, so turning a page
+costs the page's messages only.
 """
 
 from __future__ import annotations
 
 import binascii
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import streamlit as st
 
-from replay import system_prompt_history
+from replay import PromptAtCall
 from soap_core import (
     Context,
     MediaPart,
     Message,
+    MessageRow,
     Part,
     Session,
     SoapError,
@@ -28,18 +38,43 @@ from soap_core import (
     ToolUsePart,
     UnknownPart,
     fork_tree,
-    message_rows,
     part_to_dict,
 )
-from workbench.loading import chosen_store, load_session, show_error_and_stop
+from workbench.context_views import (
+    ContextIndex,
+    ForkPoint,
+    Listing,
+    OutlineEntry,
+    choose_listing,
+    fork_label,
+    forks_after,
+    landmarks,
+    outline_counts,
+    outline_near,
+    page_count,
+    page_rows,
+    parse_index,
+    scroll_target,
+    span_label,
+)
+from workbench.loading import (
+    chosen_store,
+    context_index,
+    context_tokens,
+    read_only_session,
+    show_error_and_stop,
+    system_prompts,
+)
 from workbench.openpoke_views import entry_choices, is_interaction, two_tracks
 from workbench.views import (
+    StoreSignature,
     anchors_at_no_message,
     context_label,
     escape_markdown,
     fork_tree_lines,
     media_file_name,
     message_heading,
+    store_signature,
 )
 
 
@@ -79,12 +114,12 @@ def show_media(message: Message, index: int, part: MediaPart) -> None:
     st.download_button(f"Download {part.type}", data, file_name=name, mime=part.media_type)
 
 
-def show_part(message: Message, index: int, part: Part) -> None:
-    """One content part, rendered for what it is."""
+def show_part(message: Message, index: int, part: Part, expanded: bool = False) -> None:
+    """One content part, rendered for what it is; ``expanded`` opens what is folded."""
     if isinstance(part, TextPart):
         st.text(part.text)
     elif isinstance(part, ThinkingPart):
-        with st.expander("thinking", expanded=False):
+        with st.expander("thinking", expanded=expanded):
             st.text(part.text)
     elif isinstance(part, ToolUsePart):
         st.text(f"tool call {part.name}  call_id {part.call_id}")
@@ -103,43 +138,242 @@ def show_part(message: Message, index: int, part: Part) -> None:
         st.json(dict(part.data))
 
 
-def selected_message() -> int | None:
+def linked_message() -> int | None:
     """The display index in ``?message=`` (links from search, traceback and replay)."""
-    raw = st.query_params.get("message")
-    return int(raw) if raw is not None and raw.lstrip("-").isdigit() else None
+    return parse_index(st.query_params.get("message"))
 
 
-def show_messages(root: str, session: Session, context: Context, chronological: bool) -> None:
-    """Every message with its heading, its parts, and the anchors it ends; a model output
-    links to the Replay page, where it can be replayed or the agent re-run from it."""
-    chosen = selected_message()
-    for row in message_rows(context, chronological=chronological):
-        message = context.messages[row.index]
-        with st.container(border=True):
-            if row.index == chosen:
-                st.text(f"▶ message {row.index}, as linked")
-            st.text(message_heading(row, message.message_type))
-            if message.role == "assistant":
-                st.page_link(
-                    "pages/replay.py",
-                    label="Replay it, or re-run the agent from here",
-                    icon=":material/replay:",
-                    query_params={
-                        "store": root,
-                        "session": session.uuid,
-                        "context": context.id,
-                        "message": str(row.index),
-                    },
-                )
-            if not message.content:
-                st.text("(no content)")
-            for index, part in enumerate(message.content):
-                show_part(message, index, part)
+# -- moving around: each control writes the URL, so the view survives a reload or a copied link
+
+
+def go_to_page(page: int) -> None:
+    st.query_params["page"] = str(page)
+    st.query_params.pop("message", None)
+
+
+def go_to_message(index: int) -> None:
+    st.query_params["message"] = str(index)
+    st.query_params.pop("page", None)
+
+
+def page_typed() -> None:
+    if st.session_state.get(PAGE_KEY) is not None:
+        go_to_page(int(st.session_state[PAGE_KEY]))
+
+
+def message_typed() -> None:
+    if st.session_state.get(GOTO_KEY) is not None:
+        go_to_message(int(st.session_state[GOTO_KEY]))
+
+
+def turn_typed(turns: Sequence[int]) -> None:
+    turn = st.session_state.get(TURN_KEY)
+    if turn is not None and 1 <= turn <= len(turns):
+        go_to_message(turns[int(turn) - 1])
+
+
+def entry_picked(key: str, entries: list[OutlineEntry]) -> None:
+    picked = st.session_state.get(key)
+    if picked is not None:
+        go_to_message(entries[picked].index)
+
+
+def forget_position() -> None:
+    """Another context: the page and message of the previous one mean nothing there."""
+    st.query_params.pop("page", None)
+    st.query_params.pop("message", None)
+
+
+PAGE_KEY, GOTO_KEY, TURN_KEY = "context_page", "context_goto_message", "context_goto_turn"
+SCROLLED_KEY = "_context_scrolled_to"
+
+
+def listing(context: Context, index: ContextIndex, chronological: bool) -> Listing:
+    """The page to show from ``?page=`` and ``?message=``; a message number past the end
+    is reported, and the first page shown."""
+    linked = linked_message()
+    if linked is not None and linked >= index.messages:
+        st.warning(
+            escape_markdown(f"message {linked} is not in this context (it has {index.messages:,} messages)")
+        )
+        linked = None
+    return choose_listing(index, chronological, parse_index(st.query_params.get("page")), linked)
+
+
+def show_pager(shown: Listing, where: str) -> None:
+    """First / previous / page number / next / last, and a field to jump to a message."""
+    pages = page_count(shown.messages)
+    with st.container(horizontal=True, vertical_alignment="bottom", key=f"pager-{where}"):
+        st.button("First", key=f"first-{where}", on_click=go_to_page, args=(1,), disabled=shown.page == 1)
+        st.button(
+            "Previous",
+            key=f"prev-{where}",
+            on_click=go_to_page,
+            args=(shown.page - 1,),
+            disabled=shown.page == 1,
+        )
+        if where == "top":
+            st.session_state[PAGE_KEY] = shown.page
+            st.number_input(
+                f"Page (of {pages:,})",
+                1,
+                pages,
+                value=None,
+                step=1,
+                key=PAGE_KEY,
+                on_change=page_typed,
+                width=150,
+            )
+        st.button(
+            "Next",
+            key=f"next-{where}",
+            on_click=go_to_page,
+            args=(shown.page + 1,),
+            disabled=shown.page == pages,
+        )
+        st.button(
+            "Last", key=f"last-{where}", on_click=go_to_page, args=(pages,), disabled=shown.page == pages
+        )
+        if where == "top":
+            st.session_state[GOTO_KEY] = shown.linked
+            st.number_input(
+                "Go to message #",
+                0,
+                shown.messages - 1,
+                value=None,
+                step=1,
+                key=GOTO_KEY,
+                on_change=message_typed,
+                placeholder="display index",
+                width=170,
+            )
+    st.caption(span_label(shown.span, shown.messages, shown.page, shown.chronological))
+
+
+def show_message(root: str, session: Session, context: Context, row: MessageRow, linked: bool) -> None:
+    """One message with its heading and its parts; a model output links to the Replay
+    page, where it can be replayed or the agent re-run from it."""
+    message = context.messages[row.index]
+    with st.container(border=True, key=f"message-{row.index}"):
+        if linked:
+            st.text(f"▶ message {row.index}, as linked")
+        st.text(message_heading(row, message.message_type))
+        if message.role == "assistant":
+            st.page_link(
+                "pages/replay.py",
+                label="Replay it, or re-run the agent from here",
+                icon=":material/replay:",
+                query_params={
+                    "store": root,
+                    "session": session.uuid,
+                    "context": context.id,
+                    "message": str(row.index),
+                },
+            )
+        if not message.content:
+            st.text("(no content)")
+        for index, part in enumerate(message.content):
+            show_part(message, index, part, expanded=linked)
+
+
+def show_messages(
+    root: str, session: Session, context: Context, shown: Listing, forks: dict[int, list[ForkPoint]]
+) -> None:
+    """The messages of the page, each followed by the anchors it ends and the forks
+    that branched off after it."""
+    for row in page_rows(context, shown.indices):
+        show_message(root, session, context, row, row.index == shown.linked)
         for name in row.anchors_after:
             st.text(f"──── end of anchor {name} ────")
+        for fork in forks.get(row.index, ()):
+            st.text(f"──── forked here: {fork_label(fork)} ────")
     others = anchors_at_no_message(context.anchor_points, len(context.messages))
     if others:
         st.text("anchors that end at no message: " + ", ".join(others))
+
+
+def show_outline(index: ContextIndex, context: Context, shown: Listing) -> None:
+    """In the sidebar: counts, a jump to a turn, the compactions and forks, and the
+    outline of the pages around this one (never the whole outline of a long context)."""
+    sidebar = st.sidebar
+    sidebar.subheader("Outline")
+    sidebar.caption(escape_markdown(outline_counts(index)))
+    if index.turns:
+        st.session_state[TURN_KEY] = index.turn_number(shown.linked) if shown.linked is not None else None
+        sidebar.number_input(
+            f"Go to turn (1–{len(index.turns):,})",
+            1,
+            len(index.turns),
+            value=None,
+            step=1,
+            key=TURN_KEY,
+            on_change=turn_typed,
+            args=(index.turns,),
+        )
+    marks = landmarks(index, context, shown.page, shown.chronological)
+    if marks:
+        outline_radio(sidebar, "Compactions and forks", "outline_landmark", marks, shown.linked)
+    near = outline_near(index, context, shown.page, shown.chronological)
+    if near:
+        outline_radio(sidebar, "Around this page", "outline_near", near, shown.linked)
+
+
+def outline_radio(place: Any, label: str, key: str, entries: list[OutlineEntry], linked: int | None) -> None:
+    """Entries as a radio list: the linked message's entry is the one selected, and
+    picking another opens its page. Labels quote message text, escaped (a radio shows
+    Markdown)."""
+    st.session_state[key] = next((k for k, e in enumerate(entries) if e.index == linked), None)
+    place.radio(
+        label,
+        range(len(entries)),
+        index=None,
+        format_func=lambda k: escape_markdown(entries[k].label),
+        key=key,
+        on_change=entry_picked,
+        args=(key, entries),
+    )
+
+
+def mark_linked(shown: Listing) -> None:
+    """A border around the linked message. Sent before the messages so that it shows
+    with them (Streamlit holds back an HTML element of style alone until the run ends),
+    in an element that hides itself. Only our own fixed CSS with a message number goes
+    into this HTML, never anything read from the files."""
+    if shown.linked in shown.indices:
+        st.html(
+            f"<style>.st-key-message-{shown.linked} {{ border: 2px solid #ff4b4b !important; "
+            "background: rgba(255, 75, 75, 0.06); }" + HIDE_OURS + f"</style>{OURS}"
+        )
+
+
+# Our own HTML elements carry OURS, and HIDE_OURS takes their element containers out of the
+# layout (no gap for them). A string statement here would be shown: Streamlit's magic.
+OURS = '<span class="soapwb-page-html"></span>'
+HIDE_OURS = '[data-testid="stElementContainer"]:has(.soapwb-page-html) { display: none; }'
+
+
+def scroll_into_view(context: Context, shown: Listing) -> None:
+    """Bring the linked message (or, after turning a page, the page's first message)
+    into view, once per change of view, so that a rerun for anything else leaves the
+    scroll position alone. The script is ours and fixed but for a message number."""
+    view = (context.id, shown.page, shown.linked, shown.chronological)
+    target = scroll_target(st.session_state.get(SCROLLED_KEY), view, shown)
+    st.session_state[SCROLLED_KEY] = view
+    if target is not None:
+        script = SCROLL_SCRIPT.replace("TARGET", f"st-key-message-{target}")
+        st.html(script.replace("HIDE", HIDE_OURS).replace("OURS", OURS), unsafe_allow_javascript=True)
+
+
+SCROLL_SCRIPT = """<style>[class*='st-key-message-'] { scroll-margin-top: 4.5rem; } HIDE</style>OURS<script>
+(() => {
+  let tries = 0, seen = 0;
+  const timer = setInterval(() => {
+    const found = document.getElementsByClassName("TARGET")[0];
+    if (found) { found.scrollIntoView({block: "start"}); seen += 1; }
+    if (seen >= 3 || ++tries > 80) clearInterval(timer);
+  }, 150);
+})();
+</script>"""
 
 
 def pick_context(session: Session) -> Context:
@@ -156,7 +390,11 @@ def pick_context(session: Session) -> Context:
         st.warning(escape_markdown(f"the active context {default} has no readable file"))
         default = ids[0]
     chosen = st.selectbox(
-        "Context", ids, index=ids.index(default), format_func=lambda cid: context_label(session, cid)
+        "Context",
+        ids,
+        index=ids.index(default),
+        format_func=lambda cid: context_label(session, cid),
+        on_change=forget_position,
     )
     st.query_params["context"] = chosen
     return session.contexts[chosen]
@@ -191,9 +429,8 @@ def show_two_tracks(session: Session) -> None:
             st.text(f"note: {note}")
 
 
-def show_system_prompts(session: Session, context: Context) -> None:
+def show_system_prompts(prompts: list[PromptAtCall]) -> None:
     """The system prompt as it read at each call made from this context."""
-    prompts = system_prompt_history(session, context)
     if not prompts:
         return
     with st.expander(f"System prompt at each call ({len(prompts)})"):
@@ -203,8 +440,12 @@ def show_system_prompts(session: Session, context: Context) -> None:
             st.code(prompt.text, language=None)
 
 
-def show_session(root: str, session: Session) -> None:
-    """The session's identity, unreadable files, fork tree and the chosen context."""
+def show_session(root: str, ref: str, signature: StoreSignature, session: Session) -> None:
+    """The session's identity, unreadable files, fork tree and the chosen context.
+
+    The page of messages is drawn before the token total and the call log: the first
+    time a long context is opened those take seconds, and its messages need not wait.
+    """
     st.text(f"{session.role} / {session.uuid}  thread {session.thread_id or '-'}")
     for name, error in session.load_errors.items():
         st.warning(escape_markdown(f"unreadable context file {name}: {error}"))
@@ -215,13 +456,27 @@ def show_session(root: str, session: Session) -> None:
     context = pick_context(session)
     st.subheader("Fork tree")
     st.text("\n".join(fork_tree_lines(fork_tree(session), shown_id=context.id)))
-    show_system_prompts(session, context)
+    prompts_slot = st.container()
     if is_interaction(session):
         show_two_tracks(session)
     st.subheader("Messages")
     chronological = st.toggle("Chronological order (by sequence number)", key="chronological")
-    st.text(f"{len(context.messages)} messages, {context.total_token_count()} tokens (cl100k_base)")
-    show_messages(root, session, context, chronological)
+    totals = st.empty()
+    index = context_index(root, ref, context.id, signature)
+    shown = listing(context, index, chronological)
+    if shown.paged:
+        show_pager(shown, "top")
+    mark_linked(shown)
+    show_messages(root, session, context, shown, forks_after(index))
+    if shown.paged:
+        show_pager(shown, "bottom")
+    tokens = context_tokens(root, ref, context.id, signature)
+    totals.text(f"{index.messages:,} messages, {tokens:,} tokens (cl100k_base)")
+    if shown.paged:
+        show_outline(index, context, shown)
+    scroll_into_view(context, shown)
+    with prompts_slot:
+        show_system_prompts(system_prompts(root, ref, context.id, signature))
 
 
 st.title("Context")
@@ -231,8 +486,9 @@ if not ref:
     st.info("No session selected: pick one on the Sessions page.")
     st.page_link("pages/sessions.py", label="Sessions", icon=":material/list:")
     st.stop()
+signature = store_signature(root)
 try:
-    loaded = load_session(root, ref)
+    loaded = read_only_session(root, ref, signature)
 except SoapError as exc:
     show_error_and_stop(exc)
-show_session(root, loaded)
+show_session(root, ref, signature, loaded)

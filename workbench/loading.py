@@ -1,8 +1,16 @@
 """The pages' access to the store: the chosen path, cached loads, errors shown plainly.
 
-Every click reruns a page, so loads go through ``st.cache_data`` keyed by the store path
-and its :func:`~workbench.views.store_signature`: a rerun reuses the parsed data, and
-any write to the store (by peteos or by us) makes the next rerun read it afresh.
+Every click reruns a page, so loads are cached, keyed by the store path and its
+:func:`~workbench.views.store_signature`: a rerun reuses the parsed data, and any write
+to the store (by peteos or by us) makes the next rerun read it afresh.
+
+Two caches hold sessions. :func:`load_session` goes through ``st.cache_data``, which
+hands every caller its own copy (unpickled on each rerun), so pages that change what
+they get (replay and compaction add forks to it) change only their copy. For a session
+of 100,000 messages that copy takes seconds on every rerun, so :func:`read_only_session`
+goes through ``st.cache_resource`` instead: one object shared by every rerun and every
+browser tab, for pages that only read it (the Context page). Nothing may change it.
+It keeps three sessions at most: one of 100,000 messages takes about 220 MB.
 """
 
 from __future__ import annotations
@@ -12,7 +20,9 @@ from typing import NoReturn
 
 import streamlit as st
 
+from replay import PromptAtCall, system_prompt_history
 from soap_core import SearchHit, Session, SessionOverview, Store, search_store, session_overview
+from workbench.context_views import ContextIndex, build_index
 from workbench.views import StoreSignature, escape_markdown, store_signature
 
 
@@ -81,9 +91,58 @@ def load_session(root: str, ref: str) -> Session:
     return _session(root, ref, store_signature(root))
 
 
+@st.cache_resource(show_spinner="Loading the session…", max_entries=3)
+def _shared_session(root: str, ref: str, signature: StoreSignature) -> Session:
+    return Store(root).load_session(ref, require_active=False)
+
+
+def read_only_session(root: str, ref: str, signature: StoreSignature | None = None) -> Session:
+    """The session ``ref`` as :func:`load_session` gives it, but one object shared by
+    every rerun and browser tab (no copy per rerun): read it, never change it. Its
+    messages fill their token caches as they are counted, which is harmless sharing."""
+    return _shared_session(root, ref, signature or store_signature(root))
+
+
+@st.cache_data(show_spinner="Indexing the context…", max_entries=32)
+def _context_index(root: str, ref: str, context_id: str, signature: StoreSignature) -> ContextIndex:
+    session = _shared_session(root, ref, signature)
+    return build_index(session, session.contexts[context_id])
+
+
+def context_index(
+    root: str, ref: str, context_id: str, signature: StoreSignature | None = None
+) -> ContextIndex:
+    """The :class:`~workbench.context_views.ContextIndex` of one context of the session
+    ``ref``: one pass over its messages the first time, a small copy afterwards."""
+    return _context_index(root, ref, context_id, signature or store_signature(root))
+
+
+@st.cache_data(show_spinner="Counting tokens…", max_entries=32)
+def _context_tokens(root: str, ref: str, context_id: str, signature: StoreSignature) -> int:
+    return _shared_session(root, ref, signature).contexts[context_id].total_token_count()
+
+
+def context_tokens(root: str, ref: str, context_id: str, signature: StoreSignature | None = None) -> int:
+    """The true token total of one context (cl100k_base), counted once."""
+    return _context_tokens(root, ref, context_id, signature or store_signature(root))
+
+
+@st.cache_data(show_spinner="Reading the call log…", max_entries=32)
+def _system_prompts(root: str, ref: str, context_id: str, signature: StoreSignature) -> list[PromptAtCall]:
+    session = _shared_session(root, ref, signature)
+    return system_prompt_history(session, session.contexts[context_id])
+
+
+def system_prompts(
+    root: str, ref: str, context_id: str, signature: StoreSignature | None = None
+) -> list[PromptAtCall]:
+    """``replay.system_prompt_history`` of one context, read from the call log once."""
+    return _system_prompts(root, ref, context_id, signature or store_signature(root))
+
+
 @st.cache_data(show_spinner="Searching…", max_entries=16)
 def _search(root: str, query: str, signature: StoreSignature) -> list[SearchHit]:
-    return search_store(Store(root), query)
+    return search_store(Store(root), query, refresh=False)  # the signature just refreshed it
 
 
 def search_hits(root: str, query: str) -> list[SearchHit]:
