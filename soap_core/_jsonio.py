@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,23 @@ def _mode_for(path: Path) -> int:
         return 0o666 & ~umask
 
 
+_unsynced = 0
+"""How many :func:`unsynced_writes` blocks are running in this process."""
+
+
+@contextlib.contextmanager
+def unsynced_writes() -> Iterator[None]:
+    """Atomic writes without their fsyncs while this runs, in the whole process: only for
+    stores that can be made again (the generator, in processes of its own), never for a
+    user's data, which must survive a crash."""
+    global _unsynced
+    _unsynced += 1
+    try:
+        yield
+    finally:
+        _unsynced -= 1
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     """Replace ``path`` with ``text``: temp file in the same folder, fsync, rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -117,12 +135,15 @@ def write_text_atomic(path: Path, text: str) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
-            os.fsync(handle.fileno())
+            if not _unsynced:
+                os.fsync(handle.fileno())
         os.replace(tmp_name, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp_name)
         raise
+    if _unsynced:
+        return
     with contextlib.suppress(OSError):  # not every file system lets a folder be fsynced
         dir_fd = os.open(path.parent, os.O_RDONLY)
         try:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from soap_core import Context, Store
-from soap_core._catalog import is_catalog_file
+from soap_core._catalog import CATALOG_FILE, is_catalog_file
 from tests.demo_store import demo_build, demo_store  # noqa: F401  (built once, against the local model)
 from tests.llm import llm_server  # noqa: F401  (the one session-wide local model server)
 from tests.workbench_store import workbench_store  # noqa: F401  (a small store with every kind of record)
@@ -37,7 +37,7 @@ def no_store_or_endpoint_from_the_environment(monkeypatch: pytest.MonkeyPatch) -
 def store_copy(tmp_path: Path) -> Path:
     """A writable copy of the sample store (the config dir)."""
     target = tmp_path / "store"
-    shutil.copytree(SOAP_FIXTURE, target)
+    shutil.copytree(SOAP_FIXTURE, target, ignore=shutil.ignore_patterns(f"{CATALOG_FILE}*"))
     for path in target.rglob("*"):
         path.chmod(0o755 if path.is_dir() else 0o644)
     return target

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 import uuid
 from pathlib import Path
@@ -264,3 +265,20 @@ def test_forks_never_change_the_parents_messages(session: Session, data: st.Data
                 message.content = [TextPart("overwritten in a child")]
     assert [m.to_dict() for m in root.messages] == before
     assert [m.count_tokens() for m in root.messages] == before_tokens
+
+
+def test_writes_fsync_the_file_and_its_folder_unless_generating(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from soap_core import _jsonio
+
+    synced: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(_jsonio.os, "fsync", lambda fd: synced.append(fd) or real(fd))
+    _jsonio.write_text_atomic(tmp_path / "a.json", "{}")
+    assert len(synced) == 2, "the file, then its folder"
+    with _jsonio.unsynced_writes():
+        _jsonio.write_text_atomic(tmp_path / "b.json", "{}")
+    assert len(synced) == 2 and (tmp_path / "b.json").read_text() == "{}"
+    _jsonio.write_text_atomic(tmp_path / "c.json", "{}")
+    assert len(synced) == 4, "fsync is back after the block"
