@@ -205,7 +205,8 @@ class _Found:
     """One session folder as the walk found it: its files and their signatures."""
 
     rel: str
-    path: Path
+    where: str
+    """The folder (a string: the walk makes 10,000 of these and uses few)."""
     layout: str
     role: str
     instance: str | None
@@ -213,6 +214,12 @@ class _Found:
     session_mtime: int
     context_sigs: dict[str, str]
     record_sigs: dict[str, str]
+    with_records: bool = True
+    """Whether the walk looked at the record folders (else they are left as indexed)."""
+
+    @property
+    def path(self) -> Path:
+        return Path(self.where)
 
     @property
     def session_key(self) -> str:
@@ -233,7 +240,7 @@ class _Known:
             return True
         if self.files.get(item.rel, {}) != item.context_sigs:
             return True
-        return any(
+        return item.with_records and any(
             self.records.get((item.rel, k)) != item.record_sigs.get(k) for k in (CALLS_DIR, INVOCATIONS_DIR)
         )
 
@@ -339,52 +346,70 @@ class Catalog:
 
     # -- walking the store ----------------------------------------------------------------
 
-    def _walk(self, claims: dict[str, InstanceClaim]) -> list[_Found]:
+    def _walk(self, claims: dict[str, InstanceClaim], records: bool) -> list[_Found]:
+        """Every session folder with the signatures of its files: one ``scandir`` per
+        folder and one ``stat`` per session or context file (strings, not ``Path``
+        objects: at 10,000 sessions the walk is the listing's whole cost)."""
         found: list[_Found] = []
-        agents = self.layout.agents_dir
-        for role in _subdirs(agents):
-            for name in _subdirs(agents / role):
-                found.append(
-                    self._found(f"{AGENTS_DIR}/{role}/{name}", agents / role / name, "agents", role, None)
-                )
-        sessions = self.layout.sessions_dir
-        for name in _subdirs(sessions):
+        agents = str(self.layout.agents_dir)
+        for role in _subdirs(self.layout.agents_dir):
+            role_dir = os.path.join(agents, role)
+            for name in _subdirs(Path(role_dir)):
+                rel = f"{AGENTS_DIR}/{role}/{name}"
+                found.append(self._found(rel, os.path.join(role_dir, name), "agents", role, None, records))
+        sessions = str(self.layout.sessions_dir)
+        for name in _subdirs(self.layout.sessions_dir):
             claim = claims.get(name)
             role, instance = (claim.role, claim.instance) if claim else (UNKNOWN_ROLE, None)
-            found.append(self._found(f"{SESSIONS_DIR}/{name}", sessions / name, "sessions", role, instance))
+            path = os.path.join(sessions, name)
+            found.append(self._found(f"{SESSIONS_DIR}/{name}", path, "sessions", role, instance, records))
         return found
 
     @staticmethod
-    def _found(rel: str, path: Path, layout: str, role: str, instance: str | None) -> _Found:
+    def _found(
+        rel: str, path: str, layout: str, role: str, instance: str | None, records: bool = True
+    ) -> _Found:
         session_sig, session_mtime = "", 0
         contexts: dict[str, str] = {}
-        records: dict[str, str] = {}
+        record_sigs: dict[str, str] = {}
         try:
-            entries = list(os.scandir(path))
+            with os.scandir(path) as scan:
+                entries = list(scan)
         except OSError:
             entries = []
         for entry in entries:
             name = entry.name
-            if name.startswith("."):
-                continue
             try:
-                info = entry.stat()
+                if name.endswith(".json") and name[0] != "." and entry.is_file():
+                    info = entry.stat()
+                    if name == SESSION_FILE:
+                        session_sig, session_mtime = _signature(info), info.st_mtime_ns
+                    else:
+                        contexts[name] = _signature(info)
+                elif records and name in (CALLS_DIR, INVOCATIONS_DIR) and entry.is_dir():
+                    record_sigs[name] = _signature(entry.stat())
             except OSError:
-                continue
-            if name in (CALLS_DIR, INVOCATIONS_DIR) and entry.is_dir():
-                records[name] = _signature(info)
-            elif not name.endswith(".json") or not entry.is_file():
-                continue
-            elif name == SESSION_FILE:
-                session_sig, session_mtime = _signature(info), info.st_mtime_ns
-            else:
-                contexts[name] = _signature(info)
-        return _Found(rel, path, layout, role, instance, session_sig, session_mtime, contexts, records)
+                continue  # vanished while we looked: the next walk sees what is there
+        return _Found(
+            rel,
+            path,
+            layout,
+            role,
+            instance,
+            session_sig,
+            session_mtime,
+            contexts,
+            record_sigs,
+            records,
+        )
 
-    def refresh(self) -> int:
-        """Bring the catalog up to date with the files; returns :attr:`generation`."""
+    def refresh(self, *, records: bool = False) -> int:
+        """Bring the catalog up to date with the files; returns :attr:`generation`.
+
+        ``records=True`` also looks at every session's ``calls/`` and ``invocations/``
+        (two more ``stat`` calls a session); listings and lookups do not need them."""
         claims, _errors = read_instances(self.layout.instances_dir)
-        found = self._walk(claims)
+        found = self._walk(claims, records)
         with self._lock:
             known = self._known()
             on_disk = {f.rel for f in found}
@@ -430,7 +455,7 @@ class Catalog:
         for name, sig in item.context_sigs.items():
             if files.get(name) != sig:
                 changed = self._index_context_file(db, item.rel, item.path / name, sig) or changed
-        for kind in (CALLS_DIR, INVOCATIONS_DIR):
+        for kind in (CALLS_DIR, INVOCATIONS_DIR) if item.with_records else ():
             record_sig = item.record_sigs.get(kind)
             if known.records.get((item.rel, kind)) != record_sig:
                 changed = _index_records(db, item.rel, item.path, kind, record_sig) or changed
@@ -545,7 +570,7 @@ class Catalog:
                     row = db.execute("SELECT role, instance FROM sessions WHERE dir=?", (rel,)).fetchone()
                     role, instance = row if row else (UNKNOWN_ROLE, None)
                 found = _Found(
-                    rel, directory, layout, role, instance, _signature(info), info.st_mtime_ns, {}, {}
+                    rel, str(directory), layout, role, instance, _signature(info), info.st_mtime_ns, {}, {}
                 )
                 _put_session(db, found, session)
             self._bump(db)
@@ -573,7 +598,7 @@ class Catalog:
             role, instance = (claim.role, claim.instance) if claim else (UNKNOWN_ROLE, None)
         else:
             role, instance = directory.parent.name, None
-        item = self._found(rel, directory, layout, role, instance)
+        item = self._found(rel, str(directory), layout, role, instance)
         with self._lock:
             known = self._known(rel)
             if not known.differs(item):
