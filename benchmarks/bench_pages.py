@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from benchmarks._harness import Bench
-from soap_core import Context, Message, Session, Store, TextPart, ToolResultPart, ToolUsePart
+from benchmarks._stores import shared_store, store_shape
+from soap_core import Session
 from workbench.context_views import PAGE_SIZE
 from workbench.views import store_signature
 
@@ -37,30 +38,6 @@ if TYPE_CHECKING:  # playwright comes with the dev extras; run() imports it
 GOAL_PAGE_S = 2.0
 GOAL_VIEW_MS = 200.0
 SHOTS = Path(__file__).resolve().parents[1] / "test-output" / "bench"
-
-
-def many_sessions(root: Path, sessions: int, *, seed: int = 11) -> None:
-    """``sessions`` small sessions of three roles, a tenth of them with a fork: what a
-    workbench store holds after weeks of runs."""
-    rng = random.Random(seed)
-    store = Store(root)
-    for n in range(sessions):
-        context = Context.create(f"You are agent number {n % 7}.")
-        for turn in range(rng.randint(2, 6)):
-            context.append(
-                Message.create("user", [TextPart(f"task {n}.{turn}: " + "word " * rng.randint(3, 30))])
-            )
-            if rng.random() < 0.4:
-                call = f"call_{n}_{turn}"
-                context.append(Message.create("assistant", [ToolUsePart(call, "search", '{"q": "x"}')]))
-                context.append(Message.create("tool_result", [ToolResultPart(call, "found " * 5)]))
-            context.append(Message.create("assistant", [TextPart("done " * rng.randint(3, 30))]))
-        session = Session.create(("Planner", "Coder", "Reviewer")[n % 3], context, thread_id=f"thread-{n}")
-        if n % 10 == 0:
-            fork = context.rolling_sequence_window(4)
-            if fork is not None:
-                session.set_active_context(fork)
-        store.save_session(session)
 
 
 def time_until_visible(context: BrowserContext, url: str, selector: str, timeout_s: float) -> float:
@@ -234,17 +211,15 @@ def run(bench: Bench) -> None:
     from playwright.sync_api import sync_playwright
 
     from tests.test_browser import CHROMIUM, FLAGS, streamlit_app
-    from tests.test_page_context_long import long_store, written_a_minute_ago
+    from tests.test_page_context_long import long_store
 
     if not Path(CHROMIUM).exists():
         raise RuntimeError(f"no chromium at {CHROMIUM}: the browser figures cannot be measured")
     messages = bench.scale(100_000, 2_000)
-    sessions = bench.scale(10_000, 200)
+    sessions = store_shape(bench)["sessions"]
     long_root = bench.workdir / "pages-long"
     session = long_store(long_root, messages)
-    many_root = bench.workdir / "pages-many"
-    many_sessions(many_root, sessions)
-    written_a_minute_ago(many_root)  # a catalog does not trust files younger than 2 s
+    many_root = shared_store(bench)
     for root, what in (
         (long_root, f"one {messages:,}-message session"),
         (many_root, f"{sessions:,} sessions"),

@@ -17,7 +17,7 @@ import openai
 from openai.types.chat import ChatCompletion
 
 from benchmarks._harness import Bench
-from benchmarks.bench_store import build, store_shape
+from benchmarks._stores import shared_store, store_shape
 from replay import Overrides, materialize, replay
 from soap_core import Store
 from soap_core.runtime import AgenticObject, LLMEndpoint, ModelSettings, Runtime
@@ -121,6 +121,6 @@ def replay_overhead(bench: Bench, source: Path) -> None:
 
 
 def run(bench: Bench) -> None:
-    big = build(bench, "store-10k", **store_shape(bench))
+    big = shared_store(bench)
     invoke_independence(bench, big)
     replay_overhead(bench, big)

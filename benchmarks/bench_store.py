@@ -13,14 +13,13 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import orjson
 
 from benchmarks._harness import Bench, best_time
+from benchmarks._stores import shared_store, store_shape
 from soap_core import Message, Store, search_store
-from soap_core._catalog import RACY_NS, is_catalog_file
-from soap_core._generate import generate_store
+from soap_core._catalog import is_catalog_file
 from soap_core._tokens import get_encoding, message_token_text
 
 PYTHON = sys.executable
@@ -35,30 +34,6 @@ def _process_seconds(code: str, *args: str, repeat: int = 5) -> float:
     return best_time(run, repeat)
 
 
-def build(bench: Bench, name: str, **shape: Any) -> Path:
-    root = bench.workdir / name
-    if not root.exists():
-        started = time.perf_counter()
-        summary = generate_store(root, **shape)
-        print(
-            f"  generated {name}: {summary.sessions} sessions, {summary.messages} messages, "
-            f"{summary.bytes / 1e6:.0f} MB in {time.perf_counter() - started:.0f} s",
-            flush=True,
-        )
-        time.sleep(RACY_NS / 1e9)  # files written this instant are re-read until they settle
-    return root
-
-
-def store_shape(bench: Bench) -> dict[str, Any]:
-    return {
-        "sessions": bench.scale(10_000, 300),
-        "messages": 20,
-        "fork_rate": 0.2,
-        "chain_depth": 3,
-        "seed": 12,
-    }
-
-
 def listing(bench: Bench, root: Path) -> None:
     sessions = store_shape(bench)["sessions"]
     ls = "import sys; from soapwb.cli import main; sys.exit(main(['ls', '--store', sys.argv[1], '--json']))"
@@ -66,7 +41,7 @@ def listing(bench: Bench, root: Path) -> None:
     subprocess.run([PYTHON, "-c", ls, str(root)], check=True, stdout=subprocess.DEVNULL)
     cold = time.perf_counter() - started
     baseline = _process_seconds("import soap_core")
-    warm = _process_seconds(ls, str(root))
+    warm = _process_seconds(ls, str(root), repeat=3)
     bench.ratio(
         f"`soapwb ls --json`, {sessions:,} sessions, warm catalog",
         warm,
@@ -91,7 +66,7 @@ def _store_files(root: Path) -> list[Path]:
 
 def cold_load(bench: Bench, root: Path) -> None:
     store = Store(root)
-    summaries = store.sessions()
+    summaries = store.sessions()[: bench.scale(2_000, 300)]
     files = [p for s in summaries for p in s.path.glob("*.json")]
     size = sum(p.stat().st_size for p in files)
 
@@ -104,8 +79,8 @@ def cold_load(bench: Bench, root: Path) -> None:
         for summary in summaries:
             fresh.load_session(summary.path.name, require_active=False)
 
-    baseline = best_time(parse_bytes, 3)
-    ours = best_time(load_objects, 3)
+    baseline = best_time(parse_bytes, 2)
+    ours = best_time(load_objects, 2)
     bench.figure(
         f"cold load into objects, {len(summaries):,} sessions ({size / 1e6:.0f} MB)",
         baseline / ours,
@@ -193,7 +168,7 @@ def search(bench: Bench, root: Path) -> None:
 
 
 def run(bench: Bench) -> None:
-    root = build(bench, "store-10k", **store_shape(bench))
+    root = shared_store(bench)
     listing(bench, root)
     cold_load(bench, root)
     token_counts(bench, root)

@@ -8,6 +8,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+import orjson
+
 from soap_core import Store
 
 
@@ -33,7 +35,14 @@ def open_store(args: argparse.Namespace) -> Store:
 
 
 def emit_json(value: Any) -> None:
-    print(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+    """``value`` as indented JSON on stdout: orjson where it can (the standard library's
+    indenting encoder is pure Python: 0.4 s for a listing of 10,000 sessions), the
+    standard library for what orjson refuses (lone surrogates, integers past 64 bits)."""
+    try:
+        text = orjson.dumps(value, default=str, option=orjson.OPT_INDENT_2).decode("utf-8")
+    except (TypeError, orjson.JSONEncodeError):
+        text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    print(text)
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
