@@ -196,7 +196,7 @@ def sessions_page(bench: Bench, browser: Browser, url: str, root: Path, sessions
         f"Sessions page, {sessions:,} sessions: first open",
         first if first != float("inf") else limit,
         baseline,
-        note=gave_up + "as the page is today (being moved onto the catalog)",
+        note=gave_up + "listing, table and picker from the catalog; the browser's own load is the baseline",
     )
     page_figure(
         bench,
