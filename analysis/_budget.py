@@ -5,14 +5,20 @@ the system prompt and tools are counted as they were at that call), and are othe
 reconstructed from the contexts: every assistant message was produced by a call that
 saw the messages before it, in the context it was first produced in. Counts use the
 messages' cached counts, so a second pass over a session does no tokenization.
+
+A call's context is a prefix of the context it was made from, so each context's sizes
+are summed once, from the front, and every call reads its prefix's size off the running
+totals (corrected for the specials that read differently at the call): a pass is linear
+in the session, not in the sum of its calls' contexts.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from replay import materialize, origin_of
+from replay import CallLog, materialize, origin_of, sent_prefix
 from soap_core import (
     REPLAY_KEY,
     CallRecord,
@@ -126,7 +132,7 @@ def _is_replay(context: Context) -> bool:
     return REPLAY_KEY in context.extra
 
 
-def _reconstructed_calls(session: Session) -> list[tuple[Context, int]]:
+def _reconstructed_calls(session: Session, log: CallLog) -> list[tuple[Context, int]]:
     """(context, index) of every assistant message, in the context it was produced in."""
     found: dict[tuple[str, int], tuple[Context, int]] = {}
     for context in session.contexts.values():
@@ -134,9 +140,73 @@ def _reconstructed_calls(session: Session) -> list[tuple[Context, int]]:
             continue
         for index, message in enumerate(context.messages):
             if message.role == "assistant":
-                origin, at = origin_of(session, context, index)
+                origin, at = origin_of(session, context, index, calls=log)
                 found.setdefault((origin.id, at), (origin, at))
     return sorted(found.values(), key=lambda item: item[0].messages[item[1]].creation_timestamp or "")
+
+
+def llm_calls(session: Session, log: CallLog) -> list[tuple[Context, int, CallRecord | None]]:
+    """(context, message index, call record) per call, oldest first: the recorded ones
+    (``log``, replays left out), else reconstructed from the contexts (record None)."""
+    if not log:
+        return [(context, index, None) for context, index in _reconstructed_calls(session, log)]
+    return [
+        (session.contexts[c.context_id], c.message_index, c) for c in log if c.context_id in session.contexts
+    ]
+
+
+def session_calls(session: Session, calls: Sequence[CallRecord] | None = None) -> CallLog:
+    """The session's call log without replays (read from its folder unless given)."""
+    if calls is None:
+        calls = read_calls(session.directory) if session.directory else []
+    return CallLog([c for c in calls if not c.replay])
+
+
+class _RunningTotals:
+    """Tokens and make-up of every prefix of each context, summed once from the front,
+    so that the size of any call's context is a look-up (and, for the specials that
+    read differently at the call, a correction), not a sum over its messages."""
+
+    def __init__(self) -> None:
+        self._columns: dict[str, tuple[list[int], list[list[int]]]] = {}
+        self._corrections: dict[tuple[int, int], tuple[Message, int, dict[str, int]]] = {}
+
+    def _upto(self, context: Context, count: int) -> tuple[list[int], list[list[int]]]:
+        tokens, split = self._columns.setdefault(context.id, ([0], [[0] for _ in CATEGORIES]))
+        for message in context.messages[len(tokens) - 1 : count]:
+            tokens.append(tokens[-1] + message.count_tokens())
+            shares = makeup(message)
+            for column, key in zip(split, CATEGORIES, strict=True):
+                column.append(column[-1] + shares.get(key, 0))
+        return tokens, split
+
+    def size(
+        self, context: Context, stop: int, substituted: Mapping[int, Message] | None = None
+    ) -> tuple[int, dict[str, int]]:
+        """Tokens and make-up of ``context.messages[:stop]``, with the messages at the
+        indices of ``substituted`` counted as those given instead."""
+        count = slice(stop).indices(len(context.messages))[1]
+        tokens, split = self._upto(context, count)
+        total = tokens[count]
+        totals = {key: column[count] for key, column in zip(CATEGORIES, split, strict=True)}
+        for index, message in (substituted or {}).items():
+            tokens_more, shares_more = self._correction(context.messages[index], message)
+            total += tokens_more
+            for key, share in shares_more.items():
+                totals[key] += share
+        return total, totals
+
+    def _correction(self, stored: Message, sent: Message) -> tuple[int, dict[str, int]]:
+        """What counting ``sent`` instead of ``stored`` adds (calls with the same hook
+        outputs share the rebuilt message, so this is computed once for them)."""
+        key = (id(stored), id(sent))
+        if key not in self._corrections:
+            shares = makeup(sent)
+            for category, share in makeup(stored).items():
+                shares[category] = shares.get(category, 0) - share
+            self._corrections[key] = (sent, sent.count_tokens() - stored.count_tokens(), shares)
+        _, tokens, shares = self._corrections[key]
+        return tokens, shares
 
 
 def _copied_tokens(parent: Context, child: Context) -> int:
@@ -145,37 +215,59 @@ def _copied_tokens(parent: Context, child: Context) -> int:
     return sum(m.count_tokens() for m in child.messages if m.id in parent_ids)
 
 
-def _events_between(session: Session, previous: str | None, current: str) -> list[CompactionEvent]:
-    events: list[CompactionEvent] = []
-    context = session.contexts.get(current)
-    while (
-        context is not None and previous is not None and context.id != previous and context.origin_context_id
-    ):
-        parent = session.contexts.get(context.origin_context_id)
-        if parent is None:
-            break
-        events.append(
-            CompactionEvent(
-                parent.id, context.id, parent.total_token_count(), _copied_tokens(parent, context)
-            )
-        )
-        context = parent
-    return list(reversed(events)) if context is not None and context.id == previous else []
+class _Compactions:
+    """Compaction events between calls, each fork's sizes computed once."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self._sizes: dict[tuple[str, str], tuple[int, int]] = {}
+
+    def _sizes_of(self, parent: Context, child: Context) -> tuple[int, int]:
+        key = (parent.id, child.id)
+        if key not in self._sizes:
+            self._sizes[key] = (parent.total_token_count(), _copied_tokens(parent, child))
+        return self._sizes[key]
+
+    def between(self, previous: str | None, current: str) -> list[CompactionEvent]:
+        """The forks from the context of the previous call down to ``current``'s."""
+        events: list[CompactionEvent] = []
+        context = self.session.contexts.get(current)
+        while (
+            context is not None
+            and previous is not None
+            and context.id != previous
+            and context.origin_context_id
+        ):
+            parent = self.session.contexts.get(context.origin_context_id)
+            if parent is None:
+                break
+            events.append(CompactionEvent(parent.id, context.id, *self._sizes_of(parent, context)))
+            context = parent
+        return list(reversed(events)) if context is not None and context.id == previous else []
 
 
-def call_budgets(session: Session) -> list[CallBudget]:
-    """The context size of every LLM call of ``session``, oldest first."""
-    calls = [c for c in (read_calls(session.directory) if session.directory else []) if not c.replay]
+def call_budgets(session: Session, *, calls: Sequence[CallRecord] | None = None) -> list[CallBudget]:
+    """The context size of every LLM call of ``session``, oldest first.
+
+    ``calls`` is the session's call log when the caller has read it. A pass is linear
+    in the session: each context's prefix sizes are summed once, and a recorded call's
+    context is read from what it was sent (:func:`replay._materialize.sent_prefix`)
+    without rebuilding its request, where its request source can say.
+    """
+    log = session_calls(session, calls)
+    totals = _RunningTotals()
+    compactions = _Compactions(session)
     budgets: list[CallBudget] = []
     previous: str | None = None
-    for context, index, call in _calls(session, calls):
+    for context, index, call in llm_calls(session, log):
         if call is not None:
-            messages = _recorded_messages(session, context, call, calls)
+            tokens, split = _recorded_size(session, context, call, log, totals)
             message_id, stamp = call.message_id, call.started_at or None
             limit, usage = call.context_limit, call.usage
         else:
-            messages, message_id = context.messages[:index], context.messages[index].id
-            stamp, limit, usage = context.messages[index].creation_timestamp, None, None
+            tokens, split = totals.size(context, index)
+            message_id, stamp = context.messages[index].id, context.messages[index].creation_timestamp
+            limit, usage = None, None
         budgets.append(
             CallBudget(
                 number=len(budgets),
@@ -184,37 +276,31 @@ def call_budgets(session: Session) -> list[CallBudget]:
                 message_id=message_id,
                 timestamp=stamp,
                 recorded=call is not None,
-                tokens=sum(m.count_tokens() for m in messages),
-                makeup=context_makeup(messages),
+                tokens=tokens,
+                makeup=split,
                 context_limit=limit,
                 usage=usage,
-                compactions_before=_events_between(session, previous, context.id),
+                compactions_before=compactions.between(previous, context.id),
             )
         )
         previous = context.id
     return budgets
 
 
-def _calls(session: Session, calls: list[CallRecord]) -> list[tuple[Context, int, CallRecord | None]]:
-    """(context, message index, call record) per call: recorded ones, else reconstructed."""
-    if not calls:
-        return [(context, index, None) for context, index in _reconstructed_calls(session)]
-    return [
-        (session.contexts[c.context_id], c.message_index, c)
-        for c in calls
-        if c.context_id in session.contexts
-    ]
-
-
-def _recorded_messages(
-    session: Session, context: Context, call: CallRecord, calls: list[CallRecord]
-) -> list[Message]:
+def _recorded_size(
+    session: Session, context: Context, call: CallRecord, log: CallLog, totals: _RunningTotals
+) -> tuple[int, dict[str, int]]:
+    """Tokens and make-up of what a recorded call was sent."""
     if call.message_id is None:  # a failed call: what it was sent is still on disk
-        return context.messages[: call.message_index]
+        return totals.size(context, call.message_index)
     try:
-        return materialize(session, context, call.message_id, calls=calls).messages
+        sent = sent_prefix(session, context, call.message_id, calls=log)
+        if sent is not None:
+            return totals.size(sent.context, sent.count, sent.substituted)
+        messages = materialize(session, context, call.message_id, calls=log).messages
     except SoapError:
-        return context.messages[: call.message_index]
+        return totals.size(context, call.message_index)
+    return sum(m.count_tokens() for m in messages), context_makeup(messages)
 
 
 @dataclass

@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from analysis._budget import call_budgets
-from soap_core import Context, Message, Session, ThinkingPart
+from analysis._budget import llm_calls, session_calls
+from soap_core import CallRecord, Context, Message, Session, ThinkingPart
 
 SUMMARY_ID = "summary"
 
@@ -59,16 +59,26 @@ def _lineage(session: Session) -> list[Context]:
     return list(reversed(chain))
 
 
-def history_of(session: Session) -> History:
-    """The uncompacted history of ``session`` and its calls' cut points."""
+def history_of(session: Session, *, calls: Sequence[CallRecord] | None = None) -> History:
+    """The uncompacted history of ``session`` and its calls' cut points.
+
+    The calls are those :func:`analysis.call_budgets` counts (``calls``: the session's
+    call log when the caller has read it); only the message each produced matters here,
+    so nothing is rematerialized.
+    """
     messages: dict[str, Message] = {}
     for context in _lineage(session):
         for message in context.messages:
             messages.setdefault(message.id, message)
     items = list(items_of(list(messages.values())))
     position = {item.id: i for i, item in enumerate(items)}
-    calls = sorted({position[b.message_id] for b in call_budgets(session) if b.message_id in position})
-    return History(items, calls, messages)
+    log = session_calls(session, calls)
+    produced = (
+        call.message_id if call is not None else context.messages[index].id
+        for context, index, call in llm_calls(session, log)
+    )
+    cuts = sorted({position[message_id] for message_id in produced if message_id in position})
+    return History(items, cuts, messages)
 
 
 def items_of(messages: Sequence[Message]) -> Iterable[Item]:
@@ -343,8 +353,11 @@ def simulate_items(
     return results
 
 
-def simulate(session: Session, strategies: Sequence[Strategy | str]) -> list[Simulation]:
-    """The session's growth under each strategy (the store is not touched)."""
-    history = history_of(session)
+def simulate(
+    session: Session, strategies: Sequence[Strategy | str], *, calls: Sequence[CallRecord] | None = None
+) -> list[Simulation]:
+    """The session's growth under each strategy (the store is not touched); ``calls``
+    is the session's call log when the caller has read it."""
+    history = history_of(session, calls=calls)
     parsed = [parse_strategy(s) if isinstance(s, str) else s for s in strategies]
     return simulate_items(history.items, history.calls, parsed)

@@ -26,15 +26,18 @@ from replay._diff import (
     word_diff,
 )
 from replay._materialize import (
+    CallLog,
     CallSite,
     Materialized,
     MaterializeError,
     PromptAtCall,
+    SentPrefix,
     call_site,
     materialize,
     origin_of,
     recorded_call,
     resolve_index,
+    sent_prefix,
     system_prompt_history,
 )
 from replay._peteos_body import PeteosBodyError, openai_tool_parameters, peteos_body
@@ -85,6 +88,7 @@ __all__ = [
     "RUNTIME_SOURCE",
     "AlignedPair",
     "BranchDiff",
+    "CallLog",
     "CallSite",
     "ContextDiff",
     "Endpoint",
@@ -104,6 +108,7 @@ __all__ = [
     "RerunError",
     "RerunResult",
     "RuntimeSource",
+    "SentPrefix",
     "ToolModes",
     "Turn",
     "Verification",
@@ -141,6 +146,7 @@ __all__ = [
     "rerun_noise_band",
     "resolve_index",
     "resolve_reference",
+    "sent_prefix",
     "source_for",
     "source_named",
     "sources",

@@ -7,6 +7,10 @@ message of XML-ish blocks. Replay does not know any of them: it asks the session
 source. A source registers itself with :func:`register_source`; sources outside this
 package (importers) are found through the ``soapwb.request_sources`` entry-point group,
 so replay never imports them (importers build on replay, not the other way round).
+
+A source that can also describe what a call was sent without building the request
+(:class:`DescribingSource`) keeps passes over many calls, such as verify and the
+budgets, linear in the session; the others are asked to materialize each call.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from soap_core import CallRecord, Context, Message, Session
 
 if TYPE_CHECKING:
-    from replay._materialize import Materialized
+    from replay._materialize import Materialized, SentPrefix
 
 ENTRY_POINT_GROUP = "soapwb.request_sources"
 
@@ -44,6 +48,19 @@ class RequestSource(Protocol):
         self, messages: Sequence[Message], *, model: str | None, parameters: Mapping[str, Any]
     ) -> dict[str, Any]:
         """The body this framework sends for ``messages`` (a replay's edited ones)."""
+        ...
+
+
+class DescribingSource(RequestSource, Protocol):
+    """A source that can say what a call was sent without building its request (replay
+    looks for the method: a source need not declare this protocol)."""
+
+    def sent_prefix(
+        self, session: Session, context: Context, index: int, calls: Sequence[CallRecord]
+    ) -> SentPrefix | None:
+        """The call behind display ``index`` of ``context`` as the first messages of its
+        call site with the specials it was sent; None where this source builds that
+        request otherwise (it is then materialized)."""
         ...
 
 

@@ -7,13 +7,14 @@ differ, as a structured diff.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from deepdiff import DeepDiff
 
-from replay._materialize import materialize
-from soap_core import Session, SoapError, Store, read_calls
+from replay._materialize import CallLog, Materialized, materialize, sent_prefix
+from soap_core import CallRecord, Context, Session, SoapError, Store, read_calls
 
 
 @dataclass
@@ -41,11 +42,19 @@ def request_differences(recorded: dict[str, Any], materialized: dict[str, Any]) 
     return diff.to_dict() if diff else {}
 
 
-def verify_session(session: Session) -> list[Verification]:
-    """Check every recorded call of ``session`` that produced a message."""
+def verify_session(session: Session, *, calls: Sequence[CallRecord] | None = None) -> list[Verification]:
+    """Check every recorded call of ``session`` that produced a message.
+
+    ``calls`` is the session's call log when the caller has read it. Each call's hash
+    is computed from what it was sent (:func:`replay._materialize.sent_prefix`), which
+    extends one running hash from call to call where the source can; only a mismatch
+    builds the request, to show where it differs.
+    """
     results = []
-    calls = read_calls(session.directory) if session.directory else []
-    for call in calls:
+    if calls is None:
+        calls = read_calls(session.directory) if session.directory else []
+    log = CallLog.of(calls)
+    for call in log:
         if call.message_id is None:
             continue  # a failed call produced nothing to rematerialize
         base: dict[str, Any] = {
@@ -58,16 +67,30 @@ def verify_session(session: Session) -> list[Verification]:
         }
         try:
             context = session.contexts[call.context_id]
-            found = materialize(session, context, call.message_id, calls=calls)
+            hashed, found = _hash_of(session, context, call.message_id, log)
+            if hashed != call.request_hash and found is None:  # to show where: build the request
+                found = materialize(session, context, call.message_id, calls=log)
         except (KeyError, SoapError) as exc:
             results.append(Verification(**base, materialized_hash=None, match=False, error=str(exc)))
             continue
-        match = found.request_hash == call.request_hash
-        differences = {} if match else request_differences(call.request, found.request)
-        results.append(
-            Verification(**base, materialized_hash=found.request_hash, match=match, differences=differences)
+        match = hashed == call.request_hash
+        differences = (
+            request_differences(call.request, found.request) if found is not None and not match else {}
         )
+        results.append(Verification(**base, materialized_hash=hashed, match=match, differences=differences))
     return results
+
+
+def _hash_of(
+    session: Session, context: Context, message_id: str, log: CallLog
+) -> tuple[str, Materialized | None]:
+    """The hash of the request behind ``message_id``, from what it was sent where the
+    source can say, else from the request (given with it)."""
+    sent = sent_prefix(session, context, message_id, calls=log)
+    if sent is not None:
+        return sent.request_hash(), None
+    found = materialize(session, context, message_id, calls=log)
+    return found.request_hash, found
 
 
 def verify_store(store: Store) -> list[Verification]:
