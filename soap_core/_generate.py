@@ -92,6 +92,8 @@ from soap_core._records import CALLS_DIR, INVOCATIONS_DIR, CallRecord, Invocatio
 from soap_core._session import OBJECT_KEY, THREAD_ID_KEY, Session
 from soap_core._store import Store
 from soap_core._tokens import count_text, message_token_text
+from soap_core.runtime._invoke import _output_tools as output_tools
+from soap_core.runtime._invoke import schema_hook
 
 # -- what the runtime writes (copied: importing the runtime loads openai) ------------------
 
@@ -101,30 +103,6 @@ BASE_URL = "http://127.0.0.1:8080/v1"
 MAX_ITERATIONS = 8
 """Model calls of one invocation at most (the runtime's default ``max_iterations``)."""
 DEFAULT_START = datetime(2025, 6, 2, 8, 0, 0)
-
-
-def output_tools(schema: dict[str, Any]) -> list[ToolPart]:
-    """The tools an invocation with an output schema adds (the runtime's ``_output_tools``)."""
-    return [
-        ToolPart(
-            "produce_output",
-            "Produce the desired output and signal your final answer. Pass the answer matching the output schema.",
-            {"type": "object", "properties": {"answer": schema}, "required": ["answer"]},
-        ),
-        ToolPart(
-            "produce_error",
-            "Signal that you could not produce the requested output. Pass an error message explaining why.",
-            {"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]},
-        ),
-    ]
-
-
-def schema_hook(schema: dict[str, Any]) -> str:
-    """The system-prompt addition of an invocation with an output schema."""
-    return (
-        "To finish your turn of the conversation, call the produce_output tool with the answer "
-        f"argument satisfying the following schema:\n{json.dumps(schema)}"
-    )
 
 
 # -- the summary --------------------------------------------------------------------------

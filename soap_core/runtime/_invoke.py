@@ -100,6 +100,14 @@ def _output_tools(schema: dict[str, Any]) -> list[ToolPart]:
     ]
 
 
+def schema_hook(schema: dict[str, Any]) -> str:
+    """The system-prompt addition of an invocation with an output schema."""
+    return (
+        "To finish your turn of the conversation, call the produce_output tool with the answer "
+        f"argument satisfying the following schema:\n{json.dumps(schema)}"
+    )
+
+
 def output_schema_json(output_schema: Any) -> dict[str, Any] | None:
     if output_schema is None:
         return None
@@ -222,10 +230,7 @@ class _Run:
             return []
         outputs = list(self.obj.system_prompt_hooks())
         if self.schema is not None:
-            outputs.append(
-                "To finish your turn of the conversation, call the produce_output tool with the answer "
-                f"argument satisfying the following schema:\n{json.dumps(self.schema)}"
-            )
+            outputs.append(schema_hook(self.schema))
         keys = [context.record_hook_output(text) for text in outputs]
         text = "\n\n".join([system.static_text or "", *outputs])
         if system.text() != text:
