@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -488,20 +489,43 @@ def test_the_context_and_replay_pages_open_every_peteos_session(peer: PeerStore)
         assert any(t.value.startswith(f"Built as {generation} sends it") for t in replay_page.text)
 
 
-def _plain_request(store: Store) -> tuple[Session, Any]:
-    """A materialized peteos request the local model's server can take: every message
-    with a string ``content`` (its chat template needs one; peteos leaves it out of
-    tool-only turns and sends multi-part text as ``content`` items, which it rejects)."""
-    for summary in store.sessions():
+def _request_with(
+    store: Store, wanted: Callable[[list[dict[str, Any]]], bool], what: str
+) -> tuple[Session, Any]:
+    """A materialized peteos request the local model's server can take and that ``wanted``
+    accepts. The server's chat template needs every ``content`` a string: peteos sends
+    multi-part text (and media) as ``content`` items, which it rejects, so only requests
+    whose messages carry string contents, or none (a tool-only assistant turn), qualify.
+    Sessions are tried in a fixed order, so which one is picked does not depend on the
+    listing's order."""
+    for summary in sorted(store.sessions(), key=lambda s: s.uuid):
         session = store.load_session(summary.uuid)
-        for context in session.contexts.values():
+        for context_id in sorted(session.contexts):
+            context = session.contexts[context_id]
             for k, message in enumerate(context.messages):
                 if message.role != "assistant":
                     continue
                 found = materialize(session, context, k)
-                if all(isinstance(m.get("content"), str) for m in found.request["messages"]):
+                messages = found.request["messages"]
+                servable = all(
+                    isinstance(m.get("content"), str) or (m.get("role") == "assistant" and "content" not in m)
+                    for m in messages
+                )
+                if servable and wanted(messages):
                     return session, found
-    pytest.fail("no peteos request with plain string contents to replay")
+    pytest.fail(f"no peteos request the local server takes with {what}")
+
+
+def _all_plain(messages: list[dict[str, Any]]) -> bool:
+    return all(isinstance(m.get("content"), str) for m in messages)
+
+
+def _has_a_content_less_turn(messages: list[dict[str, Any]]) -> bool:
+    return any(m.get("role") == "assistant" and "content" not in m for m in messages)
+
+
+def _plain_request(store: Store) -> tuple[Session, Any]:
+    return _request_with(store, _all_plain, "plain string contents")
 
 
 def test_a_replay_of_a_peteos_session_sends_peteoss_body_to_the_local_model(
@@ -533,27 +557,8 @@ def test_a_peteos_body_with_a_tool_only_turn_replays_against_the_local_model(
     body as peteos did (the recorded request keeps the turn without content), and the
     local server's chat format takes it; nothing already saved changes."""
     store = Store(peer_copy.path)
-    for summary in store.sessions():
-        session = store.load_session(summary.uuid)
-        context = session.active_context
-        k = next(
-            (
-                i
-                for i, m in enumerate(context.messages)
-                if m.role == "assistant"
-                and any(
-                    b.get("role") == "assistant" and "content" not in b
-                    for b in materialize(session, context, i).request["messages"]
-                )
-            ),
-            None,
-        )
-        if k is not None:
-            break
-    else:
-        pytest.fail("no peteos request with a content-less assistant turn")
+    session, found = _request_with(store, _has_a_content_less_turn, "a content-less assistant turn")
     before = snapshot(peer_copy.path)
-    found = materialize(session, context, k)
     [run] = replay(
         store, session, found, LLMEndpoint(llm_server.base_url, max_retries=0), Overrides(max_tokens=8)
     )
