@@ -23,6 +23,7 @@ from typing import Any
 
 from soap_core._codec import in_file_order, optional_typed
 from soap_core._errors import FormatError
+from soap_core._jsonio import fingerprint
 from soap_core._message import Message
 from soap_core._parts import ThinkingPart, ToolPart, ToolResultPart
 from soap_core._tokens import DEFAULT_ENCODING
@@ -80,12 +81,22 @@ def content_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+@dataclass(frozen=True)
+class _UnreadMessages:
+    """The message dicts of a checked context file, and their true token counts."""
+
+    raw: list[Any]
+    token_counts: Sequence[int]
+    encoding: str
+
+
 class Context:
     """One conversation history; the list order is the order the model saw."""
 
     def __init__(self, id: str | None = None) -> None:
         self.id = id if id is not None else str(uuid.uuid4())
-        self.messages: list[Message] = []
+        self._messages: list[Message] = []
+        self._unread: _UnreadMessages | None = None
         self.content_map: dict[str, str] = {}
         self.anchor_points: list[Anchor] = []
         self.message_sequence = 0
@@ -98,9 +109,56 @@ class Context:
         self.extra: dict[str, Any] = {}
         self._key_order: tuple[str, ...] = _KEY_ORDER
         self._file_keys: frozenset[str] = frozenset()
-        self.saved_fingerprint: bytes | None = None
+        self._saved_fingerprint: bytes | None = None
+        self._read_as: tuple[str, dict[str, Any]] | None = None
+
+    # -- messages, built on first use -----------------------------------------------------
+
+    @property
+    def messages(self) -> list[Message]:
+        """The messages in display order. A context read from a file the catalog had
+        already checked at the same signature builds them on first use."""
+        if self._unread is not None:
+            self._build_messages()
+        return self._messages
+
+    @messages.setter
+    def messages(self, messages: list[Message]) -> None:
+        self._unread = None
+        self._messages = messages
+
+    @property
+    def messages_built(self) -> bool:
+        """False while the messages of a context read from a checked file are unbuilt."""
+        return self._unread is None
+
+    def _build_messages(self) -> None:
+        unread = self._unread
+        assert unread is not None
+        self.saved_fingerprint  # noqa: B018 - before any message dict is handed out
+        messages = [Message.from_dict(m, f"$.messages[{i}]") for i, m in enumerate(unread.raw)]
+        for message, count in zip(messages, unread.token_counts, strict=True):
+            message.set_known_token_count(count, unread.encoding)
+        self._messages, self._unread = messages, None
+
+    @property
+    def saved_fingerprint(self) -> bytes | None:
         """Digest of the dict this context was last read as or written as (the store
-        skips writing a context whose ``to_dict()`` still has it)."""
+        skips writing a context whose ``to_dict()`` still has it). For a context just
+        read it is taken on first need, from the file's dict, which nothing has changed
+        before then: the messages are unbuilt and the containers copied."""
+        if self._read_as is not None:
+            self._saved_fingerprint, self._read_as = fingerprint(list(self._read_as)), None
+        return self._saved_fingerprint
+
+    @saved_fingerprint.setter
+    def saved_fingerprint(self, digest: bytes | None) -> None:
+        self._saved_fingerprint, self._read_as = digest, None
+
+    def remember_read_as(self, path: str, data: dict[str, Any]) -> None:
+        """Note the file ``path`` and its parsed dict this context was built from; its
+        fingerprint is taken when first needed, not at every read."""
+        self._saved_fingerprint, self._read_as = None, (path, data)
 
     # -- building -----------------------------------------------------------------------
 
@@ -469,8 +527,19 @@ class Context:
     # -- codec --------------------------------------------------------------------------
 
     @classmethod
-    def from_dict(cls, data: Any) -> Context:
-        """Read a context file's dict; FormatError names the JSON path of a bad value."""
+    def from_dict(
+        cls,
+        data: Any,
+        *,
+        known_token_counts: Sequence[int] | None = None,
+        encoding: str = DEFAULT_ENCODING,
+    ) -> Context:
+        """Read a context file's dict; FormatError names the JSON path of a bad value.
+
+        ``known_token_counts`` is for a dict already read this way, with these true
+        counts, by one who vouches that it is unchanged (the catalog, for a file at the
+        signature it indexed): its messages are then built on first use. The dict is
+        not copied: it must not change while they are unbuilt."""
         if not isinstance(data, dict):
             raise FormatError(None, "$", f"a context must be an object, got {type(data).__name__}")
         context_id = optional_typed(data, "id", str)
@@ -478,12 +547,15 @@ class Context:
             raise FormatError(None, "$", "missing key 'id'")
         context = cls(context_id)
         raw_messages = optional_typed(data, "messages", list) or []
-        context.messages = [Message.from_dict(m, f"$.messages[{i}]") for i, m in enumerate(raw_messages)]
-        context.content_map = optional_typed(data, "content_map", dict) or {}
+        if known_token_counts is not None and len(known_token_counts) == len(raw_messages):
+            context._unread = _UnreadMessages(raw_messages, known_token_counts, encoding)
+        else:
+            context._messages = [Message.from_dict(m, f"$.messages[{i}]") for i, m in enumerate(raw_messages)]
+        context.content_map = dict(optional_typed(data, "content_map", dict) or {})
         context.anchor_points = _anchors(data.get("anchor_points"))
         context.message_sequence = optional_typed(data, "message_sequence", int) or 0
         context.mutation_counter = optional_typed(data, "_mutation_counter", int) or 0
-        context.children = optional_typed(data, "children", list) or []
+        context.children = list(optional_typed(data, "children", list) or [])
         if not all(isinstance(c, str) for c in context.children):
             raise FormatError(None, "$.children", "expected a list of context ids (strings)")
         context.origin_context_id = optional_typed(data, "origin_context_id", str)
@@ -496,8 +568,9 @@ class Context:
         return context
 
     def to_dict(self) -> dict[str, Any]:
+        unread = self._unread
         values: dict[str, Any] = {
-            "messages": [m.to_dict() for m in self.messages],
+            "messages": [m.to_dict() for m in self._messages] if unread is None else list(unread.raw),
             "id": self.id,
             "content_map": dict(self.content_map),
             "anchor_points": [[name, index] for name, index in self.anchor_points],

@@ -278,18 +278,21 @@ class Store:
         The true token counts come from the catalog when it indexed this very file
         (same signature before and after the read), so a warm load encodes nothing."""
         before = _signature_of(path)
-        try:
-            data = read_json(path)
-            context = Context.from_dict(data)
-        except FormatError as exc:
-            raise exc.at(path) if exc.path is None else exc from None
-        context.saved_fingerprint = fingerprint([str(path), data])
         catalog = self._catalog
+        counts = None
         if catalog is not None and before is not None:
             counts = catalog.token_counts(path.parent, path.name, before)
-            if counts is not None and len(counts) == len(context.messages) and _signature_of(path) == before:
-                for message, count in zip(context.messages, counts, strict=True):
-                    message.set_known_token_count(count)
+        try:
+            data = read_json(path)
+            if counts is not None and _signature_of(path) != before:
+                counts = None  # changed while read: check it all
+            context = Context.from_dict(data, known_token_counts=counts)
+        except FormatError as exc:
+            raise exc.at(path) if exc.path is None else exc from None
+        if context.messages_built:
+            context.saved_fingerprint = fingerprint([str(path), data])
+        else:
+            context.remember_read_as(str(path), data)
         return context
 
     def load_session(self, ref: str, *, require_active: bool = True) -> Session:

@@ -320,6 +320,52 @@ def test_a_save_writes_and_indexes_only_what_changed(tmp_path: Path, monkeypatch
     assert [h.context_id for h in search_store(Store(root), "second")] == [loaded.active_context_id]
 
 
+def test_a_checked_file_builds_its_messages_on_first_use_and_a_save_keeps_every_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A context file the catalog indexed at the same signature is not checked again at
+    load: its messages are built when first used. What it is written as, and which
+    changes a save sees, are the same as for a context built at load."""
+    root = tmp_path / "store"
+    context = Context.create(Message.system_prompt("sys"))
+    context.append(Message.create("user", [TextPart("first")], metadata={"tag": "a"}))
+    session = Session.create("Lazy", context)
+    forks = [session.add_context(context.fork(range(len(context.messages)))) for _ in range(3)]
+    Store(root).save_session(session)
+    _age(root)
+    Store(root).sessions()  # indexed, and settled: its signatures are trusted
+    eager = Store(root, use_catalog=False).load_session(session.uuid)
+    loaded = Store(root).load_session(session.uuid)
+    assert not any(c.messages_built for c in loaded.contexts.values()), "checked files are not built at load"
+    assert {i: c.to_dict() for i, c in loaded.contexts.items()} == {
+        i: c.to_dict() for i, c in eager.contexts.items()
+    }, "an unbuilt context is written as a built one"
+    assert not any(c.messages_built for c in loaded.contexts.values()), "writing one out does not build it"
+    written: list[str] = []
+    real_write = store_module.write_json_atomic
+    monkeypatch.setattr(
+        store_module,
+        "write_json_atomic",
+        lambda path, value: written.append(path.name) or real_write(path, value),
+    )
+    assert Store(root).save_session(loaded) == [] and written == ["session.json"], (
+        "nothing changed: nothing dumped"
+    )
+
+    loaded = Store(root).load_session(session.uuid)  # changed before its first save
+    in_place, unbuilt = loaded.contexts[forks[0].id], loaded.contexts[context.id]
+    in_place.messages[-1].metadata["tag"] = "changed in place"  # type: ignore[index]
+    unbuilt.children.append("an-added-child")  # the root's list of forks; its messages never built
+    assert not unbuilt.messages_built
+    written.clear()
+    Store(root).save_session(loaded)
+    assert sorted(written) == sorted([f"{in_place.id}.json", f"{unbuilt.id}.json", "session.json"])
+    again = Store(root, use_catalog=False).load_session(session.uuid)
+    assert again.contexts[in_place.id].messages[-1].metadata == {"tag": "changed in place"}
+    assert again.contexts[unbuilt.id].children == [*(f.id for f in forks), "an-added-child"]
+    assert again.contexts[forks[2].id].to_dict() == eager.contexts[forks[2].id].to_dict()
+
+
 @contextlib.contextmanager
 def unwritable(folder: Path) -> Iterator[None]:
     """No new file can be made in ``folder``: immutable for root (who ignores modes),
