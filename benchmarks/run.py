@@ -49,7 +49,19 @@ def _value(figure: Figure) -> str:
     return f"{figure.value:.3g} {figure.unit}" if figure.unit != "x" else f"{figure.value:.2f}x"
 
 
-def render(figures: list[Figure], *, quick: bool, seconds: float, failed: dict[str, str]) -> str:
+HAND_WRITTEN = "## Why the missed goals are missed"
+"""The heading of the part of RESULTS.md written by hand after a run; a new run keeps it."""
+
+
+def render(
+    figures: list[Figure],
+    *,
+    quick: bool,
+    seconds: float,
+    failed: dict[str, str],
+    sections: dict[str, float] | None = None,
+    kept: str = "",
+) -> str:
     met = sum(1 for f in figures if f.met)
     goals = sum(1 for f in figures if f.met is not None)
     lines = [
@@ -62,6 +74,9 @@ def render(figures: list[Figure], *, quick: bool, seconds: float, failed: dict[s
         "Every ratio is against a baseline measured in the same run; the machine is shared,",
         "so figures move between runs, and the ratios move less than the times.",
     ]
+    if sections:
+        lines += ["", "| section | minutes |", "|---|---|"]
+        lines += [f"| {_cell(name)} | {section / 60:.1f} |" for name, section in sections.items()]
     group = None
     for figure in figures:
         if figure.group != group:
@@ -81,7 +96,19 @@ def render(figures: list[Figure], *, quick: bool, seconds: float, failed: dict[s
     if failed:
         lines += ["", "## Benchmarks that did not finish", ""]
         lines += [f"- `{name}`: {_cell(error)}" for name, error in failed.items()]
+    if kept:
+        lines += ["", kept.rstrip()]
     return "\n".join(lines) + "\n"
+
+
+def hand_written(results: Path) -> str:
+    """The hand-written part of an earlier RESULTS.md (from its heading on), if any."""
+    try:
+        text = results.read_text()
+    except OSError:
+        return ""
+    at = text.find(HAND_WRITTEN)
+    return text[at:] if at >= 0 else ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,19 +119,31 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.perf_counter()
     failed: dict[str, str] = {}
+    sections: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="soapwb-bench-") as tmp:
         bench = Bench(Path(tmp), quick=args.quick)
         for name in bench_modules(args.only):
             module = importlib.import_module(f"benchmarks.{name}")
             bench.group = (module.__doc__ or name).strip().splitlines()[0].rstrip(".")
             print(f"## {bench.group}", flush=True)
+            begun = time.perf_counter()
             try:
                 module.run(bench)
             except Exception as exc:  # one benchmark failing must not lose the others' figures
                 failed[name] = f"{type(exc).__name__}: {exc}"
                 print(f"  FAILED: {failed[name]}", file=sys.stderr, flush=True)
+            sections[f"`{name}`"] = time.perf_counter() - begun
+            print(f"  ({sections[f'`{name}`'] / 60:.1f} min)", flush=True)
     seconds = time.perf_counter() - started
-    args.results.write_text(render(bench.figures, quick=args.quick, seconds=seconds, failed=failed))
+    text = render(
+        bench.figures,
+        quick=args.quick,
+        seconds=seconds,
+        failed=failed,
+        sections=sections,
+        kept=hand_written(args.results),
+    )
+    args.results.write_text(text)
     print(f"wrote {args.results} ({seconds / 60:.1f} min)")
     return 1 if failed else 0
 

@@ -217,3 +217,32 @@ def test_a_peer_that_cannot_be_imported_is_recorded_not_passed(setup: bp.Setup) 
         "llm: not measured": "cannot import it here (ImportError: no llm)",
     }
     assert not [f for f in bench.figures if f.unit == "x"]
+
+
+def test_the_runs_store_is_linked_and_left_as_it_was(tmp_path: Path) -> None:
+    """Given the run's store, the comparison takes its conversations (linked, its catalog
+    copied) and one long conversation beside them, and measuring (a fork and its save
+    included) changes none of the run's files."""
+    from benchmarks._stores import settle
+    from soap_core._catalog import is_catalog_file
+    from soap_core._generate import generate_store
+
+    many = tmp_path / "many"
+    generate_store(many, sessions=6, messages=12, fork_rate=0.5, chain_depth=2, seed=4)
+    settle(many)
+    listed = {s.uuid for s in Store(many).sessions()}
+    before = {p: p.read_bytes() for p in many.rglob("*") if p.is_file() and not is_catalog_file(p)}
+    work = tmp_path / "work"
+    work.mkdir()
+    setup = bp.prepare(work, sessions=0, long_messages=250, snapshot_frequency=SNAPSHOTS, many=many)
+    try:
+        assert {c.uuid for c in setup.conversations} == listed | {setup.long.uuid}
+        assert setup.long.uuid not in listed and setup.long.turns >= 30
+        bench = Bench(work, quick=True)
+        bp._measure(bench, setup, 1)
+        assert len([f for f in bench.figures if f.unit == "x"]) == 7
+    finally:
+        setup.close()
+        setup.remove()
+    assert {p: p.read_bytes() for p in many.rglob("*") if p.is_file() and not is_catalog_file(p)} == before
+    assert {s.uuid for s in Store(many).sessions()} == listed
