@@ -26,6 +26,7 @@ from soap_core._parts import (
     ToolUsePart,
     part_from_dict,
     part_to_dict,
+    part_view,
 )
 from soap_core._tokens import DEFAULT_ENCODING, count_text, message_token_text
 
@@ -165,7 +166,8 @@ class Message:
         """True token count of the current content with peteos' formula, cached per encoding."""
         cached = self._token_cache.get(encoding)
         if cached is None:
-            cached = count_text(message_token_text(self.role, self.raw_content()), encoding)
+            parts = None if self._content is None else [part_view(p) for p in self._content]
+            cached = count_text(message_token_text(self.role, parts), encoding)
             self._token_cache[encoding] = cached
         return cached
 

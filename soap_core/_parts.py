@@ -194,6 +194,12 @@ def part_from_dict(data: Any, path: str = "$") -> Part:
     return part
 
 
+def part_view(part: Part) -> Mapping[str, Any]:
+    """The dict :func:`part_to_dict` gives, without a copy where the part was read from
+    one (for reading only: encoding, counting)."""
+    return part._raw if part._raw is not None else part_to_dict(part)
+
+
 def part_to_dict(part: Part) -> dict[str, Any]:
     """The dict for one part: the original one if unchanged, else peteos' layout."""
     if part._raw is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import tiktoken
@@ -41,6 +42,10 @@ def count_text(text: str, encoding: str = DEFAULT_ENCODING) -> int:
     return len(get_encoding(encoding).encode_ordinary(text))
 
 
-def message_token_text(role: str, content: list[Any] | None) -> str:
+_PETEOS_DUMPS = json.JSONEncoder(ensure_ascii=False)
+"""``json.dumps(value, ensure_ascii=False)``, made once rather than at every message."""
+
+
+def message_token_text(role: str, content: Sequence[Any] | None) -> str:
     """The exact string peteos tokenizes for one message."""
-    return f"{role}: {json.dumps(content, ensure_ascii=False) if content else ''}"
+    return f"{role}: {_PETEOS_DUMPS.encode(content) if content else ''}"
