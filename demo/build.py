@@ -29,6 +29,7 @@ import random
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -169,10 +170,12 @@ def build_demo_store(
     *,
     log_file: Path | None = None,
     rolling_window_max_tokens: int = DEMO_ROLLING_WINDOW_MAX_TOKENS,
+    progress: Callable[[str], None] = lambda _step: None,
 ) -> DemoSummary:
     """Run the demo scenario against ``endpoint`` and write its sessions into ``store_dir``
     (created if missing; sessions already there are kept, and new objects get new ids so
-    that none of their threads continues an older run's session)."""
+    that none of their threads continues an older run's session). ``progress`` is told
+    each step before it runs (on a loaded machine the whole run takes minutes)."""
     started = time.perf_counter()
     log_file = log_file or store_dir / "demo" / "app.log"
     try:
@@ -184,33 +187,44 @@ def build_demo_store(
     before = {(s.role, s.path.name) for s in store.sessions()}
     runtime = Runtime(store, endpoint)
     run = uuid.uuid4().hex[:6]
-    run_log_analyzer(runtime, log_file, f"analyzer-{run}", rolling_window_max_tokens)
-    run_poke(runtime, f"poke-{run}")
+    run_log_analyzer(runtime, log_file, f"analyzer-{run}", rolling_window_max_tokens, progress)
+    run_poke(runtime, f"poke-{run}", progress)
     written = [s for s in store.sessions() if (s.role, s.path.name) not in before]
     return summarize_sessions(store, written, log_file=log_file, elapsed_s=time.perf_counter() - started)
 
 
-def run_log_analyzer(runtime: Runtime, log_file: Path, object_id: str, max_tokens: int) -> LogAnalyzer:
+def run_log_analyzer(
+    runtime: Runtime,
+    log_file: Path,
+    object_id: str,
+    max_tokens: int,
+    progress: Callable[[str], None] = lambda _step: None,
+) -> LogAnalyzer:
     """Ask the analyzer every question of :data:`ANALYZER_STEPS` on one thread."""
     analyzer = LogAnalyzer(
         log_file, rolling_window_max_tokens=max_tokens, runtime=runtime, object_id=object_id
     )
-    for question, first_tool in ANALYZER_STEPS:
+    for n, (question, first_tool) in enumerate(ANALYZER_STEPS, 1):
+        progress(f"Log Analyzer, question {n} of {len(ANALYZER_STEPS)}: {question}")
         with contextlib.suppress(InvocationError):  # recorded as the invocation's outcome
             analyzer.ask(question, first_tool=first_tool, thread=ANALYZER_THREAD)
     return analyzer
 
 
-def run_poke(runtime: Runtime, object_id: str) -> InteractionAgent:
+def run_poke(
+    runtime: Runtime, object_id: str, progress: Callable[[str], None] = lambda _step: None
+) -> InteractionAgent:
     """Every user turn of :data:`POKE_TURNS`, then the reports held back during them."""
     poke = InteractionAgent(
         working_memory_max_tokens=DEMO_WORKING_MEMORY_MAX_TOKENS,
         runtime=runtime,
         object_id=object_id,
     )
-    for text, agent_name, agent_tool in POKE_TURNS:
+    for n, (text, agent_name, agent_tool) in enumerate(POKE_TURNS, 1):
+        progress(f"Interaction agent, user turn {n} of {len(POKE_TURNS)} (to {agent_name}): {text}")
         with contextlib.suppress(InvocationError):  # recorded as the invocation's outcome
             poke.user_turn(text, delegate_to=agent_name, agent_tool=agent_tool)
+    progress("Interaction agent: delivering the reports held back during its turns")
     with contextlib.suppress(InvocationError):
         poke.deliver_reports()
     return poke

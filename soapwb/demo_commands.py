@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
@@ -45,8 +46,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     if not args.store:
         raise UsageError("no store given: pass --store DIR or set SOAPWB_STORE")
+    started = time.monotonic()
+
+    def progress(step: str) -> None:
+        elapsed = int(time.monotonic() - started)
+        print(f"soapwb demo [{elapsed // 60}:{elapsed % 60:02d}] {step}", file=sys.stderr, flush=True)
+
     with _stop_on_sigterm(), model_endpoint(args.base_url) as endpoint:
-        summary = build_demo_store(Path(args.store), endpoint)
+        summary = build_demo_store(Path(args.store), endpoint, progress=progress)
     if args.json:
         emit_json(summary.as_dict())
     else:

@@ -9,6 +9,8 @@ import os
 import signal
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +55,20 @@ def streamlit_command(host: str, port: int) -> list[str]:
     ]
 
 
+def wait_until_serving(url: str, app: subprocess.Popen[bytes], timeout_s: float = 300) -> bool:
+    """True once the app answers its health check; False if it exited or never answered."""
+    deadline = time.monotonic() + timeout_s
+    while app.poll() is None and time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"{url}_stcore/health", timeout=2) as answer:
+                if answer.read() == b"ok":
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.3)
+    return False
+
+
 def cmd_ui(args: argparse.Namespace) -> int:
     if not args.store:
         raise UsageError("no store given: pass --store DIR or set SOAPWB_STORE")
@@ -73,12 +89,17 @@ def cmd_ui(args: argparse.Namespace) -> int:
             )
         else:
             print(
-                f"workbench: {url}  (store {env['SOAPWB_STORE']}, model {env.get('OPENAI_BASE_URL')})",
+                f"starting the workbench at {url}  (store {env['SOAPWB_STORE']}, model {env.get('OPENAI_BASE_URL')})",
                 flush=True,
             )
-        app = subprocess.Popen(streamlit_command(args.host, args.port), env=env)
+        # With --json, standard output carries only JSON lines: streamlit's banner goes to stderr.
+        app = subprocess.Popen(
+            streamlit_command(args.host, args.port), env=env, stdout=sys.stderr if args.json else None
+        )
         signal.signal(signal.SIGTERM, lambda *_: app.terminate())
         try:
+            if wait_until_serving(url, app):
+                print(json.dumps({"ready": url}) if args.json else f"ready: open {url}", flush=True)
             return app.wait()
         except KeyboardInterrupt:
             app.terminate()

@@ -19,6 +19,9 @@ from soap_core.runtime.local_model import LocalModelServer
 
 FAKE_KEY = "sk-demo-FAKE-key-must-never-reach-disk-5150"
 
+DEMO_PROGRESS: list[str] = []
+"""The steps the demo build announced, in order (``soapwb demo`` prints them)."""
+
 
 @pytest.fixture(scope="session")
 def demo_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, DemoSummary]:
@@ -27,7 +30,7 @@ def demo_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, DemoSumm
     with LocalModelServer(deterministic=False, log_path=log) as server, pytest.MonkeyPatch.context() as patch:
         patch.setenv("OPENAI_API_KEY", FAKE_KEY)
         endpoint = LLMEndpoint(server.base_url, api_key=os.environ["OPENAI_API_KEY"])
-        summary = build_demo_store(store_dir, endpoint)
+        summary = build_demo_store(store_dir, endpoint, progress=DEMO_PROGRESS.append)
     return store_dir, summary
 
 

@@ -9,6 +9,7 @@ what the workbench will see is what is checked.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -198,6 +199,25 @@ def test_the_no_circle_refusal_is_recorded_on_both_sides(store: Store) -> None:
     assert any(text.startswith("[REFUSED] Session ") for text in results)
 
 
+def test_the_build_announces_each_step_before_it_runs(built: tuple[Store, DemoSummary]) -> None:
+    """``make run`` builds the demo store for minutes on a loaded machine: each step is
+    said as it starts, numbered against the whole."""
+    from demo.build import ANALYZER_STEPS, POKE_TURNS
+    from tests.demo_store import DEMO_PROGRESS
+
+    assert [
+        *(
+            f"Log Analyzer, question {n} of {len(ANALYZER_STEPS)}: {q}"
+            for n, (q, _t) in enumerate(ANALYZER_STEPS, 1)
+        ),
+        *(
+            f"Interaction agent, user turn {n} of {len(POKE_TURNS)} (to {agent}): {text}"
+            for n, (text, agent, _t) in enumerate(POKE_TURNS, 1)
+        ),
+        "Interaction agent: delivering the reports held back during its turns",
+    ] == DEMO_PROGRESS
+
+
 def test_the_summary_is_what_the_files_say(built: tuple[Store, DemoSummary]) -> None:
     store, summary = built
     again = summarize_sessions(
@@ -222,8 +242,10 @@ def test_soapwb_demo_reports_an_unreachable_model_in_one_line(
 ) -> None:
     url = f"http://127.0.0.1:{free_port()}/v1"
     assert main(["demo", "--store", str(tmp_path / "store"), "--base-url", url]) == 1
-    err = capsys.readouterr().err
-    assert err.startswith("soapwb: error: LLM call to ") and err.count("\n") == 1
+    *steps, error = capsys.readouterr().err.splitlines()
+    assert error.startswith("soapwb: error: LLM call to ")
+    [step] = steps
+    assert re.fullmatch(r"soapwb demo \[\d+:\d\d\] Log Analyzer, question 1 of \d+: .+", step), step
 
 
 def test_soapwb_demo_refuses_a_store_path_that_is_a_file(
