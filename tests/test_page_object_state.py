@@ -15,7 +15,7 @@ from streamlit.testing.v1 import AppTest
 from soap_core import Store
 from soap_core.runtime import InvocationRecord, read_invocations
 from tests.apptest import open_app_page
-from workbench.object_state_views import StateChange, state_changes, state_table
+from workbench.object_state_views import StateChange, diff_table, state_changes, state_table
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "soap"
@@ -171,6 +171,32 @@ class TestTheDiffFunction:
         assert row["prompt"] == "p"
         assert row["prompt (state)"] == "mine"
         assert row["n"] == "[1, 2]"
+
+    def test_a_column_of_mixed_types_converts_to_a_table_the_browser_can_get(self) -> None:
+        """streamlit sends tables as Arrow; a column holding 3 in one row and "three" in
+        another fails that conversion (and prints its error in the terminal)."""
+        import pyarrow as pa
+
+        from soap_core.runtime import Party
+
+        def record(n: int, value: Any) -> InvocationRecord:
+            return InvocationRecord(
+                id=f"i{n}",
+                callee=Party("R", "o", "s"),
+                caller=None,
+                prompt="p",
+                thread=None,
+                started_at="t",
+                outcome="ok",
+                state_after={"mixed": value, "same": n},
+            )
+
+        table = state_table([record(1, 3), record(2, "three"), record(3, None)])
+        pa.Table.from_pandas(table)
+        assert list(table["mixed"]) == ["3", "three", None] and list(table["same"]) == [1, 2, 3]
+        changes = diff_table(state_changes({"a": 3, "b": "x"}, {"a": "three", "b": 4}))
+        pa.Table.from_pandas(changes)
+        assert list(changes["before"]) == ["3", "x"] and list(changes["after"]) == ["three", "4"]
 
 
 class TestOtherSessions:

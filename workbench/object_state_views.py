@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,6 +74,22 @@ def state_cell(value: Any) -> Any:
     return json.dumps(value, sort_keys=True, ensure_ascii=False)
 
 
+def one_type_per_column(frame: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
+    """``frame`` with each of ``columns`` that mixes value types (3 in one row, "three"
+    in another) shown as text throughout: a table column holds one type, and streamlit
+    would otherwise fail to convert it and print the error in the terminal."""
+    for column in columns:
+        values = [None if _missing(v) else v for v in frame[column]]
+        if len({type(v) for v in values if v is not None}) > 1:
+            text = [v if v is None or isinstance(v, str) else json.dumps(v) for v in values]
+            frame[column] = pd.Series(text, index=frame.index, dtype=object)
+    return frame
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 def state_keys(records: Sequence[InvocationRecord]) -> list[str]:
     """Every attribute any recorded state has, in order of first appearance."""
     keys: dict[str, None] = {}
@@ -95,9 +112,10 @@ def state_table(records: Sequence[InvocationRecord]) -> pd.DataFrame:
         cells = [state_cell(state.get(key)) for key in keys]
         rows.append((record.started_at, record.prompt, record.outcome, *cells, record.id))
     columns = [key if key not in BASE_COLUMNS else f"{key} (state)" for key in keys]
-    return pd.DataFrame.from_records(rows, columns=[*BASE_COLUMNS[:3], *columns, BASE_COLUMNS[3]]).astype(
+    frame = pd.DataFrame.from_records(rows, columns=[*BASE_COLUMNS[:3], *columns, BASE_COLUMNS[3]]).astype(
         {column: object for column in columns}
     )
+    return one_type_per_column(frame, columns)
 
 
 def _attribute_path(parts: Sequence[Any]) -> str:
@@ -135,9 +153,10 @@ def state_changes(before: dict[str, Any] | None, after: dict[str, Any] | None) -
 def diff_table(changes: Sequence[StateChange]) -> pd.DataFrame:
     """The changes as a table; values that are not scalars are shown as JSON text."""
     rows = [(c.attribute, c.change, state_cell(c.before), state_cell(c.after)) for c in changes]
-    return pd.DataFrame.from_records(rows, columns=list(DIFF_COLUMNS)).astype(
+    frame = pd.DataFrame.from_records(rows, columns=list(DIFF_COLUMNS)).astype(
         {"before": object, "after": object}
     )
+    return one_type_per_column(frame, ["before", "after"])
 
 
 def diff_json(changes: Sequence[StateChange]) -> dict[str, dict[str, Any]]:
