@@ -3,7 +3,8 @@
 It sets up the page, the store picker in the sidebar and the list of pages. The chosen
 store path is kept in the ``store`` query parameter, so that a copied link opens the same
 store, and in the picker's session state, so that it survives switching pages (which
-clears the query parameters).
+clears the query parameters); the session, context and message are carried from page to
+page the same way (:func:`workbench.selection.restore_selection`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import os
 import streamlit as st
 
 from workbench.loading import APP_RAN
+from workbench.selection import remember_selection, restore_selection
 
 STORE_KEY = "store_path"
 
@@ -49,4 +51,8 @@ page = st.navigation(
     ]
 )
 pick_store()
-page.run()
+restore_selection()
+try:
+    page.run()
+finally:  # also when the page stops early (st.stop) or reruns
+    remember_selection()

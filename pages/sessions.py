@@ -12,7 +12,7 @@ import streamlit as st
 from soap_core import UNKNOWN_ROLE, SessionOverview, SoapError, Store
 from workbench.loading import chosen_store, search_hits
 from workbench.openpoke_views import import_to_temporary_store, report_lines
-from workbench.selection import store_overviews
+from workbench.selection import choose_session, store_overviews
 from workbench.views import escape_markdown, overview_table, session_label
 
 
@@ -30,7 +30,7 @@ def pick_session(root: str, overviews: list[SessionOverview]) -> None:
     )
     if chosen is None:
         return
-    st.query_params["session"] = chosen
+    choose_session(chosen)
     st.page_link(
         "pages/context.py",
         label="Open its context",

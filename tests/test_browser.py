@@ -153,6 +153,32 @@ def test_every_page_opens_without_an_exception(name: str, served: tuple[str, Pat
     page.close()
 
 
+def test_the_chosen_session_follows_through_the_sidebar(served: tuple[str, Path], browser: Browser) -> None:
+    """A session picked on the Sessions page stays chosen on every page reached from the
+    sidebar (whose links clear the URL's parameters), with its context and message."""
+    url, store = served
+    session = analyst(store)
+    page = open_page(browser, f"{url}/?store={store}")
+    page.locator('[data-testid="stSelectbox"]').first.click()
+    page.locator('[role="option"]', has_text="Analyst").first.click()
+    settle(page)
+    assert f"session={session}" in page.url
+    seen = {}
+    for link in ("Context", "Token budget", "Replay & diff", "Fork tree"):
+        page.get_by_role("link", name=link, exact=True).click()
+        settle(page)
+        main = page.inner_text('[data-testid="stMain"]')
+        seen[link] = (f"session={session}" in page.url, "Pick a session" not in main)
+    assert seen == {link: (True, True) for link in seen}, seen
+    context = page.url.split("context=", 1)[1].split("&", 1)[0]
+    page.get_by_role("link", name="Sessions", exact=True).click()
+    settle(page)
+    page.get_by_role("link", name="Context", exact=True).click()
+    settle(page)
+    assert f"context={context}" in page.url, "the context chosen on a page is kept too"
+    page.close()
+
+
 def test_html_in_a_message_is_shown_as_text(served: tuple[str, Path], browser: Browser) -> None:
     url, store = served
     dialogs: list[str] = []

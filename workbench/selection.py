@@ -13,6 +13,35 @@ from soap_core import Context, Session, SessionOverview, SoapError
 from workbench.loading import chosen_store, load_session, session_overviews, show_error_and_stop
 from workbench.views import context_label, escape_markdown, session_label
 
+CARRIED = ("session", "context", "message")
+"""The selection that follows the user from page to page (the store is kept by app.py)."""
+_CARRIED_STATE = "carried_selection"
+
+
+def restore_selection() -> None:
+    """Put the selection the last page left back into the URL when this one names none:
+    moving to another page in the sidebar clears the query parameters. A URL that names
+    any part of a selection (a copied link) is taken as it is."""
+    saved: dict[str, str] = st.session_state.get(_CARRIED_STATE, {})
+    if saved and not any(key in st.query_params for key in CARRIED):
+        st.query_params.update(saved)
+
+
+def remember_selection() -> None:
+    """Keep the selection as the page left it in the URL, for the next page."""
+    st.session_state[_CARRIED_STATE] = {
+        key: st.query_params[key] for key in CARRIED if key in st.query_params
+    }
+
+
+def choose_session(chosen: str) -> None:
+    """Record ``chosen`` as the session; a context or message of another one is dropped."""
+    wanted = st.query_params.get("session")
+    if not wanted or not matches_session(chosen, wanted):
+        for key in CARRIED[1:]:
+            st.query_params.pop(key, None)
+    st.query_params["session"] = chosen
+
 
 def matches_session(session_uuid: str, ref: str) -> bool:
     """The store's rule: the uuid, or a prefix of it with or without its date."""
@@ -56,7 +85,7 @@ def selected_session(root: str | None = None) -> Session:
     if chosen is None:
         st.info("Pick a session to see it here.")
         st.stop()
-    st.query_params["session"] = chosen
+    choose_session(chosen)
     try:
         return load_session(root, chosen)
     except SoapError as exc:
