@@ -1,7 +1,8 @@
 """Sessions page: every session of the store, with the figures of its active context.
 
 Broken sessions stay in the table with their error, so one bad file never hides the
-rest of the store. Picking a session links to the Context page.
+rest of the store. Clicking a row opens that session's Context page; picking a session
+below links to it.
 """
 
 from __future__ import annotations
@@ -92,6 +93,16 @@ counted = f"{len(overviews)} session{'' if len(overviews) == 1 else 's'}"
 st.text(counted + (f", {broken} broken (see the error column)" if broken else ""))
 for problem in Store(root).instance_problems():
     st.warning(escape_markdown(f"{problem} (the sessions it claims are listed as {UNKNOWN_ROLE})"))
-st.dataframe(overview_table(overviews), hide_index=True)
+picked = st.dataframe(
+    overview_table(overviews),
+    hide_index=True,
+    on_select="rerun",
+    selection_mode="single-row",
+    key="sessions_table",
+)
+if picked.selection.rows:  # a click on a row opens that session's context
+    row = overviews[picked.selection.rows[0]]
+    choose_session(row.uuid)
+    st.switch_page("pages/context.py", query_params={"store": root, "session": row.uuid})
 pick_session(root, overviews)
 show_search(root)

@@ -179,6 +179,24 @@ def test_the_chosen_session_follows_through_the_sidebar(served: tuple[str, Path]
     page.close()
 
 
+def test_clicking_a_row_of_the_sessions_table_opens_its_context(
+    served: tuple[str, Path], browser: Browser
+) -> None:
+    url, store = served
+    session = analyst(store)
+    row = [s.uuid for s in Store(store).sessions()].index(session)
+    page = open_page(browser, f"{url}/?store={store}")
+    grid = page.locator('[data-testid="stDataFrame"]').first
+    box = grid.bounding_box()
+    assert box is not None
+    row_height = 35  # the grid's header and rows, at streamlit's default size
+    page.mouse.click(box["x"] + 12, box["y"] + row_height * (row + 1) + row_height / 2)
+    settle(page)
+    assert "/context?" in page.url and f"session={session}" in page.url, page.url
+    assert "Pick a session" not in page.inner_text('[data-testid="stMain"]')
+    page.close()
+
+
 def test_html_in_a_message_is_shown_as_text(served: tuple[str, Path], browser: Browser) -> None:
     url, store = served
     dialogs: list[str] = []
