@@ -15,6 +15,9 @@ peteos writes files in place (``open(path, "w")``), which does not change the fo
 modification time, so every session and context file is ``stat``-ed on a refresh; our
 own record folders (``calls/``, ``invocations/``) are written once per file by rename,
 so their folder's time is their signature.
+
+The walk also removes the leftover temp files of killed writers it comes across in role
+and session folders (:mod:`soap_core._tempfiles`).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from soap_core._layout import (
 from soap_core._message import Message
 from soap_core._records import CALLS_DIR, INVOCATIONS_DIR, CallRecord, InvocationRecord
 from soap_core._session import OBJECT_KEY, RERUN_SESSION_KEY, Session
+from soap_core._tempfiles import sweep_names
 from soap_core._tokens import count_text, message_token_text
 
 CATALOG_FILE = ".soapwb-catalog.sqlite3"
@@ -377,6 +381,9 @@ class Catalog:
                 entries = list(scan)
         except OSError:
             entries = []
+        temps = [e.name for e in entries if e.name[0] == "." and e.name.endswith(".tmp")]
+        if temps:
+            sweep_names(path, temps)
         for entry in entries:
             name = entry.name
             try:
@@ -810,14 +817,19 @@ def _digest(*parts: bytes) -> str:
 
 def _subdirs(path: Path) -> list[str]:
     """The folders in ``path`` (none if it does not exist); a folder that exists but
-    cannot be listed is an error, not an empty part of the store."""
+    cannot be listed is an error, not an empty part of the store. Leftover temp files of
+    killed writers found here are removed."""
     try:
-        with os.scandir(path) as entries:
-            return sorted(e.name for e in entries if not e.name.startswith(".") and e.is_dir())
+        with os.scandir(path) as scan:
+            entries = list(scan)
     except (FileNotFoundError, NotADirectoryError):
         return []
     except OSError as exc:
         raise StoreError(path, f"cannot list: {exc.strerror}") from exc
+    temps = [e.name for e in entries if e.name.startswith(".") and e.name.endswith(".tmp")]
+    if temps:
+        sweep_names(path, temps)
+    return sorted(e.name for e in entries if not e.name.startswith(".") and e.is_dir())
 
 
 def _stat(path: Path) -> os.stat_result | None:

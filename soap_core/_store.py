@@ -31,9 +31,10 @@ from soap_core._errors import (
     SoapError,
     StoreError,
 )
-from soap_core._jsonio import fingerprint, read_json, write_json_atomic
+from soap_core._jsonio import fingerprint, read_json, syncing, write_json_atomic
 from soap_core._layout import UNKNOWN_ROLE, InstanceClaim, Layout, locate, read_instances
 from soap_core._session import Session
+from soap_core._tempfiles import new_folder, sweep_leftovers
 
 SESSION_FILE = "session.json"
 _DATE_PREFIX = re.compile(r"^\d{8}-")
@@ -161,13 +162,17 @@ class Store:
     def _session_dirs(self) -> list[tuple[str, Path, Layout, str | None]]:
         if not self.root.is_dir():
             raise StoreError(self.root, "no such store directory")
+        sweep_leftovers(self.agents_dir)
         try:
-            found: list[tuple[str, Path, Layout, str | None]] = [
-                (role, path, "agents", None)
-                for role in self.roles()
-                for path in sorted((self.agents_dir / role).iterdir())
-                if path.is_dir() and not path.name.startswith(".")
-            ]
+            found: list[tuple[str, Path, Layout, str | None]] = []
+            for role in self.roles():
+                role_dir = self.agents_dir / role
+                sweep_leftovers(role_dir)
+                found += [
+                    (role, path, "agents", None)
+                    for path in sorted(role_dir.iterdir())
+                    if path.is_dir() and not path.name.startswith(".")
+                ]
             if self.sessions_dir.is_dir():
                 claims = self.instance_claims()
                 for path in sorted(self.sessions_dir.iterdir()):
@@ -197,6 +202,7 @@ class Store:
         return [self._summary(*found) for found in self._session_dirs()]
 
     def _summary(self, role: str, path: Path, layout: Layout, instance: str | None) -> SessionSummary:
+        sweep_leftovers(path)
         files = len(_context_paths(path))
         try:
             session = self.read_session_file(role, path)
@@ -360,9 +366,27 @@ class Store:
         A loaded session goes back to the folder it came from (even if that folder was
         copied under another name). Files whose content is unchanged are not touched,
         and files that failed to load are never overwritten, so saving cannot lose what
-        is on disk.
+        is on disk. Each file is replaced atomically, and a new session's folder appears
+        whole (written beside it, then renamed), so a crash never leaves a session folder
+        without its ``session.json``.
         """
         directory = session.directory or self.session_dir(session.role, session.uuid)
+        if os.path.lexists(directory):
+            written = self._write_session(session, directory, directory)
+        else:  # a new session appears whole or not at all (a kill leaves a temp folder)
+            try:
+                with new_folder(directory, sync=syncing()) as staging:
+                    written = self._write_session(session, directory, staging)
+            except FileExistsError as exc:
+                raise StoreError(directory, f"cannot create the session folder: {exc}") from None
+        catalog = self.catalog()
+        if catalog is not None and written:
+            catalog.note_saved(session, directory, written)
+        return written
+
+    def _write_session(self, session: Session, directory: Path, folder: Path) -> list[Path]:
+        """The contexts, then ``session.json``, written into ``folder`` (``directory``, or
+        the temp folder that becomes it); the files written, as paths in ``directory``."""
         written: list[Path] = []
         for context_id, context in session.contexts.items():
             name = session.context_files.setdefault(context_id, f"{context_id}.json")
@@ -370,16 +394,13 @@ class Store:
                 raise StoreError(directory / name, "refusing to overwrite a file that failed to load")
             value = context.to_dict()
             digest = fingerprint([str(directory / name), value])
-            if digest is not None and digest == context.saved_fingerprint and (directory / name).is_file():
+            if digest is not None and digest == context.saved_fingerprint and (folder / name).is_file():
                 continue  # unchanged since it was read or written: not even dumped
-            if write_json_atomic(directory / name, value):
+            if write_json_atomic(folder / name, value):
                 written.append(directory / name)
             context.saved_fingerprint = digest
-        if write_json_atomic(directory / SESSION_FILE, session.to_dict()):
+        if write_json_atomic(folder / SESSION_FILE, session.to_dict()):
             written.append(directory / SESSION_FILE)
-        catalog = self.catalog()
-        if catalog is not None and written:
-            catalog.note_saved(session, directory, written)
         return written
 
 
