@@ -90,7 +90,7 @@ def write_json_atomic(path: Path, value: Any) -> bool:
     saving never rewrites a file (hand-edited comments and all) that nothing changed.
     """
     text = dump_json(value)
-    if path.exists():
+    if path.exists() and not path.is_symlink():  # a link is replaced, never read through
         try:
             if path.read_text("utf-8") == text or read_json(path) == value:
                 return False
@@ -137,7 +137,7 @@ def write_text_atomic(path: Path, text: str) -> None:
 
     The temp file's name says which process wrote it, so that a writer killed before the
     rename leaves a file the next write into this folder removes
-    (:mod:`soap_core._tempfiles`).
+    (:mod:`soap_core._tempfiles`); a link at ``path`` is replaced, never written through.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp_name = os.path.join(path.parent, f"{temp_prefix(path)}{secrets.token_hex(4)}.tmp")

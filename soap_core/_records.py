@@ -16,6 +16,10 @@ session as before:
   the object's public state after the invocation.
 
 Every record starts with a ``format`` field naming its kind and version.
+
+Record ids become file names, so an id that is not a plain name is refused before it
+becomes a path, and a record folder (or file) that is a link leading out of its session
+folder is never read or written through (:mod:`soap_core._paths`).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 
 from soap_core._errors import FormatError
 from soap_core._jsonio import read_json, write_json_atomic
+from soap_core._paths import OutsideStoreError, confine, link_escapes, outside_problem, real, safe_name
 
 CALL_FORMAT = "soapwb.call/1"
 INVOCATION_FORMAT = "soapwb.invocation/1"
@@ -182,35 +187,57 @@ class InvocationRecord:
             raise FormatError(path, "$", f"malformed invocation record: {exc}") from None
 
 
+def _record_folder(session_dir: Path, kind: str) -> Path:
+    """``session_dir/kind``, refused if it is a link leading out of the session folder."""
+    folder = session_dir / kind
+    confine([real(session_dir)], folder, f"{kind}/ folder")
+    return folder
+
+
+def _record_path(session_dir: Path, kind: str, record_id: object) -> Path:
+    folder = _record_folder(session_dir, kind)
+    name = safe_name(record_id, f"{kind[:-1]} record id", folder)
+    path = folder / f"{name}.json"
+    if link_escapes([real(session_dir)], path):
+        raise OutsideStoreError(path, outside_problem(path, "record file"))
+    return path
+
+
+def _record_files(session_dir: Path, kind: str) -> list[Path]:
+    folder = _record_folder(session_dir, kind)
+    if not folder.is_dir():
+        return []
+    root = [real(session_dir)]
+    paths = sorted(folder.glob("*.json"))
+    for path in paths:
+        if link_escapes(root, path):
+            raise OutsideStoreError(path, outside_problem(path, "record file"))
+    return paths
+
+
 def write_call(session_dir: Path, record: CallRecord) -> Path:
-    path = session_dir / CALLS_DIR / f"{record.id}.json"
+    path = _record_path(session_dir, CALLS_DIR, record.id)
     write_json_atomic(path, record.as_dict())
     return path
 
 
 def read_calls(session_dir: Path) -> list[CallRecord]:
     """Every call record of a session, oldest first (ids sort by time)."""
-    folder = session_dir / CALLS_DIR
-    if not folder.is_dir():
-        return []
-    return [CallRecord.from_dict(read_json(path), path) for path in sorted(folder.glob("*.json"))]
+    return [CallRecord.from_dict(read_json(path), path) for path in _record_files(session_dir, CALLS_DIR)]
 
 
 def write_invocation(session_dirs: list[Path], record: InvocationRecord) -> None:
     """The same record into every session it concerns."""
     for directory in dict.fromkeys(session_dirs):
-        write_json_atomic(directory / INVOCATIONS_DIR / f"{record.id}.json", record.as_dict())
+        write_json_atomic(_record_path(directory, INVOCATIONS_DIR, record.id), record.as_dict())
 
 
 def read_invocations(session_dir: Path) -> list[InvocationRecord]:
-    folder = session_dir / INVOCATIONS_DIR
-    if not folder.is_dir():
-        return []
-    return [InvocationRecord.from_dict(read_json(p), p) for p in sorted(folder.glob("*.json"))]
+    return [InvocationRecord.from_dict(read_json(p), p) for p in _record_files(session_dir, INVOCATIONS_DIR)]
 
 
 def read_invocation(session_dir: Path, invocation_id: str) -> InvocationRecord | None:
-    path = session_dir / INVOCATIONS_DIR / f"{invocation_id}.json"
+    path = _record_path(session_dir, INVOCATIONS_DIR, invocation_id)
     if not path.is_file():
         return None
     return InvocationRecord.from_dict(read_json(path), path)

@@ -441,7 +441,9 @@ def run_invocation(
     session = (_thread_session(obj, thread) if thread is not None else None) or _new_session(obj, thread)
     if branch and not (session.directory and (session.directory / SESSION_FILE).is_file()):
         session.state_data[RERUN_SESSION_KEY] = True  # made by a re-run: thread lookups skip it
-    directory = session.directory or obj.runtime.store.session_dir(obj.role, session.uuid)
+    directory = obj.runtime.store.confine(
+        session.directory or obj.runtime.store.session_dir(obj.role, session.uuid), "session folder"
+    )
     chain, position = CHAIN.get(), POSITION.get()
     caller = None
     if chain:  # called while another invocation runs: from one of its tools, hooks or plain code
@@ -531,6 +533,7 @@ def rerun_invocation(
         state_before=obj.state(),
         rerun=rerun,
     )
+    obj.runtime.store.confine(directory, "session folder")
     with session_lock(directory, session.uuid):
         run = _Run(
             obj, session, record, output_schema_json(output_schema), tool_server=tool_server, branch=True

@@ -9,6 +9,9 @@ Two guards, for two kinds of circle:
   content names the owner (pid, host, since). The kernel drops the lock when the owner
   dies, so a crashed process can never block a session forever: an ``is_active: true``
   left in ``session.json`` with no lock held is recognised as stale.
+
+The lock file is opened without following a link: a link planted in a store would
+otherwise have its target truncated.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from soap_core._errors import SoapError
+from soap_core._errors import SoapError, StoreError
 from soap_core._records import utc_now
 
 LOCK_FILE = ".soapwb.lock"
@@ -83,7 +86,7 @@ def session_lock(session_dir: Path, session_uuid: str) -> Iterator[dict[str, Any
         path = " -> ".join(f"{f.role}/{f.session}" for f in chain)
         raise ActiveSessionError(session_uuid, f"it is up the current invocation chain: {path}")
     session_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(session_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _open_lock_file(session_dir / LOCK_FILE)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -99,6 +102,15 @@ def session_lock(session_dir: Path, session_uuid: str) -> Iterator[dict[str, Any
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+def _open_lock_file(path: Path) -> int:
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        if os.path.islink(path):
+            raise StoreError(path, "the lock file is a symlink: not followed") from None
+        raise StoreError(path, f"cannot open the lock file: {exc.strerror}") from None
 
 
 def _read_owner(fd: int) -> dict[str, Any] | None:
