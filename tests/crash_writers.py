@@ -4,7 +4,7 @@ process (the ``fork`` start method: no interpreter start, no imports, a few ms e
 A writer saves one session again and again, each save a pure function of its number
 ``k`` (:func:`expected_files`), and reports ``s<k>`` before and ``d<k>`` after each save
 on a pipe, so that after a SIGKILL the parent knows which two states every file may be
-in.
+in. A racer waits for a start signal and invokes an agentic object on a thread.
 """
 
 from __future__ import annotations
@@ -12,12 +12,15 @@ from __future__ import annotations
 import os
 import select
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import Any
 
 from soap_core import CallRecord, Context, Session, Store, dump_json, write_call
 from soap_core._tempfiles import is_temp_name
+from soap_core.runtime import ActiveSessionError
 
 ROLE = "Writer"
 PER_CONTEXT = 8
@@ -166,3 +169,18 @@ def check_files(root: Path, uuid: str, reported: Reported) -> list[str]:
             problems.append(f"{name}: neither its old nor its new content ({len(content)} bytes)")
     problems += [f"{name}: lost" for name in old if name not in on_disk]
     return problems
+
+
+def racer(make: Callable[[], Any], thread: str, go: Event, results: Any, index: int) -> None:
+    """Wait for ``go``, then invoke the object ``make()`` builds on ``thread``; put the
+    outcome (``ok``, ``refused`` or the error) into ``results``."""
+    obj = make()
+    go.wait(30)
+    try:
+        obj.invoke("Hello.", thread=thread, tool_choice="none")
+        outcome = "ok"
+    except ActiveSessionError:
+        outcome = "refused"
+    except Exception as exc:  # reported to the parent, which fails the test with it
+        outcome = f"{type(exc).__name__}: {exc}"
+    results.put((index, outcome))

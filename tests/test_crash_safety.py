@@ -3,16 +3,20 @@
 * Writers are SIGKILLed at random points of their saves: every file is then its old or
   its new content (never half-written, never lost), and the temp files of killed writers
   go at the next write or listing of their folder; a live writer's never go.
+* Two processes invoking the same new thread at once make one session, not two.
+* A killed invocation's record says ``interrupted`` once a reader or the next invoke
+  finds its session's lock free, and ``running`` as long as its process lives.
 
 Processes are forked from this warm test process (multiprocessing's ``fork``), so each
-costs milliseconds. ``SOAPWB_RELIABILITY=full`` runs the full figure (1,000 saves);
-the default runs a quarter of it. Each test writes its figures to
-``test-output/reliability/``.
+costs milliseconds. ``SOAPWB_RELIABILITY=full`` (``make reliability``) runs the full
+figures (1,000 saves, 200 races); ``make test`` runs a smaller share of each. Each test
+writes its figures to ``test-output/reliability/``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import multiprocessing
 import os
@@ -28,10 +32,15 @@ import pytest
 
 from soap_core import Store, count_text, write_call, write_text_atomic
 from soap_core._tempfiles import HOST_TAG, STALE_AFTER_S, is_leftover
+from soap_core.runtime import AgenticObject, LLMEndpoint, ModelSettings, Runtime, read_invocations, tool
+from soapwb.cli import main
 from tests import crash_writers as cw
+from tests.misbehaving_llm import MisbehavingLLM
+from tests.scripted import ScriptedEndpoint, calls, says
 
 FULL = os.environ.get("SOAPWB_RELIABILITY") == "full"
 SAVES = 1000 if FULL else 250
+RACES = 200 if FULL else 50
 FIGURES = Path(__file__).parents[1] / "test-output" / "reliability"
 FORK = multiprocessing.get_context("fork")
 
@@ -195,3 +204,121 @@ def test_old_temp_files_of_any_writer_go_and_fresh_ones_of_live_processes_stay(t
     assert is_leftover(str(old_style)) and not is_leftover(str(live_pid))
     write_text_atomic(folder / "c.json", "{}")
     assert not old_style.exists() and live_pid.exists()
+
+
+# -- races on a new thread -------------------------------------------------------------------
+
+
+class Greeter(AgenticObject):
+    settings = ModelSettings(max_tokens=4)
+
+
+def test_two_processes_invoking_a_new_thread_at_once_make_one_session(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    root.mkdir()
+    outcomes = Counter[str]()
+    started = time.monotonic()
+    with MisbehavingLLM("ok") as server:
+        warm = Runtime(tmp_path / "warm-up", LLMEndpoint(server.base_url, max_retries=0))
+        Greeter(runtime=warm).invoke("Hello.", thread="warm", tool_choice="none")  # imports, tokenizer
+        warm.store.catalog().close()  # type: ignore[union-attr]  # nothing open crosses a fork
+        endpoint = LLMEndpoint(server.base_url, max_retries=0)  # never used here: no connection to share
+
+        def make() -> Greeter:
+            return Greeter(runtime=Runtime(root, endpoint), object_id="greeter")
+
+        for race in range(RACES):
+            go, results = FORK.Event(), FORK.Queue()
+            racers = [FORK.Process(target=cw.racer, args=(make, f"t{race}", go, results, n)) for n in (0, 1)]
+            for process in racers:
+                process.start()
+            time.sleep(0.01)  # both are waiting on the event
+            go.set()
+            pair = sorted(results.get(timeout=60)[1] for _ in racers)
+            for process in racers:
+                process.join(30)
+            assert all(o in ("ok", "refused") for o in pair), pair
+            outcomes[" + ".join(pair)] += 1
+    by_thread = Counter(s.thread_id for s in Store(root, use_catalog=False).scan_sessions())
+    doubled = {t: n for t, n in by_thread.items() if n != 1}
+    assert not doubled, f"threads with more than one session: {doubled}"
+    assert sorted(by_thread) == sorted(f"t{i}" for i in range(RACES))
+    write_figures(
+        "races",
+        {
+            "races": RACES,
+            "sessions per thread": dict(Counter(by_thread.values())),
+            "outcomes": dict(outcomes),
+            "seconds": round(time.monotonic() - started),
+        },
+    )
+
+
+# -- killed invocations ----------------------------------------------------------------------
+
+
+class Sleeper(AgenticObject):
+    settings = ModelSettings(max_tokens=4)
+    marker = ""
+
+    @tool
+    def wait(self) -> str:
+        """Wait for a long time."""
+        Path(self.marker).write_text("waiting")
+        time.sleep(600)
+        return "woke up"
+
+
+def _invoke_and_hang(root: str, marker: str, report: int) -> None:  # runs in a child
+    Sleeper.marker = marker
+    obj = Sleeper(runtime=Runtime(root, ScriptedEndpoint(calls("wait", "{}"), says("done"))), object_id="s")
+    obj.invoke("Wait.", thread="t")
+
+
+def kill_while_running(root: Path, marker: Path) -> tuple[int, Path]:
+    """An invocation killed inside its tool; its pid and session folder."""
+    with forked(_invoke_and_hang, str(root), str(marker)) as (process, _read):
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            assert time.monotonic() < deadline and process.is_alive()
+            time.sleep(0.01)
+        [summary] = [s for s in Store(root).sessions() if s.role == "Sleeper"]
+        [record] = read_invocations(summary.path)  # a reader while it lives: still running
+        assert record.outcome == "running"
+        assert record_on_disk(summary.path)["outcome"] == "running"
+        os.kill(process.pid, signal.SIGKILL)
+        process.join(30)
+    return process.pid, summary.path
+
+
+def record_on_disk(directory: Path) -> dict[str, Any]:
+    [path] = sorted((directory / "invocations").glob("*.json"))
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def test_a_killed_invocation_reads_as_interrupted_in_soapwb_trace_and_in_its_record(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    pid, directory = kill_while_running(root, tmp_path / "marker")
+    assert record_on_disk(directory)["outcome"] == "running"  # what the killed process left
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        assert main(["trace", directory.name, "--store", str(root)]) == 0
+    assert "INTERRUPTED" in out.getvalue() and "running" not in out.getvalue(), out.getvalue()
+    assert f"pid {pid}" in out.getvalue()
+    on_disk = record_on_disk(directory)
+    assert on_disk["outcome"] == "interrupted" and f"pid {pid}" in on_disk["error"]
+
+
+def test_the_next_invoke_on_the_thread_marks_the_killed_invocation_interrupted(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    pid, directory = kill_while_running(root, tmp_path / "marker")
+    runtime = Runtime(root, ScriptedEndpoint(says("hello again")))
+    assert Sleeper(runtime=runtime, object_id="s").invoke("Again.", thread="t") == "hello again"
+    records = sorted(
+        (json.loads(p.read_text()) for p in (directory / "invocations").glob("*.json")),
+        key=lambda r: r["started_at"],
+    )
+    assert [r["outcome"] for r in records] == ["interrupted", "ok"]
+    assert f"pid {pid}" in records[0]["error"]
+    assert records[1]["stale_owner"]["pid"] == pid
