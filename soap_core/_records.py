@@ -44,6 +44,7 @@ from typing import Any
 from soap_core._errors import FormatError, SoapError
 from soap_core._jsonio import read_json, write_json_atomic
 from soap_core._paths import OutsideStoreError, confine, link_escapes, outside_problem, real, safe_name
+from soap_core._redact import redact
 
 CALL_FORMAT = "soapwb.call/1"
 INVOCATION_FORMAT = "soapwb.invocation/1"
@@ -230,9 +231,17 @@ def _record_files(session_dir: Path, kind: str) -> list[Path]:
     return paths
 
 
+def _without_keys(data: dict[str, Any]) -> dict[str, Any]:
+    """A record's dict with any API key redacted from its error text (an error body may
+    echo the request's ``Authorization`` header)."""
+    if isinstance(data.get("error"), str):
+        data["error"] = redact(data["error"])
+    return data
+
+
 def write_call(session_dir: Path, record: CallRecord) -> Path:
     path = _record_path(session_dir, CALLS_DIR, record.id)
-    write_json_atomic(path, record.as_dict())
+    write_json_atomic(path, _without_keys(record.as_dict()))
     return path
 
 
@@ -244,7 +253,9 @@ def read_calls(session_dir: Path) -> list[CallRecord]:
 def write_invocation(session_dirs: list[Path], record: InvocationRecord) -> None:
     """The same record into every session it concerns."""
     for directory in dict.fromkeys(session_dirs):
-        write_json_atomic(_record_path(directory, INVOCATIONS_DIR, record.id), record.as_dict())
+        write_json_atomic(
+            _record_path(directory, INVOCATIONS_DIR, record.id), _without_keys(record.as_dict())
+        )
 
 
 def read_invocations(session_dir: Path) -> list[InvocationRecord]:

@@ -36,6 +36,7 @@ from soap_core._records import (
     write_call,
     write_invocation,
 )
+from soap_core._redact import redact
 from soap_core._session import OBJECT_KEY, RERUN_SESSION_KEY, Session
 from soap_core._store import SESSION_FILE
 from soap_core._tree import REPLAY_KEY
@@ -308,7 +309,7 @@ class _Run:
         try:
             completion = self.endpoint.complete(request)
         except LLMError as exc:
-            call.error, call.ended_at = str(exc), utc_now()
+            call.error, call.ended_at = redact(str(exc)), utc_now()
             write_call(self.directory, call)
             raise
         answer = assistant_message(completion.response)
@@ -492,7 +493,7 @@ def run_invocation(
         try:
             previous_owner = stack.enter_context(session_lock(directory, session.uuid))
         except ActiveSessionError as exc:
-            record.outcome, record.error, record.ended_at = "refused", str(exc), utc_now()
+            record.outcome, record.error, record.ended_at = "refused", redact(str(exc)), utc_now()
             write_invocation(dirs, record)
             raise
         if (directory / SESSION_FILE).is_file():  # read again under the lock: another process
@@ -605,7 +606,7 @@ def _run_locked(
         record.outcome, record.result = "ok", _json_safe(result)
         return result
     except BaseException as exc:
-        record.outcome, record.error = "error", f"{type(exc).__name__}: {exc}"
+        record.outcome, record.error = "error", redact(f"{type(exc).__name__}: {exc}")
         if mark_active:
             session.state_data[ERROR_KEY] = record.error
         raise
