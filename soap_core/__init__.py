@@ -56,6 +56,7 @@ from soap_core._parts import (
     part_from_dict,
     part_to_dict,
 )
+from soap_core._paths import OutsideStoreError, UnsafeNameError, inside, safe_name
 from soap_core._records import (
     CALL_FORMAT,
     CALLS_DIR,
@@ -108,6 +109,7 @@ __all__ = [
     "Message",
     "MessageRow",
     "MessageType",
+    "OutsideStoreError",
     "Part",
     "Party",
     "Role",
@@ -126,6 +128,7 @@ __all__ = [
     "ToolResultPart",
     "ToolUsePart",
     "UnknownPart",
+    "UnsafeNameError",
     "WindowDisagreement",
     "base64_source",
     "canonical_json",
@@ -137,6 +140,7 @@ __all__ = [
     "dump_json",
     "fork_tree",
     "get_encoding",
+    "inside",
     "locate",
     "message_rows",
     "new_record_id",
@@ -150,6 +154,7 @@ __all__ = [
     "read_invocations",
     "read_json",
     "request_hash",
+    "safe_name",
     "search_store",
     "searchable_text",
     "session_overview",

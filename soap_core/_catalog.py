@@ -15,6 +15,12 @@ peteos writes files in place (``open(path, "w")``), which does not change the fo
 modification time, so every session and context file is ``stat``-ed on a refresh; our
 own record folders (``calls/``, ``invocations/``) are written once per file by rename,
 so their folder's time is their signature.
+
+The walk never goes through a link that leads outside the store (a role or session
+folder, ``session.json``, a context file, a record folder): such a folder is indexed as a
+broken session saying where the link goes, such a file as a file that cannot be read.
+It also removes the leftover temp files of killed writers it comes across in session
+folders (:mod:`soap_core._tempfiles`).
 """
 
 from __future__ import annotations
@@ -44,8 +50,10 @@ from soap_core._layout import (
     read_instances,
 )
 from soap_core._message import Message
+from soap_core._paths import OutsideStoreError, inside, inside_any, link_escapes, outside_problem, real
 from soap_core._records import CALLS_DIR, INVOCATIONS_DIR, CallRecord, InvocationRecord
 from soap_core._session import OBJECT_KEY, RERUN_SESSION_KEY, Session
+from soap_core._tempfiles import sweep_names
 from soap_core._tokens import count_text, message_token_text
 
 CATALOG_FILE = ".soapwb-catalog.sqlite3"
@@ -152,8 +160,8 @@ with "racily clean" entries, its signature is not trusted until it is older."""
 
 def _settled(sig: str) -> str:
     """The signature to remember: marked so it never matches while it is racy."""
-    if not sig:
-        return sig
+    if not sig or not sig[0].isdigit():
+        return sig  # empty, or the marker of a link leading outside (no time to trust)
     mtime = int(sig.split(":", 2)[1])
     return f"racy:{sig}" if time.time_ns() - mtime < RACY_NS else sig
 
@@ -216,6 +224,8 @@ class _Found:
     record_sigs: dict[str, str]
     with_records: bool = True
     """Whether the walk looked at the record folders (else they are left as indexed)."""
+    outside: str | None = None
+    """Why the folder is not followed: a link leading outside the store."""
 
     @property
     def path(self) -> Path:
@@ -253,12 +263,15 @@ class Catalog:
         self.config_dir = layout.config_dir
         self.path = path or self._choose_path()
         self._lock = threading.RLock()
+        self._roots: list[str] | None = None
         self._db = self._open()
 
     # -- opening --------------------------------------------------------------------------
 
     def _choose_path(self) -> Path:
         beside = self.config_dir / CATALOG_FILE
+        if any(os.path.islink(f"{beside}{suffix}") for suffix in ("", "-wal", "-shm")):
+            return cache_catalog_path(self.config_dir)  # a planted link: never written through
         if beside.exists():
             return beside if os.access(beside, os.W_OK) else cache_catalog_path(self.config_dir)
         if self.config_dir.is_dir() and os.access(self.config_dir, os.W_OK):
@@ -346,24 +359,57 @@ class Catalog:
 
     # -- walking the store ----------------------------------------------------------------
 
+    def real_roots(self) -> list[str]:
+        """The store's folders, symlinks followed (as :meth:`Store.real_roots`); kept for
+        one walk."""
+        if self._roots is None:
+            self._roots = [
+                real(p) for p in (self.config_dir, self.layout.agents_dir, self.layout.sessions_dir)
+            ]
+        return self._roots
+
     def _walk(self, claims: dict[str, InstanceClaim], records: bool) -> list[_Found]:
         """Every session folder with the signatures of its files: one ``scandir`` per
         folder and one ``stat`` per session or context file (strings, not ``Path``
-        objects: at 10,000 sessions the walk is the listing's whole cost)."""
+        objects: at 10,000 sessions the walk is the listing's whole cost). A folder that
+        is a link leading outside the store is one broken entry, not walked into."""
+        self._roots = None
         found: list[_Found] = []
         agents = str(self.layout.agents_dir)
-        for role in _subdirs(self.layout.agents_dir):
+        roles, role_links = _subdirs_and_links(self.layout.agents_dir)
+        for role in roles:
             role_dir = os.path.join(agents, role)
-            for name in _subdirs(Path(role_dir)):
-                rel = f"{AGENTS_DIR}/{role}/{name}"
-                found.append(self._found(rel, os.path.join(role_dir, name), "agents", role, None, records))
+            if role in role_links and self._leads_out(role_dir):
+                found.append(self._outside(f"{AGENTS_DIR}/{role}", role_dir, "agents", role, None))
+                continue
+            names, links = _subdirs_and_links(Path(role_dir))
+            for name in names:
+                rel, path = f"{AGENTS_DIR}/{role}/{name}", os.path.join(role_dir, name)
+                if name in links and self._leads_out(path):
+                    found.append(self._outside(rel, path, "agents", role, None))
+                else:
+                    found.append(self._found(rel, path, "agents", role, None, records))
         sessions = str(self.layout.sessions_dir)
-        for name in _subdirs(self.layout.sessions_dir):
+        names, links = _subdirs_and_links(self.layout.sessions_dir)
+        for name in names:
             claim = claims.get(name)
             role, instance = (claim.role, claim.instance) if claim else (UNKNOWN_ROLE, None)
-            path = os.path.join(sessions, name)
-            found.append(self._found(f"{SESSIONS_DIR}/{name}", path, "sessions", role, instance, records))
+            rel, path = f"{SESSIONS_DIR}/{name}", os.path.join(sessions, name)
+            if name in links and self._leads_out(path):
+                found.append(self._outside(rel, path, "sessions", role, instance))
+            else:
+                found.append(self._found(rel, path, "sessions", role, instance, records))
         return found
+
+    def _leads_out(self, path: str) -> bool:
+        return link_escapes(self.real_roots(), path)
+
+    @staticmethod
+    def _outside(rel: str, path: str, layout: str, role: str, instance: str | None) -> _Found:
+        """A session (or role) folder that is a link leading outside the store: indexed as
+        a broken session whose signature is where the link goes."""
+        problem = outside_problem(path, "folder")
+        return _Found(rel, path, layout, role, instance, f"outside:{real(path)}", 0, {}, {}, False, problem)
 
     @staticmethod
     def _found(
@@ -377,6 +423,9 @@ class Catalog:
                 entries = list(scan)
         except OSError:
             entries = []
+        temps = [e.name for e in entries if e.name[0] == "." and e.name.endswith(".tmp")]
+        if temps:
+            sweep_names(path, temps)
         for entry in entries:
             name = entry.name
             try:
@@ -445,6 +494,12 @@ class Catalog:
         """Read again what changed in one session folder, and forget what vanished;
         False when every file read again held what the catalog already had."""
         changed = False
+        if item.outside is not None:
+            _delete_messages(db, item.rel)
+            for table in ("context_files", "record_dirs", "calls", "invocations"):
+                db.execute(f"DELETE FROM {table} WHERE dir=?", (item.rel,))
+            _put_session(db, item, OutsideStoreError(item.path, item.outside))
+            return True
         if known.sessions.get(item.rel) != item.session_key:
             changed = self._index_session_file(db, item)
         files = known.files.get(item.rel, {})
@@ -462,6 +517,10 @@ class Catalog:
         return changed
 
     def _index_session_file(self, db: sqlite3.Connection, item: _Found) -> bool:
+        if item.session_sig and self._leads_out(str(item.path / SESSION_FILE)):
+            path = item.path / SESSION_FILE
+            _put_session(db, item, OutsideStoreError(path, outside_problem(path, SESSION_FILE)))
+            return True
         raw = _read_bytes(item.path / SESSION_FILE) if item.session_sig else None
         digest = None if raw is None else _digest(raw, item.role.encode(), (item.instance or "").encode())
         row = db.execute("SELECT digest FROM sessions WHERE dir=?", (item.rel,)).fetchone()
@@ -489,7 +548,7 @@ class Catalog:
     def _index_context_file(self, db: sqlite3.Connection, rel: str, path: Path, sig: str) -> bool:
         """Index one context file; False if its bytes are what was indexed before (a
         racy file read again), which then only takes the new signature."""
-        raw = _read_bytes(path)
+        raw = None if self._leads_out(str(path)) else _read_bytes(path)
         digest = None if raw is None else _digest(raw)
         row = db.execute(
             "SELECT digest FROM context_files WHERE dir=? AND file=?", (rel, path.name)
@@ -501,6 +560,8 @@ class Catalog:
             return False
         _delete_messages(db, rel, path.name)
         try:
+            if raw is None and self._leads_out(str(path)):
+                raise OutsideStoreError(path, outside_problem(path, "context file"))
             if raw is None:
                 raise StoreError(path, "cannot read: it vanished or is unreadable")
             context = Context.from_dict(parse_json_bytes(path, raw))
@@ -598,7 +659,11 @@ class Catalog:
             role, instance = (claim.role, claim.instance) if claim else (UNKNOWN_ROLE, None)
         else:
             role, instance = directory.parent.name, None
-        item = self._found(rel, str(directory), layout, role, instance)
+        self._roots = None
+        if inside_any(self.real_roots(), directory):
+            item = self._found(rel, str(directory), layout, role, instance)
+        else:
+            item = self._outside(rel, str(directory), layout, role, instance)
         with self._lock:
             known = self._known(rel)
             if not known.differs(item):
@@ -808,16 +873,22 @@ def _digest(*parts: bytes) -> str:
     return hasher.hexdigest()
 
 
-def _subdirs(path: Path) -> list[str]:
-    """The folders in ``path`` (none if it does not exist); a folder that exists but
-    cannot be listed is an error, not an empty part of the store."""
+def _subdirs_and_links(path: Path) -> tuple[list[str], set[str]]:
+    """The folders in ``path`` (none if it does not exist), and which of them are links;
+    a folder that exists but cannot be listed is an error, not an empty part of the store.
+    Leftover temp files of killed writers found here are removed."""
     try:
-        with os.scandir(path) as entries:
-            return sorted(e.name for e in entries if not e.name.startswith(".") and e.is_dir())
+        with os.scandir(path) as scan:
+            entries = list(scan)
     except (FileNotFoundError, NotADirectoryError):
-        return []
+        return [], set()
     except OSError as exc:
         raise StoreError(path, f"cannot list: {exc.strerror}") from exc
+    temps = [e.name for e in entries if e.name.startswith(".") and e.name.endswith(".tmp")]
+    if temps:
+        sweep_names(path, temps)
+    dirs = sorted(e.name for e in entries if not e.name.startswith(".") and e.is_dir())
+    return dirs, {e.name for e in entries if e.is_symlink()}
 
 
 def _stat(path: Path) -> os.stat_result | None:
@@ -938,11 +1009,17 @@ def _index_records(db: sqlite3.Connection, rel: str, directory: Path, kind: str,
     table = "calls" if kind == CALLS_DIR else "invocations"
     folder = directory / kind
     names: list[str] = []
+    if sig is not None and os.path.islink(folder) and not inside(directory, folder):
+        sig = None  # a link leading out of the session: its records are not read
     if sig is not None:
         try:
             with os.scandir(folder) as entries:
                 names = sorted(
-                    e.name for e in entries if e.name.endswith(".json") and not e.name.startswith(".")
+                    e.name
+                    for e in entries
+                    if e.name.endswith(".json")
+                    and not e.name.startswith(".")
+                    and not (e.is_symlink() and not inside(directory, e.path))
                 )
         except OSError:
             names = []

@@ -13,7 +13,7 @@ import contextlib
 import hashlib
 import json
 import os
-import tempfile
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ import json5
 import orjson
 
 from soap_core._errors import FormatError, StoreError
+from soap_core._tempfiles import in_flight, sweep_leftovers, temp_prefix
 
 _BOM = b"\xef\xbb\xbf"
 _DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
@@ -89,7 +90,7 @@ def write_json_atomic(path: Path, value: Any) -> bool:
     saving never rewrites a file (hand-edited comments and all) that nothing changed.
     """
     text = dump_json(value)
-    if path.exists():
+    if path.exists() and not path.is_symlink():  # a link is replaced, never read through
         try:
             if path.read_text("utf-8") == text or read_json(path) == value:
                 return False
@@ -126,22 +127,34 @@ def unsynced_writes() -> Iterator[None]:
         _unsynced -= 1
 
 
+def syncing() -> bool:
+    """Whether writes are fsynced (no :func:`unsynced_writes` block is running)."""
+    return not _unsynced
+
+
 def write_text_atomic(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text``: temp file in the same folder, fsync, rename."""
+    """Replace ``path`` with ``text``: temp file in the same folder, fsync, rename.
+
+    The temp file's name says which process wrote it, so that a writer killed before the
+    rename leaves a file the next write into this folder removes
+    (:mod:`soap_core._tempfiles`); a link at ``path`` is replaced, never written through.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, _mode_for(path))
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            if not _unsynced:
-                os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp_name)
-        raise
+    tmp_name = os.path.join(path.parent, f"{temp_prefix(path)}{secrets.token_hex(4)}.tmp")
+    with in_flight(tmp_name):
+        fd = os.open(tmp_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.fchmod(fd, _mode_for(path))
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(text)
+                handle.flush()
+                if not _unsynced:
+                    os.fsync(handle.fileno())
+            os.replace(tmp_name, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp_name)
+            raise
     if _unsynced:
         return
     with contextlib.suppress(OSError):  # not every file system lets a folder be fsynced
@@ -150,3 +163,4 @@ def write_text_atomic(path: Path, text: str) -> None:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+    sweep_leftovers(path.parent)

@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from soap_core._errors import SoapError, StoreError
 from soap_core._jsonio import read_json
+from soap_core._paths import OutsideStoreError, inside, outside_problem
 
 AGENTS_DIR = "agents"
 SESSIONS_DIR = "sessions"
@@ -96,7 +97,7 @@ def read_instances(instances_dir: Path) -> tuple[dict[str, InstanceClaim], list[
     """Session uuid -> the instance that claims it, from every instance file (read once).
 
     A broken instance file is reported, never fatal: its sessions are then listed with
-    :data:`UNKNOWN_ROLE`.
+    :data:`UNKNOWN_ROLE`; so is one that a link leads outside the store to (not read).
     """
     claims: dict[str, InstanceClaim] = {}
     errors: list[SoapError] = []
@@ -106,6 +107,9 @@ def read_instances(instances_dir: Path) -> tuple[dict[str, InstanceClaim], list[
         return claims, errors
     for name in entries:
         path = instances_dir / name / INSTANCE_FILE
+        if not inside(instances_dir, path):  # a link out of the store: reported, not read
+            errors.append(OutsideStoreError(path, outside_problem(path, "instance file")))
+            continue
         if not path.is_file():
             continue
         try:

@@ -16,23 +16,44 @@ session as before:
   the object's public state after the invocation.
 
 Every record starts with a ``format`` field naming its kind and version.
+
+Record ids become file names, so an id that is not a plain name is refused before it
+becomes a path, and a record folder (or file) that is a link leading out of its session
+folder is never read or written through (:mod:`soap_core._paths`).
+
+An invocation record says ``running`` from its start to its end; a process killed in
+between leaves it so. The session's lock tells: an invocation holds its session's lock
+(``.soapwb.lock``, see :mod:`soap_core.runtime._locks`) from before its first record to
+after its last, and a callee runs while its caller holds the caller's lock, so a
+``running`` record in a folder whose lock is free belongs to a process that is gone. The
+reader that finds one rewrites it as ``interrupted`` (:func:`settle_interrupted`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import json
+import os
 import uuid
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from soap_core._errors import FormatError
+from soap_core._errors import FormatError, SoapError
 from soap_core._jsonio import read_json, write_json_atomic
+from soap_core._paths import OutsideStoreError, confine, link_escapes, outside_problem, real, safe_name
+from soap_core._redact import redact
 
 CALL_FORMAT = "soapwb.call/1"
 INVOCATION_FORMAT = "soapwb.invocation/1"
 CALLS_DIR = "calls"
 INVOCATIONS_DIR = "invocations"
+LOCK_FILE = ".soapwb.lock"
+"""The file whose ``flock`` a running invocation holds in its session folder."""
+INTERRUPTED = "interrupted"
+"""The outcome of an invocation whose process ended before it did."""
 
 
 def utc_now() -> str:
@@ -150,7 +171,7 @@ class InvocationRecord:
     started_at: str
     parent_invocation_id: str | None = None
     ended_at: str | None = None
-    outcome: str = "running"  # running | ok | error | refused
+    outcome: str = "running"  # running | ok | error | refused | interrupted
     result: Any = None
     error: str | None = None
     state_after: dict[str, Any] | None = None
@@ -182,35 +203,153 @@ class InvocationRecord:
             raise FormatError(path, "$", f"malformed invocation record: {exc}") from None
 
 
+def _record_folder(session_dir: Path, kind: str) -> Path:
+    """``session_dir/kind``, refused if it is a link leading out of the session folder."""
+    folder = session_dir / kind
+    confine([real(session_dir)], folder, f"{kind}/ folder")
+    return folder
+
+
+def _record_path(session_dir: Path, kind: str, record_id: object) -> Path:
+    folder = _record_folder(session_dir, kind)
+    name = safe_name(record_id, f"{kind[:-1]} record id", folder)
+    path = folder / f"{name}.json"
+    if link_escapes([real(session_dir)], path):
+        raise OutsideStoreError(path, outside_problem(path, "record file"))
+    return path
+
+
+def _record_files(session_dir: Path, kind: str) -> list[Path]:
+    folder = _record_folder(session_dir, kind)
+    if not folder.is_dir():
+        return []
+    root = [real(session_dir)]
+    paths = sorted(folder.glob("*.json"))
+    for path in paths:
+        if link_escapes(root, path):
+            raise OutsideStoreError(path, outside_problem(path, "record file"))
+    return paths
+
+
+def _without_keys(data: dict[str, Any]) -> dict[str, Any]:
+    """A record's dict with any API key redacted from its error text (an error body may
+    echo the request's ``Authorization`` header)."""
+    if isinstance(data.get("error"), str):
+        data["error"] = redact(data["error"])
+    return data
+
+
 def write_call(session_dir: Path, record: CallRecord) -> Path:
-    path = session_dir / CALLS_DIR / f"{record.id}.json"
-    write_json_atomic(path, record.as_dict())
+    path = _record_path(session_dir, CALLS_DIR, record.id)
+    write_json_atomic(path, _without_keys(record.as_dict()))
     return path
 
 
 def read_calls(session_dir: Path) -> list[CallRecord]:
     """Every call record of a session, oldest first (ids sort by time)."""
-    folder = session_dir / CALLS_DIR
-    if not folder.is_dir():
-        return []
-    return [CallRecord.from_dict(read_json(path), path) for path in sorted(folder.glob("*.json"))]
+    return [CallRecord.from_dict(read_json(path), path) for path in _record_files(session_dir, CALLS_DIR)]
 
 
 def write_invocation(session_dirs: list[Path], record: InvocationRecord) -> None:
     """The same record into every session it concerns."""
     for directory in dict.fromkeys(session_dirs):
-        write_json_atomic(directory / INVOCATIONS_DIR / f"{record.id}.json", record.as_dict())
+        write_json_atomic(
+            _record_path(directory, INVOCATIONS_DIR, record.id), _without_keys(record.as_dict())
+        )
 
 
 def read_invocations(session_dir: Path) -> list[InvocationRecord]:
-    folder = session_dir / INVOCATIONS_DIR
-    if not folder.is_dir():
-        return []
-    return [InvocationRecord.from_dict(read_json(p), p) for p in sorted(folder.glob("*.json"))]
+    """Every invocation record in a session folder, oldest first; a ``running`` one whose
+    process is gone comes back (and is rewritten) as ``interrupted``."""
+    records = []
+    for path in _record_files(session_dir, INVOCATIONS_DIR):
+        record = InvocationRecord.from_dict(read_json(path), path)
+        records.append(settle_interrupted(path, record) if record.outcome == "running" else record)
+    return records
 
 
 def read_invocation(session_dir: Path, invocation_id: str) -> InvocationRecord | None:
-    path = session_dir / INVOCATIONS_DIR / f"{invocation_id}.json"
+    path = _record_path(session_dir, INVOCATIONS_DIR, invocation_id)
     if not path.is_file():
         return None
-    return InvocationRecord.from_dict(read_json(path), path)
+    record = InvocationRecord.from_dict(read_json(path), path)
+    return settle_interrupted(path, record) if record.outcome == "running" else record
+
+
+# -- interrupted invocations ---------------------------------------------------------------
+
+
+def _probe_lock(session_dir: Path) -> tuple[bool, dict[str, Any] | None]:
+    """(whether nobody holds the session's lock, the owner the lock file names).
+
+    Takes the lock shared for an instant (an invocation takes it exclusive and retries
+    briefly, so this never makes one fail). A session without a lock file was never run
+    by our runtime here: nobody holds it."""
+    try:
+        fd = os.open(session_dir / LOCK_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return True, None
+    except OSError:
+        return False, None  # cannot tell (a link, no permission): say nothing
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return False, None
+        try:
+            raw = os.pread(fd, 4096, 0)
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+    try:
+        owner = json.loads(raw) if raw else None
+    except ValueError:
+        owner = None
+    return True, owner if isinstance(owner, dict) else None
+
+
+def settle_interrupted(path: Path, record: InvocationRecord) -> InvocationRecord:
+    """``record`` (read from ``path``, in a session's ``invocations/``, as ``running``) as
+    it really stands: still running while that session's lock is held, else
+    ``interrupted``, which is written back (best effort: a store that cannot be written
+    still reads ``interrupted``)."""
+    free, owner = _probe_lock(path.parent.parent)
+    return (_interrupted(path, owner) or record) if free else record
+
+
+def interrupt_running(session_dir: Path, owner: dict[str, Any] | None) -> list[str]:
+    """Rewrite every ``running`` record of ``session_dir`` as ``interrupted``; the ids.
+
+    Only for the holder of the session's lock (an invocation starting on a session whose
+    previous owner died): nothing else can be running there."""
+    settled = []
+    for path in _record_files(session_dir, INVOCATIONS_DIR):
+        try:
+            if read_json(path).get("outcome") != "running":
+                continue
+        except (SoapError, AttributeError):
+            continue
+        record = _interrupted(path, owner)
+        if record is not None and record.outcome == INTERRUPTED:
+            settled.append(record.id)
+    return settled
+
+
+def _interrupted(path: Path, owner: dict[str, Any] | None) -> InvocationRecord | None:
+    """The record at ``path`` marked interrupted and written back, read again first (it
+    may have ended, and released the lock, since it was read); None if unreadable."""
+    try:
+        record = InvocationRecord.from_dict(read_json(path), path)
+    except SoapError:
+        return None
+    if record.outcome != "running":
+        return record
+    record.outcome = INTERRUPTED
+    who = f"pid {owner.get('pid')} on {owner.get('host')}" if owner and owner.get("pid") else "its process"
+    record.error = (
+        f"interrupted: {who} ended before the invocation did (no outcome was recorded); found at {utc_now()}"
+    )
+    with contextlib.suppress(OSError, SoapError):
+        write_json_atomic(path, record.as_dict())
+    return record

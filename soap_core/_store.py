@@ -31,9 +31,19 @@ from soap_core._errors import (
     SoapError,
     StoreError,
 )
-from soap_core._jsonio import fingerprint, read_json, write_json_atomic
+from soap_core._jsonio import fingerprint, read_json, syncing, write_json_atomic
 from soap_core._layout import UNKNOWN_ROLE, InstanceClaim, Layout, locate, read_instances
+from soap_core._paths import (
+    OutsideStoreError,
+    confine,
+    is_safe_name,
+    link_escapes,
+    outside_problem,
+    real,
+    safe_name,
+)
 from soap_core._session import Session
+from soap_core._tempfiles import new_folder, sweep_leftovers
 
 SESSION_FILE = "session.json"
 _DATE_PREFIX = re.compile(r"^\d{8}-")
@@ -100,7 +110,7 @@ def _context_paths(session_dir: Path) -> list[Path]:
     return sorted(
         p
         for p in session_dir.glob("*.json")
-        if p.name != SESSION_FILE and not p.name.startswith(".") and p.is_file()
+        if p.name != SESSION_FILE and not p.name.startswith(".") and (p.is_file() or p.is_symlink())
     )
 
 
@@ -134,13 +144,32 @@ class Store:
         return f"Store({str(self.root)!r})"
 
     def session_dir(self, role: str, session_uuid: str) -> Path:
-        """Where our runtime creates a session (the ``agents`` layout it always wrote)."""
+        """Where our runtime creates a session (the ``agents`` layout it always wrote);
+        UnsafeNameError for a role or uuid that is not a plain name."""
+        safe_name(role, "role", self.agents_dir)
+        safe_name(session_uuid, "session uuid", self.agents_dir / role)
         return self.agents_dir / role / session_uuid
 
+    def real_roots(self) -> list[str]:
+        """The store's folders with symlinks followed: a path is inside the store when it
+        leads into one of them (the config dir, ``agents``, ``sessions``, wherever the
+        user put them)."""
+        return [real(p) for p in (self.layout.config_dir, self.agents_dir, self.sessions_dir)]
+
+    def confine(self, path: Path, what: str = "path") -> Path:
+        """``path`` if it leads inside the store; OutsideStoreError (not followed) if not."""
+        return confine(self.real_roots(), path, what)
+
     def roles(self) -> list[str]:
+        """The role folders, a link leading outside the store included (the listing marks
+        it broken, and nothing reads through it)."""
         if not self.agents_dir.is_dir():
             return []
         return sorted(p.name for p in self.agents_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+    def _escapes(self, path: Path) -> str | None:
+        """Why a role or session folder is not followed, or None (it stays inside)."""
+        return outside_problem(path, "folder") if link_escapes(self.real_roots(), path) else None
 
     def instance_claims(self) -> dict[str, InstanceClaim]:
         """Session uuid -> the 0.6 instance that claims it (every instance file read once)."""
@@ -159,15 +188,25 @@ class Store:
         return [*parents, self.sessions_dir] if self.sessions_dir.is_dir() else parents
 
     def _session_dirs(self) -> list[tuple[str, Path, Layout, str | None]]:
+        """(role, folder, layout, instance) of every session folder; a role or session
+        folder that is a link leading outside the store is listed itself (and reported
+        broken by :meth:`_summary`), never listed through."""
         if not self.root.is_dir():
             raise StoreError(self.root, "no such store directory")
+        sweep_leftovers(self.agents_dir)
         try:
-            found: list[tuple[str, Path, Layout, str | None]] = [
-                (role, path, "agents", None)
-                for role in self.roles()
-                for path in sorted((self.agents_dir / role).iterdir())
-                if path.is_dir() and not path.name.startswith(".")
-            ]
+            found: list[tuple[str, Path, Layout, str | None]] = []
+            for role in self.roles():
+                role_dir = self.agents_dir / role
+                if self._escapes(role_dir):
+                    found.append((role, role_dir, "agents", None))
+                    continue
+                sweep_leftovers(role_dir)
+                found += [
+                    (role, path, "agents", None)
+                    for path in sorted(role_dir.iterdir())
+                    if path.is_dir() and not path.name.startswith(".")
+                ]
             if self.sessions_dir.is_dir():
                 claims = self.instance_claims()
                 for path in sorted(self.sessions_dir.iterdir()):
@@ -197,6 +236,11 @@ class Store:
         return [self._summary(*found) for found in self._session_dirs()]
 
     def _summary(self, role: str, path: Path, layout: Layout, instance: str | None) -> SessionSummary:
+        problem = self._escapes(path)
+        if problem is not None:
+            error = str(OutsideStoreError(path, problem))
+            return SessionSummary(role, path.name, path, None, False, None, 0, error, layout, instance)
+        sweep_leftovers(path)
         files = len(_context_paths(path))
         try:
             session = self.read_session_file(role, path)
@@ -221,6 +265,8 @@ class Store:
         A full uuid or folder name is looked up in the catalog and only that session's
         files are checked; a prefix, or a name the catalog does not know yet, refreshes
         the catalog first (a new session of another process, a copied folder)."""
+        if ref and not is_safe_name(ref):
+            safe_name(ref, "session", self.root)  # a uuid or a prefix of one: never a path
         catalog = self.catalog()
         if catalog is None:
             return self._resolve(ref, self.scan_sessions())
@@ -243,7 +289,8 @@ class Store:
         known = [d for d in catalog.find_dirs(ref, exact_only=True) if d.is_dir()]
         if known:
             return known
-        on_disk = [self.agents_dir / role / ref for role in self.roles()] + [self.sessions_dir / ref]
+        roles = [r for r in self.roles() if not self._escapes(self.agents_dir / r)]
+        on_disk = [self.agents_dir / role / ref for role in roles] + [self.sessions_dir / ref]
         return [d for d in on_disk if d.is_dir()]
 
     def _resolve(self, ref: str, candidates: list[SessionSummary]) -> SessionSummary:
@@ -263,8 +310,10 @@ class Store:
     # -- loading ------------------------------------------------------------------------
 
     def read_session_file(self, role: str, path: Path) -> Session:
-        """Only ``session.json`` of the session folder ``path`` (no contexts)."""
+        """Only ``session.json`` of the session folder ``path`` (no contexts); a folder
+        or file leading outside the store is OutsideStoreError, never read."""
         session_file = path / SESSION_FILE
+        self.confine(session_file, "session.json")
         if not session_file.is_file():
             raise StoreError(session_file, "missing session.json")
         try:
@@ -277,6 +326,7 @@ class Store:
 
         The true token counts come from the catalog when it indexed this very file
         (same signature before and after the read), so a warm load encodes nothing."""
+        self.confine(path, "context file")
         before = _signature_of(path)
         catalog = self._catalog
         counts = None
@@ -304,6 +354,7 @@ class Store:
         """
         summary = self.find(ref)
         self.catalog()  # token counts come from it
+        self.confine(summary.path, "session folder")
         session = self.read_session_file(summary.role, summary.path)
         session.directory = summary.path
         session.layout = summary.layout
@@ -343,6 +394,7 @@ class Store:
             raise StoreError(summary.path, summary.error)
         if active is None:
             raise ContextNotFoundError(summary.path, "session has no active context")
+        safe_name(active, "active_context_id", summary.path / SESSION_FILE)
         if summary.figures is not None and summary.figures.file is not None:
             path = summary.path / summary.figures.file
             if path.is_file():
@@ -360,26 +412,50 @@ class Store:
         A loaded session goes back to the folder it came from (even if that folder was
         copied under another name). Files whose content is unchanged are not touched,
         and files that failed to load are never overwritten, so saving cannot lose what
-        is on disk.
+        is on disk. Each file is replaced atomically, and a new session's folder appears
+        whole (written beside it, then renamed), so a crash never leaves a session folder
+        without its ``session.json``. A folder or file that leads outside the store is
+        refused (OutsideStoreError), never written through.
         """
         directory = session.directory or self.session_dir(session.role, session.uuid)
+        roots = self.real_roots()
+        confine(roots, directory, "session folder")
+        for name in (SESSION_FILE, *session.context_files.values()):
+            if link_escapes(roots, directory / name):
+                raise OutsideStoreError(directory / name, outside_problem(directory / name, name))
+        if os.path.lexists(directory):
+            written = self._write_session(session, directory, directory)
+        else:  # a new session appears whole or not at all (a kill leaves a temp folder)
+            try:
+                with new_folder(directory, sync=syncing()) as staging:
+                    written = self._write_session(session, directory, staging)
+            except FileExistsError as exc:
+                raise StoreError(directory, f"cannot create the session folder: {exc}") from None
+        catalog = self.catalog()
+        if catalog is not None and written:
+            catalog.note_saved(session, directory, written)
+        return written
+
+    def _write_session(self, session: Session, directory: Path, folder: Path) -> list[Path]:
+        """The contexts, then ``session.json``, written into ``folder`` (``directory``, or
+        the temp folder that becomes it); the files written, as paths in ``directory``."""
         written: list[Path] = []
         for context_id, context in session.contexts.items():
-            name = session.context_files.setdefault(context_id, f"{context_id}.json")
+            if context_id not in session.context_files:  # a new context: its file is named after it
+                session.context_files[context_id] = f"{safe_name(context_id, 'context id', directory)}.json"
+            name = session.context_files[context_id]
+            safe_name(name, "context file name", directory)
             if name in session.load_errors:
                 raise StoreError(directory / name, "refusing to overwrite a file that failed to load")
             value = context.to_dict()
             digest = fingerprint([str(directory / name), value])
-            if digest is not None and digest == context.saved_fingerprint and (directory / name).is_file():
+            if digest is not None and digest == context.saved_fingerprint and (folder / name).is_file():
                 continue  # unchanged since it was read or written: not even dumped
-            if write_json_atomic(directory / name, value):
+            if write_json_atomic(folder / name, value):
                 written.append(directory / name)
             context.saved_fingerprint = digest
-        if write_json_atomic(directory / SESSION_FILE, session.to_dict()):
+        if write_json_atomic(folder / SESSION_FILE, session.to_dict()):
             written.append(directory / SESSION_FILE)
-        catalog = self.catalog()
-        if catalog is not None and written:
-            catalog.note_saved(session, directory, written)
         return written
 
 

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from soap_core import SoapError
+from soap_core._redact import redact
 from soapwb.common import UsageError
 
 Handler = Callable[[argparse.Namespace], int]
@@ -75,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"soapwb: error: {exc}", file=sys.stderr)
         return 2
     except SoapError as exc:
-        print(f"soapwb: error: {exc}", file=sys.stderr)
+        print(f"soapwb: error: {redact(str(exc))}", file=sys.stderr)
         return 1
     except BrokenPipeError:
         return 0
@@ -86,7 +87,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("SOAPWB_DEBUG"):
             raise
         print(
-            f"soapwb: internal error: {type(exc).__name__}: {exc} (set SOAPWB_DEBUG=1 for the traceback)",
+            f"soapwb: internal error: {type(exc).__name__}: {redact(str(exc))} "
+            "(set SOAPWB_DEBUG=1 for the traceback)",
             file=sys.stderr,
         )
         return 3

@@ -22,8 +22,9 @@ def frame_line(frame: TraceFrame) -> str:
         site = "called from Python"
     else:
         site = f"called from {frame.caller_role}/{frame.caller_session} context {frame.context_id} message {frame.message_index}"
-    times = f"{frame.started_at} .. {frame.ended_at or 'still running'}"
-    outcome = frame.outcome.upper() if frame.outcome in ("error", "refused") else frame.outcome
+    end = frame.ended_at or ("still running" if frame.outcome == "running" else "never ended")
+    times = f"{frame.started_at} .. {end}"
+    outcome = frame.outcome.upper() if frame.outcome in ("error", "refused", "interrupted") else frame.outcome
     error = f": {frame.error}" if frame.error else ""
     return f"{frame.role}/{frame.session}  [{site}]  {times}  {outcome}{error}"
 

@@ -20,10 +20,17 @@ from soap_core import Store
 from soap_core.runtime import InvocationTrace, TraceFrame, invocation_chain, read_invocation, read_invocations
 from workbench.views import short_id
 
-OUTCOME_ICONS = {"ok": "✅", "refused": "⛔", "error": "❌", "running": "⏳"}
-OUTCOME_COLOURS = {"ok": "#2ca02c", "refused": "#ff7f0e", "error": "#d62728", "running": "#7f7f7f"}
-PROBLEM_OUTCOMES = ("error", "refused")
-"""Outcomes that stand out: an invocation that failed or was refused (no-circle rule)."""
+OUTCOME_ICONS = {"ok": "✅", "refused": "⛔", "error": "❌", "running": "⏳", "interrupted": "💥"}
+OUTCOME_COLOURS = {
+    "ok": "#2ca02c",
+    "refused": "#ff7f0e",
+    "error": "#d62728",
+    "running": "#7f7f7f",
+    "interrupted": "#9467bd",
+}
+PROBLEM_OUTCOMES = ("error", "refused", "interrupted")
+"""Outcomes that stand out: an invocation that failed, was refused (no-circle rule), or
+whose process died before it ended."""
 
 STACK_COLUMNS = (
     "depth",

@@ -58,7 +58,7 @@ from importers.openpoke._mapping import (
 from importers.openpoke._memory import WorkingMemoryState, working_memory_at
 from importers.openpoke._roster import roster_at
 from replay._materialize import Materialized, MaterializeError
-from soap_core import Context, Message, Session, TextPart, ToolPart, chat_request, request_hash
+from soap_core import Context, Message, Session, TextPart, ToolPart, chat_request, inside, request_hash
 
 OPENPOKE_MODEL = "anthropic/claude-sonnet-4"
 PROMPT_PATH = ("agents", "interaction_agent", "system_prompt.md")
@@ -147,9 +147,13 @@ def render_request_content(transcript: str, roster: list[str], tag: str, text: s
 
 
 def _in_checkout(root: Path, parts: tuple[str, ...]) -> Path | None:
+    """The checkout's file at ``parts`` (under ``server/`` or the root); a file that a
+    link leads outside the checkout to is refused, never read."""
     for base in (root / "server", root):
         candidate = base.joinpath(*parts)
         if candidate.is_file():
+            if not inside(root, candidate):
+                raise MaterializeError(f"{candidate} leads outside the OpenPoke checkout {root}: not read")
             return candidate
     return None
 

@@ -41,8 +41,8 @@ from importers.openpoke._mapping import (
     openpoke_meta,
     openpoke_state,
 )
-from importers.openpoke._reader import parse_updated_at, to_utc
-from soap_core import Context, Session
+from importers.openpoke._reader import CONVERSATION_LOG, parse_updated_at, to_utc
+from soap_core import Context, Session, inside
 
 _THRESHOLD = 100
 """OpenPoke's default ``conversation_summary_threshold``."""
@@ -213,18 +213,38 @@ def working_memory_at(session: Session, entry_index: int) -> WorkingMemoryState:
     return WorkingMemoryState(entry_index, summary, tuple(held), transcript, rule, tuple(notes))
 
 
-def _raw_lines(session: Session, entries: list[TranscriptEntry]) -> tuple[tuple[RawLine, ...], str]:
+def raw_log_path(session: Session) -> tuple[Path | None, str | None]:
+    """The conversation log an interaction session was imported from, or None and why it
+    is not read: the session file names the data dir and the log, and only the
+    conversation log inside that dir (links followed) is ever opened, whatever the file
+    says (a session naming ``/etc`` and ``passwd`` is refused, not shown)."""
     state = openpoke_state(session)
-    path = Path(str(state.get("data_dir", ""))) / str(state.get("log", ""))
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except (OSError, UnicodeDecodeError):
+    data_dir, log = state.get("data_dir"), state.get("log")
+    if not isinstance(data_dir, str) or not data_dir or not Path(data_dir).is_absolute():
+        return None, f"the imported data_dir {data_dir!r} is not an absolute path: refused"
+    if log != CONVERSATION_LOG:
+        return None, f"the imported log {log!r} is not OpenPoke's {CONVERSATION_LOG}: refused"
+    path = Path(data_dir) / CONVERSATION_LOG
+    if not inside(data_dir, path):
+        return None, f"{path} leads outside the imported directory {data_dir}: refused"
+    return path, None
+
+
+def _raw_lines(session: Session, entries: list[TranscriptEntry]) -> tuple[tuple[RawLine, ...], str]:
+    path, refused = raw_log_path(session)
+    text = None
+    if path is not None:
+        try:
+            text = path.read_bytes().decode("utf-8")
+        except (OSError, UnicodeDecodeError):
+            refused = f"{path} is not readable"
+    if path is None or text is None:
         lines = tuple(
             RawLine(e.index + 1, format_line(e.tag, e.text, e.timestamp or None).rstrip("\n"), e.index)
             for e in entries
         )
-        return lines, f"{path} is not readable: the lines are re-encoded from the imported entries"
-    return parse_log(text, str(state.get("log", ""))).lines, str(path)
+        return lines, f"{refused}: the lines are re-encoded from the imported entries"
+    return parse_log(text, CONVERSATION_LOG).lines, str(path)
 
 
 def tracks_at(session: Session, entry_index: int) -> OpenPokeTracks:

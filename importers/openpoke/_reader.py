@@ -39,6 +39,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from importers._errors import ImporterError
 from importers.openpoke._log import LogEntry, ParsedLog, SkippedLine, parse_log
+from soap_core import inside
 
 CONVERSATION_LOG = "conversation/poke_conversation.log"
 WORKING_MEMORY_LOG = "conversation/poke_working_memory.log"
@@ -235,8 +236,11 @@ def find_data_dir(path: Path | str) -> Path:
     )
 
 
-def _read_text(path: Path) -> str | None:
-    """A file's text as OpenPoke reads it (UTF-8, no BOM handling); None if absent."""
+def _read_text(path: Path, data_dir: Path) -> str | None:
+    """A file's text as OpenPoke reads it (UTF-8, no BOM handling); None if absent. A file
+    that a link leads outside the data dir to is refused, never read."""
+    if not inside(data_dir, path):
+        raise ImporterError(path, f"a symlink leading outside the imported directory {data_dir}: not read")
     if not path.exists():
         return None
     try:
@@ -252,7 +256,7 @@ def _read_text(path: Path) -> str | None:
 
 
 def _read_timezone(data_dir: Path, notices: list[str]) -> str:
-    text = _read_text(data_dir / TIMEZONE_FILE)
+    text = _read_text(data_dir / TIMEZONE_FILE, data_dir)
     name = (text or "").strip()
     if not name:
         return "UTC"
@@ -267,7 +271,7 @@ def _read_timezone(data_dir: Path, notices: list[str]) -> str:
 def _read_working_memory(
     data_dir: Path, conversation: ParsedLog, zone: ZoneInfo, notices: list[str]
 ) -> WorkingMemory | None:
-    text = _read_text(data_dir / WORKING_MEMORY_LOG)
+    text = _read_text(data_dir / WORKING_MEMORY_LOG, data_dir)
     if text is None:
         notices.append(
             f"{WORKING_MEMORY_LOG}: absent (OpenPoke creates it at start-up): no summary to import"
@@ -308,7 +312,7 @@ def _read_working_memory(
 
 
 def _read_roster(data_dir: Path, notices: list[str]) -> tuple[str, ...]:
-    text = _read_text(data_dir / ROSTER_FILE)
+    text = _read_text(data_dir / ROSTER_FILE, data_dir)
     if text is None:
         return ()
     try:
@@ -337,7 +341,7 @@ def _read_execution_logs(
     by_slug = {slugify(name): name for name in roster}
     logs = []
     for path in sorted(folder.glob("*.log")):
-        text = _read_text(path)
+        text = _read_text(path, data_dir)
         slug = path.stem
         name = by_slug.get(slug)
         if name is None:
@@ -352,7 +356,7 @@ def _read_execution_logs(
 
 def _read_legacy_history(data_dir: Path, notices: list[str]) -> int | None:
     path = data_dir / LEGACY_HISTORY
-    text = _read_text(path)
+    text = _read_text(path, data_dir)
     if text is None:
         return None
     try:
@@ -373,7 +377,7 @@ def read_openpoke(path: Path | str) -> OpenPokeData:
     notices: list[str] = []
     timezone = _read_timezone(data_dir, notices)
     zone = ZoneInfo(timezone)
-    log_text = _read_text(data_dir / CONVERSATION_LOG)
+    log_text = _read_text(data_dir / CONVERSATION_LOG, data_dir)
     if log_text is None:
         notices.append(f"{CONVERSATION_LOG}: absent: no conversation to import")
     conversation = _with_folds(parse_log(log_text or "", CONVERSATION_LOG), zone)

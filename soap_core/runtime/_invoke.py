@@ -30,18 +30,20 @@ from soap_core._records import (
     CallRecord,
     InvocationRecord,
     Party,
+    interrupt_running,
     new_record_id,
     utc_now,
     write_call,
     write_invocation,
 )
+from soap_core._redact import redact
 from soap_core._session import OBJECT_KEY, RERUN_SESSION_KEY, Session
 from soap_core._store import SESSION_FILE
 from soap_core._tree import REPLAY_KEY
 from soap_core.runtime._agentic import AgenticObject
 from soap_core.runtime._compaction import ContextBudget
 from soap_core.runtime._llm import LLMError
-from soap_core.runtime._locks import CHAIN, ActiveSessionError, Frame, owner_info, session_lock
+from soap_core.runtime._locks import CHAIN, ActiveSessionError, Frame, owner_info, session_lock, thread_lock
 from soap_core.runtime._tools import ToolSpec, json_type, run_tool
 
 OWNER_KEY = "_soapwb_owner"
@@ -165,10 +167,32 @@ def _scanned_thread_session(obj: AgenticObject, thread: str) -> Session | None:
     return store.load_session(newest.path.name)
 
 
-def _new_session(obj: AgenticObject, thread: str | None) -> Session:
+def _session_for(obj: AgenticObject, thread: str | None, branch: bool) -> tuple[Session, bool]:
+    """The thread's session, or a new one (and whether it is new). A new session is saved
+    at once, its folder appearing whole, so that no crash leaves half a session. For a
+    thread, looking for its session and creating it happen under the thread's lock, and
+    the new session is on disk before the lock is let go: a process invoking the same new
+    thread at the same moment finds it instead of making a second one."""
+    store = obj.runtime.store
+    if thread is None:
+        session = _new_session(obj, None, branch)
+        store.save_session(session)
+        return session, True
+    with thread_lock(store.agents_dir, obj.role, obj.object_id, thread):
+        found = _thread_session(obj, thread)
+        if found is not None:
+            return found, False
+        session = _new_session(obj, thread, branch)
+        store.save_session(session)
+        return session, True
+
+
+def _new_session(obj: AgenticObject, thread: str | None, branch: bool = False) -> Session:
     context = Context.create(Message.system_prompt(obj.system_prompt), [t.as_part() for t in obj.tools()])
     session = Session.create(obj.role, context, thread_id=thread)
     session.state_data[OBJECT_KEY] = obj.object_id
+    if branch:
+        session.state_data[RERUN_SESSION_KEY] = True  # made by a re-run: thread lookups skip it
     session.directory = obj.runtime.store.session_dir(obj.role, session.uuid)
     return session
 
@@ -285,7 +309,7 @@ class _Run:
         try:
             completion = self.endpoint.complete(request)
         except LLMError as exc:
-            call.error, call.ended_at = str(exc), utc_now()
+            call.error, call.ended_at = redact(str(exc)), utc_now()
             write_call(self.directory, call)
             raise
         answer = assistant_message(completion.response)
@@ -438,10 +462,10 @@ def run_invocation(
     """``obj.invoke``: see :class:`_Run` for the loop."""
     branch = RERUN.get()  # called from a live tool of a re-run: the callee runs in a branch too
     schema = output_schema_json(output_schema)
-    session = (_thread_session(obj, thread) if thread is not None else None) or _new_session(obj, thread)
-    if branch and not (session.directory and (session.directory / SESSION_FILE).is_file()):
-        session.state_data[RERUN_SESSION_KEY] = True  # made by a re-run: thread lookups skip it
-    directory = session.directory or obj.runtime.store.session_dir(obj.role, session.uuid)
+    session, created = _session_for(obj, thread, branch)
+    directory = obj.runtime.store.confine(
+        session.directory or obj.runtime.store.session_dir(obj.role, session.uuid), "session folder"
+    )
     chain, position = CHAIN.get(), POSITION.get()
     caller = None
     if chain:  # called while another invocation runs: from one of its tools, hooks or plain code
@@ -469,14 +493,13 @@ def run_invocation(
         try:
             previous_owner = stack.enter_context(session_lock(directory, session.uuid))
         except ActiveSessionError as exc:
-            record.outcome, record.error, record.ended_at = "refused", str(exc), utc_now()
+            record.outcome, record.error, record.ended_at = "refused", redact(str(exc)), utc_now()
             write_invocation(dirs, record)
             raise
-        existing = (directory / SESSION_FILE).is_file()
-        if existing:  # read again under the lock: another process may have just written it
-            session = obj.runtime.store.load_session(directory.name)
+        if (directory / SESSION_FILE).is_file():  # read again under the lock: another process
+            session = obj.runtime.store.load_session(directory.name)  # may have just run it
         run = _Run(obj, session, record, schema, branch=branch)
-        context = callee_branch(session, record) if branch and existing else None
+        context = callee_branch(session, record) if branch and not created else None
         return _run_locked(
             run,
             lambda: run.loop(prompt, _choice(tool_choice), _choice(follow_up), context),
@@ -531,7 +554,8 @@ def rerun_invocation(
         state_before=obj.state(),
         rerun=rerun,
     )
-    with session_lock(directory, session.uuid):
+    obj.runtime.store.confine(directory, "session folder")
+    with session_lock(directory, session.uuid) as previous_owner:
         run = _Run(
             obj, session, record, output_schema_json(output_schema), tool_server=tool_server, branch=True
         )
@@ -541,7 +565,7 @@ def rerun_invocation(
                 run,
                 lambda: run.drive(fork, _choice(tool_choice), _choice(follow_up), limit),
                 [directory],
-                None,
+                previous_owner,
                 mark_active=False,
             )
         finally:
@@ -564,6 +588,8 @@ def _run_locked(
     mark_active: bool = True,
 ) -> Any:
     obj, session, record = run.obj, run.session, run.record
+    if previous_owner is not None or session.is_active:  # the last owner died: its records say running
+        interrupt_running(run.directory, previous_owner or session.state_data.get(OWNER_KEY))
     if mark_active:
         if session.is_active:  # on disk, yet nobody holds the lock: its owner died
             record.stale_owner = (
@@ -580,7 +606,7 @@ def _run_locked(
         record.outcome, record.result = "ok", _json_safe(result)
         return result
     except BaseException as exc:
-        record.outcome, record.error = "error", f"{type(exc).__name__}: {exc}"
+        record.outcome, record.error = "error", redact(f"{type(exc).__name__}: {exc}")
         if mark_active:
             session.state_data[ERROR_KEY] = record.error
         raise

@@ -3,7 +3,9 @@
 The endpoint sends a request dict exactly as given (the dict is what gets recorded and
 hashed), retries what is worth retrying (refused connections, timeouts, 429 and 5xx:
 the openai client's own backoff), and turns every failure into an :class:`LLMError`
-that names the endpoint and the request. The API key is held in memory only.
+that names the endpoint and the request. The API key is held in memory only, and it is
+redacted from every error text (a server may echo the ``Authorization`` header in its
+error body) and from the recorded response (:mod:`soap_core._redact`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from openai.types.chat import ChatCompletion
 
 from soap_core._chat import request_hash
 from soap_core._errors import SoapError
+from soap_core._redact import redact, redact_value, remember_secret
 
 DEFAULT_API_KEY = "sk-no-key-required"
 
@@ -62,11 +65,10 @@ class LLMEndpoint:
         self.base_url = resolved.rstrip("/")
         self.model = model
         self.timeout = timeout
+        key = api_key or os.environ.get("OPENAI_API_KEY") or DEFAULT_API_KEY
+        remember_secret(key)
         self._client = openai.OpenAI(
-            base_url=self.base_url,
-            api_key=api_key or os.environ.get("OPENAI_API_KEY") or DEFAULT_API_KEY,
-            timeout=timeout,
-            max_retries=max_retries,
+            base_url=self.base_url, api_key=key, timeout=timeout, max_retries=max_retries
         )
 
     def __repr__(self) -> str:  # never shows the key
@@ -96,10 +98,11 @@ class LLMEndpoint:
         problem = response_problem(response)
         if problem is not None:
             raise self._error(request, "malformed response", problem)
-        return Completion(response.model_dump(mode="json", exclude_none=False), latency)
+        body = redact_value(response.model_dump(mode="json", exclude_none=False), self._client.api_key)
+        return Completion(body, latency)
 
     def _error(self, request: dict[str, Any], kind: str, detail: str) -> LLMError:
-        return LLMError(self.base_url, request_hash(request), kind, detail)
+        return LLMError(self.base_url, request_hash(request), kind, redact(detail, self._client.api_key))
 
 
 def response_problem(response: Any) -> str | None:

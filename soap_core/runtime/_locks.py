@@ -9,25 +9,41 @@ Two guards, for two kinds of circle:
   content names the owner (pid, host, since). The kernel drops the lock when the owner
   dies, so a crashed process can never block a session forever: an ``is_active: true``
   left in ``session.json`` with no lock held is recognised as stale.
+
+A third lock makes a thread's first session unique: finding a thread's session and
+creating it when there is none happens under an exclusive ``flock`` on a lock file of
+that (object, thread), ``<agents>/.soapwb-threads/<digest>.lock``, so of two processes
+invoking a new thread at once, the second finds the session the first created.
+Lock files are opened without following a link (a link planted in a store would
+otherwise have its target truncated) and are never deleted (deleting a lock file while
+another process waits on it would let two processes hold "the" lock).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import socket
+import time
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from soap_core._errors import SoapError
-from soap_core._records import utc_now
+from soap_core._errors import SoapError, StoreError
+from soap_core._records import LOCK_FILE, utc_now
 
-LOCK_FILE = ".soapwb.lock"
+THREAD_LOCKS_DIR = ".soapwb-threads"
+THREAD_LOCK_TIMEOUT_S = 60.0
+"""How long an invoke waits for another process to finish creating the thread's session
+(which takes one save)."""
+_RETRIES_S = (0.002, 0.005, 0.01, 0.02)
+"""Short waits before a session lock is declared held: a reader checking whether a
+``running`` record is stale holds it shared for an instant (:mod:`soap_core._records`)."""
 
 
 class ActiveSessionError(SoapError):
@@ -83,12 +99,10 @@ def session_lock(session_dir: Path, session_uuid: str) -> Iterator[dict[str, Any
         path = " -> ".join(f"{f.role}/{f.session}" for f in chain)
         raise ActiveSessionError(session_uuid, f"it is up the current invocation chain: {path}")
     session_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(session_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _open_lock_file(session_dir / LOCK_FILE)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ActiveSessionError(session_uuid, _describe_owner(fd)) from None
+        if not _lock_soon(fd):
+            raise ActiveSessionError(session_uuid, _describe_owner(fd))
         previous = _read_owner(fd)
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(owner_info()).encode(), 0)
@@ -96,6 +110,63 @@ def session_lock(session_dir: Path, session_uuid: str) -> Iterator[dict[str, Any
             yield previous
         finally:
             os.ftruncate(fd, 0)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _open_lock_file(path: Path) -> int:
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        if os.path.islink(path):
+            raise StoreError(path, "the lock file is a symlink: not followed") from None
+        raise StoreError(path, f"cannot open the lock file: {exc.strerror}") from None
+
+
+def _lock_soon(fd: int) -> bool:
+    """Take the exclusive lock, retrying a few milliseconds; False if it stays held."""
+    for delay in (*_RETRIES_S, None):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if delay is None:
+                return False
+            time.sleep(delay)
+    return False
+
+
+def thread_lock_path(agents_dir: Path, role: str, object_id: str, thread: str) -> Path:
+    """The lock file of one object's thread (a digest: thread ids are any text)."""
+    key = "\0".join((role, object_id, thread)).encode("utf-8", "surrogatepass")
+    return agents_dir / THREAD_LOCKS_DIR / f"{hashlib.sha256(key).hexdigest()[:32]}.lock"
+
+
+@contextlib.contextmanager
+def thread_lock(agents_dir: Path, role: str, object_id: str, thread: str) -> Iterator[None]:
+    """Hold the (object, thread) while its session is looked up and, if new, created.
+
+    Held for one lookup and one save, never for a run; a wait longer than
+    :data:`THREAD_LOCK_TIMEOUT_S` is an error naming the lock file."""
+    path = thread_lock_path(agents_dir, role, object_id, thread)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = _open_lock_file(path)
+    try:
+        deadline = time.monotonic() + THREAD_LOCK_TIMEOUT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise StoreError(
+                        path, f"thread {thread!r} of {role}: another process held its creation lock too long"
+                    ) from None
+                time.sleep(0.005)
+        try:
+            yield
+        finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)

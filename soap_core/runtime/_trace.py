@@ -13,7 +13,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from soap_core._records import InvocationRecord, read_invocation, read_invocations
+from soap_core._paths import safe_name
+from soap_core._records import INVOCATIONS_DIR, InvocationRecord, read_invocation, read_invocations
 from soap_core._store import Store
 
 
@@ -113,7 +114,13 @@ class _Walker:
             and current.parent_invocation_id
             and current.parent_invocation_id not in seen
         ):
-            parent = self.record(current.caller.session, current.parent_invocation_id)
+            where = self.dirs.get(current.callee.session or "", Path(current.callee.session or "."))
+            parent_id = safe_name(
+                current.parent_invocation_id,
+                f"invocation {current.id}: parent_invocation_id",
+                where / INVOCATIONS_DIR,
+            )
+            parent = self.record(current.caller.session, parent_id)
             if parent is None:
                 break
             seen.add(parent.id)

@@ -1,0 +1,113 @@
+"""The two rules every path the store builds or opens obeys, kept in one place.
+
+* **A name is one path component.** A session uuid, a role, a context id or a record id
+  becomes a file or folder name; whether a user typed it or a file held it, it must be a
+  plain name (no separator, not ``.`` or ``..`` nor anything else starting with a dot,
+  which would be hidden from every listing, no NUL, not too long for a file name).
+  :func:`safe_name` refuses anything else *before* it is joined to a path, on the write
+  and the lookup side. (The readers refuse such ids while parsing too; this check does
+  not depend on that.)
+* **A path stays inside the store.** A symlink in a store (a role or session folder, a
+  context file, a record folder) may point anywhere; following one that leads outside
+  would read, or write forks and records, into somebody else's files. :func:`inside`
+  says where a path really leads, and :func:`confine` refuses a path that leads out;
+  listings report such a link as a broken entry instead of following it.
+
+Links that stay inside the store (a role folder linked to another) are followed as
+before, and so is a store whose own folder, or whose ``agents``/``sessions`` folder, is a
+link: that is where the user put it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from soap_core._errors import StoreError
+
+MAX_NAME_BYTES = 200
+"""Room for ``.json`` and the temp-file decoration within a 255-byte file name."""
+
+
+class UnsafeNameError(StoreError):
+    """An id that would not stay one path component (``../x``, ``a/b``, ...): refused."""
+
+
+class OutsideStoreError(StoreError):
+    """A path that leads outside the store once symlinks are followed: not followed."""
+
+
+def unsafe_reason(name: object) -> str | None:
+    """Why ``name`` cannot be used as one path component, or None if it can."""
+    if not isinstance(name, str):
+        return f"not a string but {type(name).__name__}"
+    if not name:
+        return "empty"
+    if name in (".", ".."):
+        return f"{name!r} names a folder, not an entry"
+    if "/" in name or "\\" in name:
+        return "holds a path separator"
+    if "\x00" in name:
+        return "holds a NUL character"
+    if name.startswith("."):
+        return "starts with a dot: a hidden entry, which readers skip"
+    if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+        return f"longer than {MAX_NAME_BYTES} bytes"
+    return None
+
+
+def is_safe_name(name: object) -> bool:
+    return unsafe_reason(name) is None
+
+
+def safe_name(name: object, what: str, where: Path | str) -> str:
+    """``name`` if it is a plain file name; UnsafeNameError naming ``where`` otherwise.
+
+    ``what`` says which id it is ("session uuid", "active_context_id"), ``where`` the
+    file or folder it came from or was meant for."""
+    reason = unsafe_reason(name)
+    if reason is not None:
+        raise UnsafeNameError(where, f"{what} {name!r} is not a plain name ({reason}): refused")
+    assert isinstance(name, str)
+    return name
+
+
+def real(path: Path | str) -> str:
+    """Where ``path`` leads with every symlink followed (it need not exist)."""
+    return os.path.realpath(path)
+
+
+def _within(target: str, root: str) -> bool:
+    return target == root or target.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def inside(root: Path | str, path: Path | str) -> bool:
+    """Whether ``path``, symlinks followed, is ``root`` (symlinks followed) or below it."""
+    return _within(real(path), real(root))
+
+
+def inside_any(roots: Iterable[str], path: Path | str) -> bool:
+    """:func:`inside` for roots already resolved with :func:`real`."""
+    target = real(path)
+    return any(_within(target, root) for root in roots)
+
+
+def confine(roots: Iterable[str], path: Path | str, what: str = "path") -> Path:
+    """``path`` if it leads inside one of ``roots`` (resolved); OutsideStoreError if not."""
+    resolved = list(roots)
+    if not inside_any(resolved, path):
+        raise OutsideStoreError(path, outside_problem(path, what))
+    return Path(path)
+
+
+def outside_problem(path: Path | str, what: str = "path") -> str:
+    """The one-line reason a listing or an error gives for a link leading out."""
+    kind = "a symlink" if os.path.islink(path) else "a path through a symlink"
+    return f"{what} is {kind} leading outside the store (to {real(path)}): not followed"
+
+
+def link_escapes(roots: Iterable[str], path: Path | str) -> bool:
+    """True when ``path`` is itself a symlink whose target is outside ``roots``: the
+    cheap check for entries of a folder already known to be inside (one ``lstat``)."""
+    return os.path.islink(path) and not inside_any(roots, path)

@@ -1,0 +1,202 @@
+"""The API key never reaches a file or the output, even from a server that echoes it.
+
+A real HTTP server on 127.0.0.1 answers with the request's ``Authorization`` header in
+its body (as some proxies and mock servers do): in a 401's JSON, in a plain-text 401, in
+a 500 that the client retries, and in a 200 answer's content. The runtime, a replay and
+the command line then run against it with a canary key, and every file under the store
+(the catalog included) and everything printed is searched for the key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from soap_core import Store
+from soap_core._redact import redact
+from soap_core.runtime import AgenticObject, LLMEndpoint, LLMError, ModelSettings, Runtime
+from tests.misbehaving_llm import OK_COMPLETION
+
+REPO = Path(__file__).parents[1]
+CANARY = f"sk-canary-{secrets.token_hex(12)}"
+
+
+class _Echo(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    server: _EchoServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        auth = self.headers.get("authorization", "")
+        key = auth.removeprefix("Bearer ")
+        mode = self.server.mode
+        if mode == "json401":
+            body = {
+                "error": {
+                    "message": f"Incorrect API key provided. You sent Authorization: {auth}",
+                    "type": "invalid_request_error",
+                    "code": "invalid_api_key",
+                    "received_headers": {"authorization": auth, "x-api-key": key},
+                }
+            }
+            self.send(401, json.dumps(body).encode())
+        elif mode == "text401":
+            self.send(401, f"unauthorized: the key {key} is not valid ({auth})".encode(), "text/plain")
+        elif mode == "json500":
+            self.send(500, json.dumps({"error": {"message": f"upstream refused {auth}"}}).encode())
+        else:  # a 200 answer whose content echoes the header
+            answer = {"role": "assistant", "content": f"you sent {auth}"}
+            completion = {
+                **OK_COMPLETION,
+                "choices": [{"index": 0, "finish_reason": "stop", "message": answer}],
+            }
+            self.send(200, json.dumps(completion).encode())
+
+    def send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("content-type", content_type)
+        self.send_header("content-length", str(len(body)))
+        self.send_header("retry-after-ms", "1")
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class _EchoServer(ThreadingHTTPServer):
+    daemon_threads = True
+    mode = "json401"
+
+
+@pytest.fixture
+def echo() -> Iterator[_EchoServer]:
+    server = _EchoServer(("127.0.0.1", 0), _Echo)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def base_url(server: _EchoServer) -> str:
+    return f"http://127.0.0.1:{server.server_port}/v1"
+
+
+def files_holding_the_key(root: Path) -> list[str]:
+    forms = {CANARY.encode(), json.dumps(CANARY)[1:-1].encode()}
+    return [str(p) for p in root.rglob("*") if p.is_file() and any(f in p.read_bytes() for f in forms)]
+
+
+def soapwb(*argv: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    environ = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "soapwb.cli", *map(str, argv)],
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=120,
+        check=False,
+    )
+
+
+class Caller(AgenticObject):
+    settings = ModelSettings(max_tokens=4)
+
+
+@pytest.mark.parametrize("mode", ["json401", "text401", "json500", "ok-echo"])
+def test_an_echoed_key_reaches_no_file_under_the_store_and_no_output(
+    tmp_path: Path, echo: _EchoServer, mode: str
+) -> None:
+    echo.mode = mode
+    store = tmp_path / "store"
+    runtime = Runtime(store, LLMEndpoint(base_url(echo), api_key=CANARY, max_retries=1))
+    if mode == "ok-echo":
+        answer = Caller(runtime=runtime, object_id="c").invoke("Hello.", thread="t")
+        assert CANARY not in answer and "[REDACTED]" in answer
+    else:
+        with pytest.raises(LLMError) as failed:
+            Caller(runtime=runtime, object_id="c").invoke("Hello.", thread="t")
+        assert CANARY not in str(failed.value)
+        assert "[REDACTED]" in str(failed.value) or mode == "text401"  # the client drops a text body
+    assert files_holding_the_key(store) == []
+    if mode in ("json401", "ok-echo"):  # what the command line prints of it
+        [summary] = Store(store).sessions()
+        for argv in (["ls", "--json"], ["show", summary.uuid], ["trace", summary.uuid], ["verify"]):
+            proc = soapwb(*argv, "--store", store)
+            assert CANARY not in proc.stdout + proc.stderr, proc
+
+
+def test_a_replay_against_an_echoing_server_prints_and_stores_no_key(
+    store_copy: Path, echo: _EchoServer
+) -> None:
+    echo.mode = "json401"
+    proc = soapwb(
+        "replay", "3f0c", "--at", "5", "--base-url", base_url(echo), "--retries", "0", "--store", store_copy,
+        env={"OPENAI_API_KEY": CANARY},
+    )  # fmt: skip
+    assert proc.returncode == 1 and "FAILED" in proc.stdout and "HTTP 401" in proc.stdout, proc
+    assert CANARY not in proc.stdout + proc.stderr, proc
+    assert "[REDACTED]" in proc.stdout
+    assert files_holding_the_key(store_copy) == []
+
+
+STRANGER = f"sk-stranger-{secrets.token_hex(12)}"
+"""A key this process was never configured with."""
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"Authorization: Bearer {STRANGER}",
+        f"{{'authorization': 'Bearer {STRANGER}'}}",
+        f'{{\\"Authorization\\": \\"Bearer {STRANGER}\\"}}',
+        f"authorization={STRANGER}&x=1",
+        f"bearer {STRANGER}",
+    ],
+)
+def test_credentials_after_authorization_or_bearer_are_redacted_whoever_they_belong_to(text: str) -> None:
+    assert STRANGER not in redact(text), redact(text)  # no remembered key: the pattern alone
+
+
+def test_records_and_the_command_line_redact_a_configured_key_whatever_put_it_there(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The layers behind the endpoint's own redaction: a record's error text, and an
+    error the command line prints, lose the key too (an error raised anywhere)."""
+    from soap_core import CallRecord, SoapError, read_calls, write_call
+    from soapwb import cli
+
+    key = f"sk-configured-{secrets.token_hex(12)}"
+    LLMEndpoint("http://127.0.0.1:9/v1", api_key=key)  # configuring a key remembers it
+    record = CallRecord("20250611T000000000000-abcdef12", "s", "R", "c", 0, {}, "h", error=f"boom {key}")
+    write_call(tmp_path, record)
+    assert key not in (tmp_path / "calls" / f"{record.id}.json").read_text()
+    assert read_calls(tmp_path)[0].error == "boom [REDACTED]"
+
+    def fail(_args: Any) -> int:
+        raise SoapError(f"something mentioned {key}")
+
+    parser = cli.build_parser("store_commands")
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr(cli, "build_parser", lambda _only=None: parser)
+    monkey.setattr(parser, "parse_args", lambda _argv: argparse.Namespace(handler=fail))
+    try:
+        assert cli.main(["ls"]) == 1
+    finally:
+        monkey.undo()
+    assert key not in capsys.readouterr().err
