@@ -13,6 +13,7 @@ from soap_core._errors import ContextNotFoundError, FormatError, SoapError
 from soap_core._layout import Layout
 from soap_core._tokens import DEFAULT_ENCODING
 
+SESSION_FILE = "session.json"
 THREAD_ID_KEY = "_persistent_thread_id"
 OBJECT_KEY = "_soapwb_object"
 """``state_data`` key our runtime writes into each session it creates: the object's id."""
@@ -69,16 +70,23 @@ class Session:
         return value if isinstance(value, str) else None
 
     @property
+    def session_file(self) -> Path:
+        """Where this session's ``session.json`` is (its uuid alone for a session that
+        was never read or saved): what errors about the session name."""
+        return self.directory / SESSION_FILE if self.directory is not None else Path(self.uuid or "?")
+
+    @property
     def active_context(self) -> Context:
-        """The active context; ContextNotFoundError if it has no readable file."""
+        """The active context; ContextNotFoundError (naming session.json) if it has no
+        readable file."""
         if self.active_context_id is None:
-            raise ContextNotFoundError(self.uuid, "session has no active context")
+            raise ContextNotFoundError(self.session_file, "session has no active context")
         context = self.contexts.get(self.active_context_id)
         if context is None:
             name = next((f for f, err in self.load_errors.items() if self.active_context_id in f), None)
             detail = f": {self.load_errors[name]}" if name else ": no file for it"
             raise ContextNotFoundError(
-                self.uuid, f"active context {self.active_context_id} is missing{detail}"
+                self.session_file, f"active context {self.active_context_id} is missing{detail}"
             )
         return context
 

@@ -33,9 +33,9 @@ from soap_core._errors import (
 )
 from soap_core._jsonio import fingerprint, read_json, write_json_atomic
 from soap_core._layout import UNKNOWN_ROLE, InstanceClaim, Layout, locate, read_instances
+from soap_core._session import SESSION_FILE as SESSION_FILE
 from soap_core._session import Session
 
-SESSION_FILE = "session.json"
 _DATE_PREFIX = re.compile(r"^\d{8}-")
 
 
