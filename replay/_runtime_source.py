@@ -79,12 +79,37 @@ def _tools_at(context: Context, call: CallRecord, notes: list[str]) -> Message |
     if key not in context.content_map:
         notes.append("the tool listing of the call is not in the content map: using the tools on disk")
         return definitions
+    tools = tool_listing(context.content_map[key])
+    if tools is None:
+        notes.append(
+            "the tool listing of the call in the content map is not a JSON tool list: using the tools on disk"
+        )
+        return definitions
     rebuilt = definitions.copy()
-    listing = json.loads(context.content_map[key])
-    rebuilt.content = [
-        ToolPart(t["name"], t.get("description", ""), t.get("parameters", {})) for t in listing
-    ]
+    rebuilt.content = tools
     return rebuilt
+
+
+def tool_listing(text: object) -> list[ToolPart] | None:
+    """The tools of a ``tool_list`` hook output (a JSON array of ``{name, description,
+    parameters}``), None when it is not one: the content map is read from a file."""
+    if not isinstance(text, str):
+        return None
+    try:
+        listing = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(listing, list):
+        return None
+    tools = []
+    for item in listing:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            return None
+        description, parameters = item.get("description", ""), item.get("parameters", {})
+        if not isinstance(description, str) or not isinstance(parameters, dict):
+            return None
+        tools.append(ToolPart(item["name"], description, parameters))
+    return tools
 
 
 def request_messages(

@@ -21,12 +21,13 @@ Every record starts with a ``format`` field naming its kind and version.
 from __future__ import annotations
 
 import uuid
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from soap_core._errors import FormatError
+from soap_core._errors import FormatError, SoapError
+from soap_core._ids import checked_id
 from soap_core._jsonio import read_json, write_json_atomic
 
 CALL_FORMAT = "soapwb.call/1"
@@ -85,18 +86,8 @@ class CallRecord:
         """A call record read from ``path``; FormatError naming the field that is wrong."""
         if not isinstance(data, dict) or data.get("format") != CALL_FORMAT:
             raise FormatError(path, "$.format", f"not a {CALL_FORMAT} record")
-        known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in data.items() if k in known}
-        for key, kind in _CALL_TYPES.items():
-            if key not in values:
-                if key in _CALL_REQUIRED:
-                    raise FormatError(path, f"$.{key}", "missing")
-                continue
-            value = values[key]
-            if value is None and key not in _CALL_REQUIRED:
-                continue
-            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-                raise FormatError(path, f"$.{key}", f"expected {getattr(kind, '__name__', kind)}")
+        values = _checked(data, path, "$", _CALL_TYPES, _CALL_REQUIRED, _CALL_IDS)
+        _check_items(values, path, "system_prompt_hooks", str)
         return cls(**values)
 
 
@@ -124,6 +115,53 @@ _CALL_TYPES: dict[str, type | tuple[type, ...]] = {
     "compaction": str,
     "replay": dict,
 }
+_CALL_IDS = ("id", "session", "context_id", "invocation_id")
+"""Fields naming a file (a record, a session folder, a context file): checked as ids."""
+
+
+def _checked(
+    data: dict[str, Any],
+    path: Path,
+    where: str,
+    types: dict[str, type | tuple[type, ...]],
+    required: tuple[str, ...],
+    ids: tuple[str, ...],
+) -> dict[str, Any]:
+    """The known fields of a record dict, each of its type (None allowed where it is not
+    required); FormatError naming the first one that is missing or wrong."""
+    values = {k: v for k, v in data.items() if k in types}
+    for key, kind in types.items():
+        if key not in values:
+            if key in required:
+                raise FormatError(path, f"{where}.{key}", "missing")
+            continue
+        value = values[key]
+        if value is None and key not in required:
+            continue
+        if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _kinds(kind)):
+            names = " or ".join(k.__name__ for k in _kinds(kind))
+            raise FormatError(path, f"{where}.{key}", f"expected {names}, got {type(value).__name__}")
+        if key in ids:
+            try:
+                checked_id(value, f"{where}.{key}")
+            except FormatError as exc:
+                raise exc.at(path) from None
+    return values
+
+
+def _kinds(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
+def _check_items(values: dict[str, Any], path: Path, key: str, kind: type, *, ids: bool = False) -> None:
+    for i, item in enumerate(values.get(key) or []):
+        if not isinstance(item, kind):
+            raise FormatError(path, f"$.{key}[{i}]", f"expected {kind.__name__}, got {type(item).__name__}")
+        if ids:
+            try:
+                checked_id(item, f"$.{key}[{i}]")
+            except FormatError as exc:
+                raise exc.at(path) from None
 
 
 @dataclass
@@ -171,15 +209,54 @@ class InvocationRecord:
 
     @classmethod
     def from_dict(cls, data: Any, path: Path) -> InvocationRecord:
+        """An invocation record read from ``path``; FormatError naming the field that is wrong."""
         if not isinstance(data, dict) or data.get("format") != INVOCATION_FORMAT:
             raise FormatError(path, "$.format", f"not a {INVOCATION_FORMAT} record")
-        try:
-            values = {k: v for k, v in data.items() if k != "format"}
-            values["callee"] = Party(**values["callee"])
-            values["caller"] = Party(**values["caller"]) if values.get("caller") else None
-            return cls(**values)
-        except (KeyError, TypeError) as exc:
-            raise FormatError(path, "$", f"malformed invocation record: {exc}") from None
+        values = _checked(data, path, "$", _INVOCATION_TYPES, _INVOCATION_REQUIRED, _INVOCATION_IDS)
+        _check_items(values, path, "calls", str, ids=True)
+        values["callee"] = _party(values["callee"], path, "$.callee")
+        if values.get("caller") is not None:
+            values["caller"] = _party(values["caller"], path, "$.caller")
+        if "result" in data:
+            values["result"] = data["result"]
+        values.setdefault("thread", None)
+        return cls(**values)
+
+
+_INVOCATION_REQUIRED = ("id", "callee", "prompt", "started_at")
+_INVOCATION_TYPES: dict[str, type | tuple[type, ...]] = {
+    "id": str,
+    "callee": dict,
+    "caller": dict,
+    "prompt": str,
+    "thread": str,
+    "started_at": str,
+    "parent_invocation_id": str,
+    "ended_at": str,
+    "outcome": str,
+    "error": str,
+    "state_after": dict,
+    "calls": list,
+    "stale_owner": dict,
+    "callee_class": str,
+    "state_before": dict,
+    "rerun": dict,
+}
+_INVOCATION_IDS = ("id", "parent_invocation_id")
+_PARTY_TYPES: dict[str, type | tuple[type, ...]] = {
+    "role": str,
+    "object_id": str,
+    "session": str,
+    "context_id": str,
+    "message_index": int,
+    "message_id": str,
+}
+
+
+def _party(data: dict[str, Any], path: Path, where: str) -> Party:
+    values = _checked(data, path, where, _PARTY_TYPES, ("role", "object_id"), ("session", "context_id"))
+    values.setdefault("session", None)
+    return Party(**values)
 
 
 def write_call(session_dir: Path, record: CallRecord) -> Path:
@@ -202,11 +279,21 @@ def write_invocation(session_dirs: list[Path], record: InvocationRecord) -> None
         write_json_atomic(directory / INVOCATIONS_DIR / f"{record.id}.json", record.as_dict())
 
 
-def read_invocations(session_dir: Path) -> list[InvocationRecord]:
+def read_invocations(session_dir: Path, *, errors: list[SoapError] | None = None) -> list[InvocationRecord]:
+    """Every invocation record of a session, oldest first. A broken record raises its
+    FormatError, or, when ``errors`` is given, is added there and left out."""
     folder = session_dir / INVOCATIONS_DIR
     if not folder.is_dir():
         return []
-    return [InvocationRecord.from_dict(read_json(p), p) for p in sorted(folder.glob("*.json"))]
+    records = []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            records.append(InvocationRecord.from_dict(read_json(path), path))
+        except SoapError as exc:
+            if errors is None:
+                raise
+            errors.append(exc)
+    return records
 
 
 def read_invocation(session_dir: Path, invocation_id: str) -> InvocationRecord | None:

@@ -10,6 +10,7 @@ from typing import Any
 from soap_core._codec import in_file_order
 from soap_core._context import Context
 from soap_core._errors import ContextNotFoundError, FormatError, SoapError
+from soap_core._ids import checked_id
 from soap_core._layout import Layout
 from soap_core._tokens import DEFAULT_ENCODING
 
@@ -148,8 +149,8 @@ class Session:
                 raise FormatError(None, f"$.{key}", f"wrong type {type(data[key]).__name__}")
         if "uuid" not in data:
             raise FormatError(None, "$", "missing key 'uuid'")
-        session = cls(role, data["uuid"])
-        session.active_context_id = data.get("active_context_id")
+        session = cls(role, checked_id(data["uuid"], "$.uuid"))
+        session.active_context_id = checked_id(data.get("active_context_id"), "$.active_context_id")
         session.auto_approve_tools = data.get("auto_approve_tools", [])
         session.state_data = data.get("state_data", {})
         session.is_active = data.get("is_active", False)

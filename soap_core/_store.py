@@ -15,6 +15,7 @@ catalog can be opened.
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import sqlite3
@@ -347,7 +348,7 @@ class Store:
             path = summary.path / summary.figures.file
             if path.is_file():
                 return self.read_context(path)
-        for path in (summary.path / f"{active}.json", *summary.path.glob(f"*-{active}.json")):
+        for path in (summary.path / f"{active}.json", *summary.path.glob(f"*-{glob.escape(active)}.json")):
             if path.is_file():
                 return self.read_context(path)
         return self.load_session(summary.path.name).active_context
