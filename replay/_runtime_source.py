@@ -140,7 +140,7 @@ def chat_items(chat: Sequence[ChatMessage]) -> bytes:
         return b""
     value: Any = chat[0] if len(chat) == 1 else list(chat)
     text = _CANONICAL.encode(value) if _ENCODE_ONCE is None else "".join(_ENCODE_ONCE(value, 0))
-    return (text if len(chat) == 1 else text[1:-1]).encode("utf-8")
+    return (text if len(chat) == 1 else text[1:-1]).encode("utf-8", "surrogatepass")
 
 
 def body_ends(body: Mapping[str, Any]) -> tuple[bytes, bytes]:
@@ -153,7 +153,7 @@ def body_ends(body: Mapping[str, Any]) -> tuple[bytes, bytes]:
             (before if key < "messages" else after).append(item)
     head = "{" + "".join(f"{item}," for item in before) + '"messages":['
     tail = "]" + "".join(f",{item}" for item in after) + "}"
-    return head.encode("utf-8"), tail.encode("utf-8")
+    return head.encode("utf-8", "surrogatepass"), tail.encode("utf-8", "surrogatepass")
 
 
 class _RunningHash:

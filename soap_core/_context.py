@@ -79,7 +79,7 @@ class WindowDisagreement:
 
 def content_hash(text: str) -> str:
     """The content-map key of a hook output: sha256 of its UTF-8 text."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 @dataclass(frozen=True)
