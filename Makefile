@@ -7,7 +7,7 @@ STORE  ?= $(CURDIR)/.demo-store
 HOST   ?= 127.0.0.1
 PORT   ?= 8501
 
-.PHONY: install run test lint typecheck unit browser bench clean
+.PHONY: install run test lint typecheck unit browser bench fuzz clean
 
 install: $(STAMP)
 
@@ -50,6 +50,12 @@ run: install
 # installed with the rest so that `make test` checks the comparison too.
 bench: install browser
 	$(BIN)/python -m benchmarks.run $(if $(QUICK),--quick)
+
+# The fuzzer: CASES mutated files (default 100,000) of every kind through every reader,
+# on every core; failures are saved under test-output/fuzz with how to replay them.
+CASES ?= 100000
+fuzz: install
+	$(BIN)/python -m fuzz --cases $(CASES) --out test-output/fuzz
 
 clean:
 	rm -rf $(VENV) .demo-store .demo-store.partial .pytest_cache .mypy_cache .ruff_cache test-output

@@ -184,12 +184,12 @@ def _readers(
     if mode == "cli":
         name = folder.rsplit("/", 1)[1] if folder else None
         if name is None:
-            names = [session_folder(r) for r in seed.files]
-            name = next((n.rsplit("/", 1)[1] for n in names if n), None)
+            folders = [session_folder(r) for r in seed.files]
+            name = next((f.rsplit("/", 1)[1] for f in folders if f), None)
         argv = c.choice(cli_commands(directory, name))
         return lambda: check_cli(argv)
-    names = list(STORE_READERS)
-    readers = sorted({c.choice(names) for _ in range(3)}, key=names.index)
+    known = list(STORE_READERS)
+    readers = sorted({c.choice(known) for _ in range(3)}, key=known.index)
     return lambda: read_store(directory, folder, readers, catalog=mode == "catalog")
 
 

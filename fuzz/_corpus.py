@@ -91,7 +91,9 @@ def _peteos06(hellopete: dict[str, bytes]) -> dict[str, bytes]:
     return files
 
 
-def _workbench() -> dict[str, bytes]:
+def _workbench(existing: Path | None) -> dict[str, bytes]:
+    if existing is not None:
+        return _files(existing)
     from tests.workbench_store import build_workbench_store
 
     with tempfile.TemporaryDirectory(prefix="fuzz-seed-") as tmp:
@@ -99,12 +101,14 @@ def _workbench() -> dict[str, bytes]:
         return _files(root)
 
 
-def build_corpus(*, with_workbench: bool = True) -> Corpus:
-    """Every seed (the workbench store is written by the runtime: about a second)."""
+def build_corpus(*, with_workbench: bool = True, workbench: Path | None = None) -> Corpus:
+    """Every seed. The workbench store is written by the runtime (about a second), or
+    read from ``workbench``, a store :func:`tests.workbench_store.build_workbench_store`
+    wrote."""
     hellopete = _files(SOAP_FIXTURE)
     seeds = [Seed("hellopete", hellopete, "store"), Seed("peteos06", _peteos06(hellopete), "store")]
     if with_workbench:
-        seeds.append(Seed("workbench", _workbench(), "store"))
+        seeds.append(Seed("workbench", _workbench(workbench), "store"))
     for name in ("short", "long", "legacy"):
         seeds.append(Seed(f"openpoke-{name}", _files(OPENPOKE_FIXTURES / name), "openpoke", "server/data"))
     return Corpus(seeds)
