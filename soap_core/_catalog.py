@@ -494,7 +494,11 @@ class Catalog:
 
     def _index_session_file(self, db: sqlite3.Connection, item: _Found) -> bool:
         raw = _read_bytes(item.path / SESSION_FILE) if item.session_sig else None
-        digest = None if raw is None else _digest(raw, item.role.encode(), (item.instance or "").encode())
+        names = (
+            item.role.encode("utf-8", "surrogatepass"),
+            (item.instance or "").encode("utf-8", "surrogatepass"),
+        )
+        digest = None if raw is None else _digest(raw, *names)
         row = db.execute("SELECT digest FROM sessions WHERE dir=?", (item.rel,)).fetchone()
         if digest is not None and row is not None and row[0] == digest:
             db.execute(

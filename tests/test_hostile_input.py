@@ -20,10 +20,13 @@ from soap_core import (
     SESSION_FILE,
     ContextNotFoundError,
     FormatError,
+    InvocationRecord,
+    Party,
     Store,
     fork_tree,
     search_store,
     session_overview,
+    write_invocation,
 )
 from soap_core.runtime import invocation_chain
 from tests.conftest import CHILD_ID, PARENT_ID, SESSION_UUID, edit_json, session_dir, snapshot
@@ -302,17 +305,32 @@ def test_a_context_that_is_its_own_origin_ends_the_token_budget(store_copy: Path
     assert cli("tokens", SESSION_UUID, "--store", store_copy, "--json")[0] == 0
 
 
-def test_invocations_whose_parents_loop_are_traced_once_each(workbench_copy: Path) -> None:
-    store = Store(workbench_copy)
-    summary = next(s for s in store.sessions() if (s.path / "invocations").is_dir())
-    records = sorted((summary.path / "invocations").glob("*.json"))
-    ids = [json.loads(p.read_text())["id"] for p in records]
-    for path, parent in zip(records, [*ids[1:], ids[0]], strict=True):  # each the next one's child
-        edit_json(path, lambda d, p=parent: d.update(parent_invocation_id=p))
-    traces = invocation_chain(store, summary.path.name)
-    assert traces and all(len(t.callees) <= len(ids) for t in traces)
-    chain_budget(store, summary.path.name)
-    assert cli("trace", summary.path.name, "--store", workbench_copy, "--json")[0] == 0
+def test_invocations_whose_parents_loop_are_traced_once_each(store_copy: Path) -> None:
+    ids = [f"20250611T00000000000{n}-0000000{n}" for n in range(3)]
+    for n, record_id in enumerate(ids):  # 0 made 1, 1 made 2, and 2 made 0
+        write_invocation(
+            [session_dir(store_copy)],
+            InvocationRecord(
+                id=record_id,
+                callee=Party("HelloPete", "pete", SESSION_UUID),
+                caller=Party("HelloPete", "pete", SESSION_UUID, None, n, None),
+                prompt=f"step {n}",
+                thread=None,
+                started_at=f"2025-06-11T00:00:0{n}+00:00",
+                parent_invocation_id=ids[n - 1],
+                outcome="ok",
+            ),
+        )
+    store = Store(store_copy)
+    traces = invocation_chain(store, SESSION_UUID)
+    assert len(traces) == 3
+    for trace in traces:
+        assert trace.invocation is not None
+        listed = [f.invocation_id for f in [*trace.callers, trace.invocation, *trace.callees]]
+        assert sorted(listed) == sorted(ids), "each invocation of the loop listed once"
+        assert trace.loop is not None and "loop" in trace.loop
+    assert [s.session for s in chain_budget(store, SESSION_UUID)] == [SESSION_UUID]
+    assert cli("trace", SESSION_UUID, "--store", store_copy, "--json")[0] == 0
 
 
 # -- errors name files ----------------------------------------------------------------------------
@@ -334,3 +352,22 @@ def test_no_reader_writes_a_byte_of_a_hostile_store(store_copy: Path) -> None:
     for argv in (["ls"], ["show", SESSION_UUID], ["tree", SESSION_UUID], ["tokens", SESSION_UUID]):
         assert cli(*argv, "--store", store_copy, "--json")[0] in (0, 1)
     assert snapshot(store_copy) == before
+
+
+def test_an_instance_naming_its_class_with_a_lone_surrogate_leaves_the_listing_whole(
+    store_copy: Path, tmp_path: Path
+) -> None:
+    root = tmp_path / "peteos06"
+    (root / ".peteos" / "sessions").mkdir(parents=True)
+    (root / "peteos.json").write_text("{}")
+    shutil.copytree(session_dir(store_copy), root / ".peteos" / "sessions" / SESSION_UUID)
+    instance = root / ".peteos" / "instances" / "hello" / "agentic_object.json"
+    instance.parent.mkdir(parents=True)
+    claim = {"class": {"qualname": "app.Hello\ud800"}, "thread_store": {"pete-chat": SESSION_UUID}}
+    instance.write_text(json.dumps(claim))
+    [summary] = Store(root).sessions()
+    assert summary.role.startswith("Hello") and summary.error is None  # the catalog keeps "Hello?"
+    for argv in (["ls"], ["materialize", SESSION_UUID, "--at", "-1"]):
+        code, out, err = cli(*argv, "--store", root, "--json")
+        assert code == 0, err
+        json.loads(out)

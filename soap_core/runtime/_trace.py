@@ -53,12 +53,16 @@ class InvocationTrace:
     invocation: TraceFrame | None = None
     callees: list[TraceFrame] = field(default_factory=list)
     """Depth first; ``depth`` counts from the traced invocation (1 = called by it)."""
+    loop: str | None = None
+    """Set when the records' parent links loop (read from files, they can): which link
+    leads back. Every invocation is still listed once."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "callers": [f.as_dict() for f in self.callers],
             "invocation": self.invocation.as_dict() if self.invocation else None,
             "callees": [f.as_dict() for f in self.callees],
+            "loop": self.loop,
         }
 
 
@@ -115,23 +119,24 @@ class _Walker:
         directory = self.dirs.get(session or "")
         return self.records_of(directory)[0].get(invocation_id) if directory else None
 
-    def callers(self, record: InvocationRecord) -> list[TraceFrame]:
+    def callers(self, record: InvocationRecord) -> tuple[list[InvocationRecord], str | None]:
+        """The invocations up the chain, outermost first, and where the links loop."""
         chain: list[InvocationRecord] = []
         seen = {record.id}
         current = record
-        while (
-            current.caller is not None
-            and current.parent_invocation_id
-            and current.parent_invocation_id not in seen
-        ):
+        while current.caller is not None and current.parent_invocation_id:
+            if current.parent_invocation_id in seen:
+                return chain[::-1], (
+                    f"invocation {current.id} names {current.parent_invocation_id} as its parent, "
+                    "which the chain already holds: the records' parent links loop"
+                )
             parent = self.record(current.caller.session, current.parent_invocation_id)
             if parent is None:
                 break
             seen.add(parent.id)
             chain.append(parent)
             current = parent
-        chain.reverse()
-        return [_frame(r, i - len(chain)) for i, r in enumerate(chain)]
+        return chain[::-1], None
 
     def _children(self, record: InvocationRecord) -> list[InvocationRecord]:
         directory = self.dirs.get(record.callee.session or "")
@@ -162,11 +167,13 @@ def invocation_chain(store: Store, session_ref: str) -> list[InvocationTrace]:
     for record in own.values():
         if record.callee.session != summary.uuid:
             continue  # a record of a call this session made: it shows up as a callee
+        chain, loop = walker.callers(record)
         traces.append(
             InvocationTrace(
-                callers=walker.callers(record),
+                callers=[_frame(r, i - len(chain)) for i, r in enumerate(chain)],
                 invocation=_frame(record, 0),
-                callees=walker.callees(record, 1, {record.id}),
+                callees=walker.callees(record, 1, {record.id, *(r.id for r in chain)}),
+                loop=loop,
             )
         )
     return traces
