@@ -235,5 +235,5 @@ def _outcome(readers: Callable[[], None], seconds: float) -> tuple[str, str, str
         failure = (f"{type(exc).__name__}: {str(exc)[:300]}", _innermost(exc.__traceback__), trace)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        signal.signal(signal.SIGALRM, previous if previous is not None else signal.SIG_DFL)  # None: set in C
     return failure

@@ -220,6 +220,7 @@ class InvocationRecord:
         if "result" in data:
             values["result"] = data["result"]
         values.setdefault("thread", None)
+        values.setdefault("caller", None)  # plain Python called it
         return cls(**values)
 
 

@@ -193,6 +193,34 @@ def test_a_call_record_of_the_wrong_shape_is_a_format_error_naming_it(
     assert code == 1 and str(record) in err
 
 
+INVOCATION_DAMAGE = {
+    "caller-missing": (lambda d: d.pop("caller"), None),
+    "thread-missing": (lambda d: d.pop("thread"), None),
+    "callee-a-list": (lambda d: d.update(callee=[]), "$.callee"),
+    "callee-role-a-number": (lambda d: d["callee"].update(role=7), "$.callee.role"),
+    "calls-not-ids": (lambda d: d.update(calls=["../x"]), "$.calls[0]"),
+    "prompt-missing": (lambda d: d.pop("prompt"), "$.prompt"),
+}
+
+
+@pytest.mark.parametrize(("damage", "json_path"), INVOCATION_DAMAGE.values(), ids=INVOCATION_DAMAGE.keys())
+def test_an_invocation_record_of_the_wrong_shape_is_read_or_a_format_error_naming_it(
+    workbench_copy: Path, damage: Callable[[Any], object], json_path: str | None
+) -> None:
+    store, summary = _analyst(workbench_copy)
+    record = sorted((summary.path / "invocations").glob("*.json"))[0]
+    edit_json(record, damage)
+    if json_path is None:
+        assert invocation_chain(store, summary.path.name)
+    else:
+        with pytest.raises(FormatError) as caught:
+            invocation_chain(store, summary.path.name)
+        assert (caught.value.path, caught.value.json_path) == (record, json_path)
+    for command in ("trace", "tokens"):
+        code, _out, err = cli(command, summary.path.name, "--store", workbench_copy, "--json")
+        assert code in (0, 1) and "internal error" not in err
+
+
 @pytest.mark.parametrize("listing", [42, "not json [", '[{"name": 7}]', "[" * 5000])
 def test_a_tool_listing_that_is_not_a_tool_list_falls_back_to_the_tools_on_disk(
     workbench_copy: Path, listing: Any
