@@ -52,10 +52,16 @@ bench: install browser
 	$(BIN)/python -m benchmarks.run $(if $(QUICK),--quick)
 
 # The fuzzer: CASES mutated files (default 100,000) of every kind through every reader,
-# on every core; failures are saved under test-output/fuzz with how to replay them.
+# drawn by hypothesis on every core, then ATHERIS_CASES more under atheris (coverage-guided)
+# where pip can install it (wheels: CPython <= 3.11, x86-64 Linux); where it cannot, that
+# is said and no atheris case counts. Failures are saved under test-output/fuzz*.
 CASES ?= 100000
+ATHERIS_CASES ?= 5000
 fuzz: install
 	$(BIN)/python -m fuzz --cases $(CASES) --out test-output/fuzz
+	@if $(BIN)/python -m pip install --quiet 'atheris>=2.3' 2>/dev/null; then \
+		$(BIN)/python -m fuzz --engine atheris --cases $(ATHERIS_CASES) --out test-output/fuzz-atheris; \
+	else echo "fuzz: atheris does not install here: no atheris cases were run"; fi
 
 clean:
 	rm -rf $(VENV) .demo-store .demo-store.partial .pytest_cache .mypy_cache .ruff_cache test-output

@@ -10,9 +10,7 @@ back what it counted.
 
 from __future__ import annotations
 
-import atexit
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -49,7 +47,7 @@ def run_atheris(cases: int, seed: int, out: Path, *, with_workbench: bool = True
     """``cases`` libFuzzer runs in a child process; its counts and failures."""
     out.mkdir(parents=True, exist_ok=True)
     (out / SUMMARY).unlink(missing_ok=True)
-    argv = [sys.executable, "-m", "fuzz._atheris", str(cases), str(seed), str(out), str(int(with_workbench))]
+    argv = [sys.executable, "-c", _BOOTSTRAP, str(cases), str(seed), str(out), str(int(with_workbench))]
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     summary_path = out / SUMMARY
     if not summary_path.is_file():
@@ -61,6 +59,21 @@ def run_atheris(cases: int, seed: int, out: Path, *, with_workbench: bool = True
     return summary
 
 
+_INSTRUMENTED = ("soap_core", "replay", "analysis", "importers", "soapwb")
+_BOOTSTRAP = f"""
+import sys, atheris
+with atheris.instrument_imports(include=list({_INSTRUMENTED!r})):
+    import soap_core, soap_core.runtime, replay, analysis, importers.openpoke, soapwb.cli
+    from soapwb import store_commands, replay_commands, analysis_commands, runtime_commands, import_commands
+from fuzz._atheris import _child
+from pathlib import Path
+_child(int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3]), sys.argv[4] == "1")
+"""
+"""The child's program: the project's own modules are instrumented for coverage as they
+are imported (not the standard library's nor the fuzzer's: that would slow every case for
+nothing), then the cases run."""
+
+
 def _child(cases: int, seed: int, out: Path, with_workbench: bool) -> None:
     import atheris
 
@@ -70,28 +83,29 @@ def _child(cases: int, seed: int, out: Path, with_workbench: bool) -> None:
 
     corpus = build_corpus(with_workbench=with_workbench)
     bench = Workbench(corpus, Path(tempfile.mkdtemp(prefix="fuzz-atheris-")))
-    counts = {"cases": 0, "failures": []}
+    counted = [0]
+    failures: list[dict[str, str]] = []
 
-    def write_summary() -> None:
-        (out / SUMMARY).write_text(json.dumps(counts, indent=2, default=str))
-
-    atexit.register(write_summary)
+    def write_summary() -> None:  # after every case: libFuzzer ends the process in C
+        summary = {"cases": counted[0], "failures": failures}
+        (out / SUMMARY).write_text(json.dumps(summary, indent=2, default=str))
 
     def one(data: bytes) -> None:
-        counts["cases"] = int(str(counts["cases"])) + 1
+        counted[0] += 1
         try:
             run_case(bench, AtherisChooser(atheris.FuzzedDataProvider(data)))
         except CaseFailure as failure:
-            failures: list[Any] = counts["failures"]  # type: ignore[assignment]
             saved = save_failure(failure, corpus, out, f"atheris-{len(failures)}")
             failures.append({"key": failure.key, "text": str(failure), "saved": str(saved)})
+        write_summary()
 
-    atheris.instrument_all()
-    flags = [f"-runs={cases}", f"-seed={seed}", "-timeout=0", "-rss_limit_mb=3072", "-max_len=512"]
+    flags = [
+        f"-runs={cases}",
+        f"-seed={seed + 1}",
+        "-timeout=0",
+        "-rss_limit_mb=3072",
+        "-max_len=512",
+        "-len_control=0",
+    ]
     atheris.Setup([sys.argv[0], *flags], one)
     atheris.Fuzz()
-
-
-if __name__ == "__main__":
-    os.environ.setdefault("PYTHONHASHSEED", "0")
-    _child(int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3]), sys.argv[4] == "1")
