@@ -21,7 +21,7 @@ Every record starts with a ``format`` field naming its kind and version.
 from __future__ import annotations
 
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -88,7 +88,7 @@ class CallRecord:
             raise FormatError(path, "$.format", f"not a {CALL_FORMAT} record")
         values = _checked(data, path, "$", _CALL_TYPES, _CALL_REQUIRED, _CALL_IDS)
         _check_items(values, path, "system_prompt_hooks", str)
-        return cls(**values)
+        return cls(**_without_nulls(cls, values))
 
 
 _CALL_REQUIRED = ("id", "session", "role", "context_id", "message_index", "request", "request_hash")
@@ -147,6 +147,15 @@ def _checked(
             except FormatError as exc:
                 raise exc.at(path) from None
     return values
+
+
+def _without_nulls(cls: type, values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` less the nulls of fields whose default is not None (``"calls": null``
+    is read as no calls, ``"outcome": null`` as the default outcome)."""
+    not_none = {
+        f.name for f in fields(cls) if f.default_factory is not MISSING or f.default not in (MISSING, None)
+    }
+    return {k: v for k, v in values.items() if v is not None or k not in not_none}
 
 
 def _kinds(kind: type | tuple[type, ...]) -> tuple[type, ...]:
@@ -221,7 +230,7 @@ class InvocationRecord:
             values["result"] = data["result"]
         values.setdefault("thread", None)
         values.setdefault("caller", None)  # plain Python called it
-        return cls(**values)
+        return cls(**_without_nulls(cls, values))
 
 
 _INVOCATION_REQUIRED = ("id", "callee", "prompt", "started_at")

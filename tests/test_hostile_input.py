@@ -399,3 +399,17 @@ def test_an_instance_naming_its_class_with_a_lone_surrogate_leaves_the_listing_w
         code, out, err = cli(*argv, "--store", root, "--json")
         assert code == 0, err
         json.loads(out)
+
+
+def test_a_null_where_a_record_field_has_a_default_reads_as_the_default(tmp_path: Path) -> None:
+    data = {
+        "format": "soapwb.invocation/1",
+        "id": "20250611T000000000000-00000000",
+        "callee": {"role": "HelloPete", "object_id": "pete"},
+        "prompt": "hi",
+        "started_at": "2025-06-11T00:00:00+00:00",
+        "calls": None,
+        "outcome": None,
+    }
+    record = InvocationRecord.from_dict(data, tmp_path / "r.json")
+    assert (record.calls, record.outcome, record.caller, record.thread) == ([], "running", None, None)
