@@ -93,7 +93,7 @@ CHECKS: list[tuple[str, str, str, str, str]] = [
         "importers/openpoke/_reader.py",
         '    except (ValueError, RecursionError) as exc:\n        return None, "nested',
         '    except json.JSONDecodeError as exc:\n        return None, "nested',
-        "tests/test_hostile_input.py -k 'roster or summary_info'",
+        "tests/test_hostile_input.py -k 'roster or summary_info or chat_history'",
     ),
     (
         "dates",

@@ -200,6 +200,7 @@ INVOCATION_DAMAGE = {
     "callee-role-a-number": (lambda d: d["callee"].update(role=7), "$.callee.role"),
     "calls-not-ids": (lambda d: d.update(calls=["../x"]), "$.calls[0]"),
     "prompt-missing": (lambda d: d.pop("prompt"), "$.prompt"),
+    "rerun-an-int": (lambda d: d.update(rerun=7), "$.rerun"),
 }
 
 
@@ -413,3 +414,13 @@ def test_a_null_where_a_record_field_has_a_default_reads_as_the_default(tmp_path
     }
     record = InvocationRecord.from_dict(data, tmp_path / "r.json")
     assert (record.calls, record.outcome, record.caller, record.thread) == ([], "running", None, None)
+
+
+def test_a_chat_history_json_past_the_parser_limits_is_noticed_not_fatal(tmp_path: Path) -> None:
+    target = tmp_path / "legacy"
+    shutil.copytree(OPENPOKE / "legacy", target)
+    data_dir = target / "server" / "data"
+    (data_dir / "chat_history.json").write_text("[" * 5000 + "]" * 5000)
+    data = read_openpoke(data_dir)
+    assert data.legacy_history == 0
+    assert any("chat_history.json" in n for n in data.notices)
