@@ -7,7 +7,7 @@ STORE  ?= $(CURDIR)/.demo-store
 HOST   ?= 127.0.0.1
 PORT   ?= 8501
 
-.PHONY: install run test lint typecheck unit browser bench reliability clean
+.PHONY: install run test lint typecheck unit browser bench fuzz reliability clean
 
 install: $(STAMP)
 
@@ -58,6 +58,18 @@ run: install
 # installed with the rest so that `make test` checks the comparison too.
 bench: install browser
 	$(BIN)/python -m benchmarks.run $(if $(QUICK),--quick)
+
+# The fuzzer: CASES mutated files (default 100,000) of every kind through every reader,
+# drawn by hypothesis on every core, then ATHERIS_CASES more under atheris (coverage-guided)
+# where pip can install it (wheels: CPython <= 3.11, x86-64 Linux); where it cannot, that
+# is said and no atheris case counts. Failures are saved under test-output/fuzz*.
+CASES ?= 100000
+ATHERIS_CASES ?= 5000
+fuzz: install
+	$(BIN)/python -m fuzz --cases $(CASES) --out test-output/fuzz
+	@if $(BIN)/python -m pip install --quiet 'atheris>=2.3' 2>/dev/null; then \
+		$(BIN)/python -m fuzz --engine atheris --cases $(ATHERIS_CASES) --out test-output/fuzz-atheris; \
+	else echo "fuzz: atheris does not install here: no atheris cases were run"; fi
 
 clean:
 	rm -rf $(VENV) .demo-store .demo-store.partial .pytest_cache .mypy_cache .ruff_cache test-output

@@ -232,15 +232,18 @@ class _Compactions:
         """The forks from the context of the previous call down to ``current``'s."""
         events: list[CompactionEvent] = []
         context = self.session.contexts.get(current)
+        seen = {current}  # origin links read from files may loop
         while (
             context is not None
             and previous is not None
             and context.id != previous
             and context.origin_context_id
+            and context.origin_context_id not in seen
         ):
             parent = self.session.contexts.get(context.origin_context_id)
             if parent is None:
                 break
+            seen.add(parent.id)
             events.append(CompactionEvent(parent.id, context.id, *self._sizes_of(parent, context)))
             context = parent
         return list(reversed(events)) if context is not None and context.id == previous else []

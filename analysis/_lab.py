@@ -51,10 +51,12 @@ class History:
 
 def _lineage(session: Session) -> list[Context]:
     chain = [session.active_context]
+    seen = {chain[0].id}  # by id: comparing contexts compares their whole dicts
     while chain[-1].origin_context_id in session.contexts:
         parent = session.contexts[chain[-1].origin_context_id or ""]
-        if parent in chain:
+        if parent.id in seen:
             break
+        seen.add(parent.id)
         chain.append(parent)
     return list(reversed(chain))
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,7 +35,7 @@ from replay._branch import BranchDiff, Turn, branch_noise_band, branch_turns, di
 from replay._diff import NoiseBand
 from replay._materialize import Materialized, MaterializeError, materialize
 from replay._run import Endpoint, Overrides, branch_fork, replay_messages, replay_parameters
-from replay._runtime_source import RUNTIME_SOURCE
+from replay._runtime_source import RUNTIME_SOURCE, tool_listing
 from replay._sources import source_named
 from replay._tool_modes import (
     RerunError,
@@ -150,10 +149,10 @@ def _invocation_of(session: Session, found: Materialized) -> tuple[CallRecord, I
 
 def _output_schema(context: Context, call: CallRecord) -> Any:
     """The output schema the invocation had, from the tool listing the call was offered."""
-    listing = context.content_map.get(call.tool_list_hook or "")
-    for tool in json.loads(listing) if listing else []:
-        if tool.get("name") == "produce_output":
-            return tool.get("parameters", {}).get("properties", {}).get("answer")
+    for tool in tool_listing(context.content_map.get(call.tool_list_hook or "")) or []:
+        if tool.name == "produce_output":
+            properties = tool.parameters.get("properties", {})
+            return properties.get("answer") if isinstance(properties, dict) else None
     return None
 
 

@@ -79,12 +79,37 @@ def _tools_at(context: Context, call: CallRecord, notes: list[str]) -> Message |
     if key not in context.content_map:
         notes.append("the tool listing of the call is not in the content map: using the tools on disk")
         return definitions
+    tools = tool_listing(context.content_map[key])
+    if tools is None:
+        notes.append(
+            "the tool listing of the call in the content map is not a JSON tool list: using the tools on disk"
+        )
+        return definitions
     rebuilt = definitions.copy()
-    listing = json.loads(context.content_map[key])
-    rebuilt.content = [
-        ToolPart(t["name"], t.get("description", ""), t.get("parameters", {})) for t in listing
-    ]
+    rebuilt.content = tools
     return rebuilt
+
+
+def tool_listing(text: object) -> list[ToolPart] | None:
+    """The tools of a ``tool_list`` hook output (a JSON array of ``{name, description,
+    parameters}``), None when it is not one: the content map is read from a file."""
+    if not isinstance(text, str):
+        return None
+    try:
+        listing = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(listing, list):
+        return None
+    tools = []
+    for item in listing:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            return None
+        description, parameters = item.get("description", ""), item.get("parameters", {})
+        if not isinstance(description, str) or not isinstance(parameters, dict):
+            return None
+        tools.append(ToolPart(item["name"], description, parameters))
+    return tools
 
 
 def request_messages(
@@ -115,7 +140,7 @@ def chat_items(chat: Sequence[ChatMessage]) -> bytes:
         return b""
     value: Any = chat[0] if len(chat) == 1 else list(chat)
     text = _CANONICAL.encode(value) if _ENCODE_ONCE is None else "".join(_ENCODE_ONCE(value, 0))
-    return (text if len(chat) == 1 else text[1:-1]).encode("utf-8")
+    return (text if len(chat) == 1 else text[1:-1]).encode("utf-8", "surrogatepass")
 
 
 def body_ends(body: Mapping[str, Any]) -> tuple[bytes, bytes]:
@@ -128,7 +153,7 @@ def body_ends(body: Mapping[str, Any]) -> tuple[bytes, bytes]:
             (before if key < "messages" else after).append(item)
     head = "{" + "".join(f"{item}," for item in before) + '"messages":['
     tail = "]" + "".join(f",{item}" for item in after) + "}"
-    return head.encode("utf-8"), tail.encode("utf-8")
+    return head.encode("utf-8", "surrogatepass"), tail.encode("utf-8", "surrogatepass")
 
 
 class _RunningHash:

@@ -148,6 +148,35 @@ def cache_catalog_path(config_dir: Path) -> Path:
     return _cache_home() / "catalogs" / f"{key}.sqlite3"
 
 
+def _storable(value: Any) -> Any:
+    """A parameter SQLite can take. Text is stored as UTF-8, which a lone surrogate has no
+    form in (a JSON file may hold ``"\\ud800"``; a folder name that is not UTF-8 reads back
+    with surrogates): such text is stored with ``?`` in their place, so one odd string
+    costs the catalog that string's exactness, not the whole refresh."""
+    if isinstance(value, str) and not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "replace").decode("utf-8")
+    return value
+
+
+def _storable_row(row: Any) -> Any:
+    if isinstance(row, dict):
+        return {k: _storable(v) for k, v in row.items()}
+    return tuple(_storable(v) for v in row)
+
+
+class _Connection(sqlite3.Connection):
+    """A connection whose statements take any text (see :func:`_storable`)."""
+
+    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+        return super().execute(sql, _storable_row(parameters))
+
+    def executemany(self, sql: str, parameters: Iterable[Any], /) -> sqlite3.Cursor:
+        return super().executemany(sql, (_storable_row(p) for p in parameters))
+
+
 def _signature(info: os.stat_result) -> str:
     return f"{info.st_size}:{info.st_mtime_ns}:{info.st_ino}"
 
@@ -280,7 +309,9 @@ class Catalog:
 
     def _connect(self, path: Path) -> sqlite3.Connection:
         path.parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(path, timeout=30, check_same_thread=False, isolation_level=None)
+        db = sqlite3.connect(
+            path, timeout=30, check_same_thread=False, isolation_level=None, factory=_Connection
+        )
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
         return db
@@ -522,7 +553,11 @@ class Catalog:
             _put_session(db, item, OutsideStoreError(path, outside_problem(path, SESSION_FILE)))
             return True
         raw = _read_bytes(item.path / SESSION_FILE) if item.session_sig else None
-        digest = None if raw is None else _digest(raw, item.role.encode(), (item.instance or "").encode())
+        names = (
+            item.role.encode("utf-8", "surrogatepass"),
+            (item.instance or "").encode("utf-8", "surrogatepass"),
+        )
+        digest = None if raw is None else _digest(raw, *names)
         row = db.execute("SELECT digest FROM sessions WHERE dir=?", (item.rel,)).fetchone()
         if digest is not None and row is not None and row[0] == digest:
             db.execute(

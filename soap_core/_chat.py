@@ -41,8 +41,9 @@ def canonical_json(value: Any) -> str:
 
 
 def request_hash(request: Mapping[str, Any]) -> str:
-    """sha256 of the canonical JSON of a request: what "the same request" means."""
-    return hashlib.sha256(canonical_json(request).encode("utf-8")).hexdigest()
+    """sha256 of the canonical JSON of a request: what "the same request" means (a lone
+    surrogate a file held is hashed as its surrogatepass bytes, the same everywhere)."""
+    return hashlib.sha256(canonical_json(request).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def tool_schema(part: ToolPart) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from typing import Any
 
 from soap_core._codec import in_file_order, optional_typed
 from soap_core._errors import FormatError
+from soap_core._ids import checked_id
 from soap_core._jsonio import fingerprint
 from soap_core._message import Message
 from soap_core._parts import ThinkingPart, ToolPart, ToolResultPart
@@ -78,7 +79,7 @@ class WindowDisagreement:
 
 def content_hash(text: str) -> str:
     """The content-map key of a hook output: sha256 of its UTF-8 text."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -542,7 +543,7 @@ class Context:
         not copied: it must not change while they are unbuilt."""
         if not isinstance(data, dict):
             raise FormatError(None, "$", f"a context must be an object, got {type(data).__name__}")
-        context_id = optional_typed(data, "id", str)
+        context_id = checked_id(optional_typed(data, "id", str), "$.id")
         if context_id is None:
             raise FormatError(None, "$", "missing key 'id'")
         context = cls(context_id)
@@ -558,7 +559,11 @@ class Context:
         context.children = list(optional_typed(data, "children", list) or [])
         if not all(isinstance(c, str) for c in context.children):
             raise FormatError(None, "$.children", "expected a list of context ids (strings)")
-        context.origin_context_id = optional_typed(data, "origin_context_id", str)
+        for i, child_id in enumerate(context.children):
+            checked_id(child_id, f"$.children[{i}]")
+        context.origin_context_id = checked_id(
+            optional_typed(data, "origin_context_id", str), "$.origin_context_id"
+        )
         context.parent_mutation_counter = optional_typed(data, "parent_mutation_counter", int)
         context.system_prompt_message_id = optional_typed(data, "system_prompt_message_id", str)
         context.tool_definitions_message_id = optional_typed(data, "tool_definitions_message_id", str)

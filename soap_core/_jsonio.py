@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,7 +41,10 @@ def read_json(path: Path) -> Any:
 
 def parse_json_bytes(path: Path, raw: bytes) -> Any:
     """Parse a file's bytes: orjson first (several times faster), then the standard
-    library (NaN, huge integers, lone surrogates), then json5 (comments, trailing commas)."""
+    library (NaN, huge integers, lone surrogates), then what peteos's json5 reader also
+    accepts (:func:`_lenient`). Every step is linear in the file's size except json5
+    itself, which only sees small files that use its syntax, so a damaged file costs
+    about what an intact one of the same size does."""
     if _LONG_NUMBER not in raw.translate(_DIGITS_AS_ZERO):  # orjson reads integers past 64 bits as floats
         try:
             return orjson.loads(raw[3:] if raw.startswith(_BOM) else raw)
@@ -55,10 +59,67 @@ def parse_json_bytes(path: Path, raw: bytes) -> Any:
     try:
         return json.loads(text)
     except (ValueError, RecursionError) as strict_error:  # also nesting and int-size limits
+        return _lenient(path, text, strict_error)
+
+
+JSON5_LIMIT = 64 * 1024
+"""Largest file (in characters) handed to the json5 reader, which is pure Python
+(about 0.1 MB/s): past it, only comments and trailing commas are accepted beyond JSON."""
+
+_STRING = r'"(?:[^"\\\n]|\\[\s\S])*"'
+_COMMENT = re.compile(rf"({_STRING})|//[^\n]*|/\*[\s\S]*?\*/")
+_TRAILING_COMMA = re.compile(rf"({_STRING})|,(?=\s*[\]}}])")
+_MAYBE_TRAILING_COMMA = re.compile(r",\s*[\]}]")
+_STRINGS = re.compile(_STRING)
+_BROKEN_STRING = re.compile(r'"[^\n]*')
+_JSON5_ONLY = re.compile(
+    r"'|\b(?!(?:true|false|null|NaN|Infinity)\b)[A-Za-z_$][\w$]*|0[xX][0-9a-fA-F]|[+](?=[\d.IN])"
+    r"|(?<![\d\]}\"])\.\d|\d\.(?!\d)|\\\n"
+)
+
+
+def _without_comments(text: str) -> str:
+    """``text`` with JSON5 comments turned into spaces and trailing commas dropped
+    (strings untouched), as json5 reads them: linear, the matching done in C."""
+    if "//" in text or "/*" in text:
+        text = _COMMENT.sub(lambda m: m.group(1) or " ", text)
+    if _MAYBE_TRAILING_COMMA.search(text):  # strings may hold one too: then look closely
+        text = _TRAILING_COMMA.sub(lambda m: m.group(1) or "", text)
+    return text
+
+
+def _has_json5_syntax(text: str) -> bool:
+    """Whether ``text`` (comments removed) uses JSON5 syntax that strict JSON lacks:
+    single quotes, unquoted keys, hex numbers, a leading ``+``, ``.5`` or ``5.``. Strings
+    are blanked first (a broken one to the end of its line), so their content never counts."""
+    skeleton = _BROKEN_STRING.sub("", _STRINGS.sub('""', text))
+    return _JSON5_ONLY.search(skeleton) is not None
+
+
+def _lenient(path: Path, text: str, strict_error: Exception) -> Any:
+    """What is left after strict JSON failed. Comments and trailing commas (how people
+    edit a file by hand) are removed and the rest read strictly again. Only a small file
+    with other JSON5 syntax goes to the json5 reader; otherwise the strict error stands,
+    with its line and column: a truncated or damaged file is reported at once."""
+    cleaned = _without_comments(text)
+    if cleaned != text:
         try:
-            return json5.loads(text)
-        except Exception:  # json5 raises ValueError and, on some inputs, others
-            raise FormatError(path, "$", f"not valid JSON or JSON5: {_describe(strict_error)}") from None
+            return json.loads(cleaned)
+        except (ValueError, RecursionError):
+            pass
+    if not _has_json5_syntax(cleaned):
+        raise FormatError(path, "$", f"not valid JSON: {_describe(strict_error)}") from None
+    if len(text) > JSON5_LIMIT:
+        raise FormatError(
+            path,
+            "$",
+            f"not valid JSON: {_describe(strict_error)} (JSON5 syntax other than comments and "
+            f"trailing commas is read only in files up to {JSON5_LIMIT // 1024} KiB)",
+        ) from None
+    try:
+        return json5.loads(text)
+    except Exception:  # json5 raises ValueError and, on some inputs, others
+        raise FormatError(path, "$", f"not valid JSON or JSON5: {_describe(strict_error)}") from None
 
 
 def _describe(error: Exception) -> str:

@@ -3,10 +3,11 @@
 * **A name is one path component.** A session uuid, a role, a context id or a record id
   becomes a file or folder name; whether a user typed it or a file held it, it must be a
   plain name (no separator, not ``.`` or ``..`` nor anything else starting with a dot,
-  which would be hidden from every listing, no NUL, not too long for a file name).
+  which would be hidden from every listing, no control character, no lone surrogate,
+  which has no UTF-8 form, not too long for a file name).
   :func:`safe_name` refuses anything else *before* it is joined to a path, on the write
-  and the lookup side. (The readers refuse such ids while parsing too; this check does
-  not depend on that.)
+  and the lookup side; the readers refuse such ids while parsing, by the same rule
+  (:mod:`soap_core._ids`).
 * **A path stays inside the store.** A symlink in a store (a role or session folder, a
   context file, a record folder) may point anywhere; following one that leads outside
   would read, or write forks and records, into somebody else's files. :func:`inside`
@@ -21,6 +22,7 @@ link: that is where the user put it.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -28,6 +30,8 @@ from soap_core._errors import StoreError
 
 MAX_NAME_BYTES = 200
 """Room for ``.json`` and the temp-file decoration within a 255-byte file name."""
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 class UnsafeNameError(StoreError):
@@ -48,8 +52,11 @@ def unsafe_reason(name: object) -> str | None:
         return f"{name!r} names a folder, not an entry"
     if "/" in name or "\\" in name:
         return "holds a path separator"
-    if "\x00" in name:
-        return "holds a NUL character"
+    control = _CONTROL.search(name)
+    if control is not None:
+        return "holds a NUL character" if control.group() == "\x00" else "holds a control character"
+    if _SURROGATE.search(name):
+        return "holds a lone surrogate (no Unicode character)"
     if name.startswith("."):
         return "starts with a dot: a hidden entry, which readers skip"
     if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:

@@ -36,12 +36,13 @@ import fcntl
 import json
 import os
 import uuid
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from soap_core._errors import FormatError, SoapError
+from soap_core._ids import checked_id
 from soap_core._jsonio import read_json, write_json_atomic
 from soap_core._paths import OutsideStoreError, confine, link_escapes, outside_problem, real, safe_name
 from soap_core._redact import redact
@@ -106,19 +107,9 @@ class CallRecord:
         """A call record read from ``path``; FormatError naming the field that is wrong."""
         if not isinstance(data, dict) or data.get("format") != CALL_FORMAT:
             raise FormatError(path, "$.format", f"not a {CALL_FORMAT} record")
-        known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in data.items() if k in known}
-        for key, kind in _CALL_TYPES.items():
-            if key not in values:
-                if key in _CALL_REQUIRED:
-                    raise FormatError(path, f"$.{key}", "missing")
-                continue
-            value = values[key]
-            if value is None and key not in _CALL_REQUIRED:
-                continue
-            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-                raise FormatError(path, f"$.{key}", f"expected {getattr(kind, '__name__', kind)}")
-        return cls(**values)
+        values = _checked(data, path, "$", _CALL_TYPES, _CALL_REQUIRED, _CALL_IDS)
+        _check_items(values, path, "system_prompt_hooks", str)
+        return cls(**_without_nulls(cls, values))
 
 
 _CALL_REQUIRED = ("id", "session", "role", "context_id", "message_index", "request", "request_hash")
@@ -145,6 +136,62 @@ _CALL_TYPES: dict[str, type | tuple[type, ...]] = {
     "compaction": str,
     "replay": dict,
 }
+_CALL_IDS = ("id", "session", "context_id", "invocation_id")
+"""Fields naming a file (a record, a session folder, a context file): checked as ids."""
+
+
+def _checked(
+    data: dict[str, Any],
+    path: Path,
+    where: str,
+    types: dict[str, type | tuple[type, ...]],
+    required: tuple[str, ...],
+    ids: tuple[str, ...],
+) -> dict[str, Any]:
+    """The known fields of a record dict, each of its type (None allowed where it is not
+    required); FormatError naming the first one that is missing or wrong."""
+    values = {k: v for k, v in data.items() if k in types}
+    for key, kind in types.items():
+        if key not in values:
+            if key in required:
+                raise FormatError(path, f"{where}.{key}", "missing")
+            continue
+        value = values[key]
+        if value is None and key not in required:
+            continue
+        if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _kinds(kind)):
+            names = " or ".join(k.__name__ for k in _kinds(kind))
+            raise FormatError(path, f"{where}.{key}", f"expected {names}, got {type(value).__name__}")
+        if key in ids:
+            try:
+                checked_id(value, f"{where}.{key}")
+            except FormatError as exc:
+                raise exc.at(path) from None
+    return values
+
+
+def _without_nulls(cls: type, values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` less the nulls of fields whose default is not None (``"calls": null``
+    is read as no calls, ``"outcome": null`` as the default outcome)."""
+    not_none = {
+        f.name for f in fields(cls) if f.default_factory is not MISSING or f.default not in (MISSING, None)
+    }
+    return {k: v for k, v in values.items() if v is not None or k not in not_none}
+
+
+def _kinds(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
+def _check_items(values: dict[str, Any], path: Path, key: str, kind: type, *, ids: bool = False) -> None:
+    for i, item in enumerate(values.get(key) or []):
+        if not isinstance(item, kind):
+            raise FormatError(path, f"$.{key}[{i}]", f"expected {kind.__name__}, got {type(item).__name__}")
+        if ids:
+            try:
+                checked_id(item, f"$.{key}[{i}]")
+            except FormatError as exc:
+                raise exc.at(path) from None
 
 
 @dataclass
@@ -192,15 +239,55 @@ class InvocationRecord:
 
     @classmethod
     def from_dict(cls, data: Any, path: Path) -> InvocationRecord:
+        """An invocation record read from ``path``; FormatError naming the field that is wrong."""
         if not isinstance(data, dict) or data.get("format") != INVOCATION_FORMAT:
             raise FormatError(path, "$.format", f"not a {INVOCATION_FORMAT} record")
-        try:
-            values = {k: v for k, v in data.items() if k != "format"}
-            values["callee"] = Party(**values["callee"])
-            values["caller"] = Party(**values["caller"]) if values.get("caller") else None
-            return cls(**values)
-        except (KeyError, TypeError) as exc:
-            raise FormatError(path, "$", f"malformed invocation record: {exc}") from None
+        values = _checked(data, path, "$", _INVOCATION_TYPES, _INVOCATION_REQUIRED, _INVOCATION_IDS)
+        _check_items(values, path, "calls", str, ids=True)
+        values["callee"] = _party(values["callee"], path, "$.callee")
+        if values.get("caller") is not None:
+            values["caller"] = _party(values["caller"], path, "$.caller")
+        if "result" in data:
+            values["result"] = data["result"]
+        values.setdefault("thread", None)
+        values.setdefault("caller", None)  # plain Python called it
+        return cls(**_without_nulls(cls, values))
+
+
+_INVOCATION_REQUIRED = ("id", "callee", "prompt", "started_at")
+_INVOCATION_TYPES: dict[str, type | tuple[type, ...]] = {
+    "id": str,
+    "callee": dict,
+    "caller": dict,
+    "prompt": str,
+    "thread": str,
+    "started_at": str,
+    "parent_invocation_id": str,
+    "ended_at": str,
+    "outcome": str,
+    "error": str,
+    "state_after": dict,
+    "calls": list,
+    "stale_owner": dict,
+    "callee_class": str,
+    "state_before": dict,
+    "rerun": dict,
+}
+_INVOCATION_IDS = ("id", "parent_invocation_id")
+_PARTY_TYPES: dict[str, type | tuple[type, ...]] = {
+    "role": str,
+    "object_id": str,
+    "session": str,
+    "context_id": str,
+    "message_index": int,
+    "message_id": str,
+}
+
+
+def _party(data: dict[str, Any], path: Path, where: str) -> Party:
+    values = _checked(data, path, where, _PARTY_TYPES, ("role", "object_id"), ("session", "context_id"))
+    values.setdefault("session", None)
+    return Party(**values)
 
 
 def _record_folder(session_dir: Path, kind: str) -> Path:
@@ -258,12 +345,19 @@ def write_invocation(session_dirs: list[Path], record: InvocationRecord) -> None
         )
 
 
-def read_invocations(session_dir: Path) -> list[InvocationRecord]:
-    """Every invocation record in a session folder, oldest first; a ``running`` one whose
-    process is gone comes back (and is rewritten) as ``interrupted``."""
+def read_invocations(session_dir: Path, *, errors: list[SoapError] | None = None) -> list[InvocationRecord]:
+    """Every invocation record of a session, oldest first; a ``running`` one whose
+    process is gone comes back (and is rewritten) as ``interrupted``. A broken record
+    raises its FormatError, or, when ``errors`` is given, is added there and left out."""
     records = []
     for path in _record_files(session_dir, INVOCATIONS_DIR):
-        record = InvocationRecord.from_dict(read_json(path), path)
+        try:
+            record = InvocationRecord.from_dict(read_json(path), path)
+        except SoapError as exc:
+            if errors is None:
+                raise
+            errors.append(exc)
+            continue
         records.append(settle_interrupted(path, record) if record.outcome == "running" else record)
     return records
 

@@ -10,9 +10,11 @@ from typing import Any
 from soap_core._codec import in_file_order
 from soap_core._context import Context
 from soap_core._errors import ContextNotFoundError, FormatError, SoapError
+from soap_core._ids import checked_id
 from soap_core._layout import Layout
 from soap_core._tokens import DEFAULT_ENCODING
 
+SESSION_FILE = "session.json"
 THREAD_ID_KEY = "_persistent_thread_id"
 OBJECT_KEY = "_soapwb_object"
 """``state_data`` key our runtime writes into each session it creates: the object's id."""
@@ -69,16 +71,23 @@ class Session:
         return value if isinstance(value, str) else None
 
     @property
+    def session_file(self) -> Path:
+        """Where this session's ``session.json`` is (its uuid alone for a session that
+        was never read or saved): what errors about the session name."""
+        return self.directory / SESSION_FILE if self.directory is not None else Path(self.uuid or "?")
+
+    @property
     def active_context(self) -> Context:
-        """The active context; ContextNotFoundError if it has no readable file."""
+        """The active context; ContextNotFoundError (naming session.json) if it has no
+        readable file."""
         if self.active_context_id is None:
-            raise ContextNotFoundError(self.uuid, "session has no active context")
+            raise ContextNotFoundError(self.session_file, "session has no active context")
         context = self.contexts.get(self.active_context_id)
         if context is None:
             name = next((f for f, err in self.load_errors.items() if self.active_context_id in f), None)
             detail = f": {self.load_errors[name]}" if name else ": no file for it"
             raise ContextNotFoundError(
-                self.uuid, f"active context {self.active_context_id} is missing{detail}"
+                self.session_file, f"active context {self.active_context_id} is missing{detail}"
             )
         return context
 
@@ -140,8 +149,8 @@ class Session:
                 raise FormatError(None, f"$.{key}", f"wrong type {type(data[key]).__name__}")
         if "uuid" not in data:
             raise FormatError(None, "$", "missing key 'uuid'")
-        session = cls(role, data["uuid"])
-        session.active_context_id = data.get("active_context_id")
+        session = cls(role, checked_id(data["uuid"], "$.uuid"))
+        session.active_context_id = checked_id(data.get("active_context_id"), "$.active_context_id")
         session.auto_approve_tools = data.get("auto_approve_tools", [])
         session.state_data = data.get("state_data", {})
         session.is_active = data.get("is_active", False)

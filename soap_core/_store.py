@@ -15,6 +15,7 @@ catalog can be opened.
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import sqlite3
@@ -42,10 +43,10 @@ from soap_core._paths import (
     real,
     safe_name,
 )
+from soap_core._session import SESSION_FILE as SESSION_FILE
 from soap_core._session import Session
 from soap_core._tempfiles import new_folder, sweep_leftovers
 
-SESSION_FILE = "session.json"
 _DATE_PREFIX = re.compile(r"^\d{8}-")
 
 
@@ -399,7 +400,7 @@ class Store:
             path = summary.path / summary.figures.file
             if path.is_file():
                 return self.read_context(path)
-        for path in (summary.path / f"{active}.json", *summary.path.glob(f"*-{active}.json")):
+        for path in (summary.path / f"{active}.json", *summary.path.glob(f"*-{glob.escape(active)}.json")):
             if path.is_file():
                 return self.read_context(path)
         return self.load_session(summary.path.name).active_context

@@ -30,50 +30,87 @@ class ContextNode:
     messages: int | None
     file: str | None
     parent_missing: bool = False
+    in_cycle: bool = False
+    """The fork links loop back to this context (``origin_context_id`` or ``children``
+    naming itself or a descendant): it is listed once, where the walk first met it."""
 
 
-def fork_tree(session: Session) -> list[ContextNode]:
-    """Every context of ``session`` (saved or only named) in depth-first order."""
+def _links(session: Session) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """Children and parent of every context, from ``children`` and ``origin_context_id``
+    (a context never its own parent or child)."""
     children: dict[str, list[str]] = {}
     parent_of: dict[str, str] = {}
     for context in session.contexts.values():
         listed = children.setdefault(context.id, [])
-        listed.extend(c for c in context.children if c not in listed)
+        listed.extend(c for c in dict.fromkeys(context.children) if c not in listed and c != context.id)
         for child_id in context.children:
-            parent_of.setdefault(child_id, context.id)
+            if child_id != context.id:
+                parent_of.setdefault(child_id, context.id)
     for context in session.contexts.values():
         origin = context.origin_context_id
-        if origin is not None:
+        if origin is not None and origin != context.id:
             parent_of.setdefault(context.id, origin)
             if origin in children and context.id not in children[origin]:
                 children[origin].append(context.id)
+    return children, parent_of
+
+
+def _in_cycle(start: str, parent_of: dict[str, str]) -> bool:
+    seen = {start}
+    current = parent_of.get(start)
+    while current is not None and current not in seen:
+        seen.add(current)
+        current = parent_of.get(current)
+    return current == start
+
+
+def fork_tree(session: Session) -> list[ContextNode]:
+    """Every context of ``session`` (saved or only named) in depth-first order.
+
+    Fork links read from files may loop (a context listing itself, two contexts each the
+    other's origin): every context is still listed exactly once, those on a loop marked
+    ``in_cycle``, and the walk keeps no recursion, so no file can make it fail."""
+    children, parent_of = _links(session)
+    self_linked = {
+        c.id for c in session.contexts.values() if c.id in c.children or c.origin_context_id == c.id
+    }
     roots = [cid for cid in session.contexts if parent_of.get(cid) not in session.contexts]
     nodes: list[ContextNode] = []
+    placed: set[str] = set()
 
-    def visit(context_id: str, depth: int) -> None:
+    def node(context_id: str, depth: int) -> ContextNode:
         context = session.contexts.get(context_id)
         parent = parent_of.get(context_id)
         kind: NodeKind = "discarded" if context is None else "fork" if parent else "root"
         if context is not None and REPLAY_KEY in context.extra:
             kind = "replay"
-        nodes.append(
-            ContextNode(
-                id=context_id,
-                parent_id=parent,
-                children=tuple(children.get(context_id, ())),
-                kind=kind,
-                depth=depth,
-                active=context_id == session.active_context_id,
-                messages=len(context.messages) if context else None,
-                file=session.context_files.get(context_id),
-                parent_missing=parent is not None and parent not in session.contexts,
-            )
+        return ContextNode(
+            id=context_id,
+            parent_id=parent,
+            children=tuple(children.get(context_id, ())),
+            kind=kind,
+            depth=depth,
+            active=context_id == session.active_context_id,
+            messages=len(context.messages) if context else None,
+            file=session.context_files.get(context_id),
+            parent_missing=parent is not None and parent not in session.contexts,
+            in_cycle=context_id in self_linked or _in_cycle(context_id, parent_of),
         )
-        for child_id in children.get(context_id, ()):
-            visit(child_id, depth + 1)
+
+    def walk(root: str) -> None:
+        stack = [(root, 0)]
+        while stack:
+            context_id, depth = stack.pop()
+            if context_id in placed:
+                continue
+            placed.add(context_id)
+            nodes.append(node(context_id, depth))
+            stack.extend((c, depth + 1) for c in reversed(children.get(context_id, ())) if c not in placed)
 
     for root in roots:
-        visit(root, 0)
+        walk(root)
+    for context_id in session.contexts:  # contexts only a loop of links leads to
+        walk(context_id)
     return nodes
 
 
@@ -84,4 +121,6 @@ def describe_node(node: ContextNode) -> str:
         detail += "  [active]"
     if node.parent_missing:
         detail += "  (origin not in this session)"
+    if node.in_cycle:
+        detail += "  (fork links loop back here)"
     return detail

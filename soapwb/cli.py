@@ -65,8 +65,20 @@ def _command_module(argv: Sequence[str]) -> str | None:
     return COMMAND_MODULES.get(first) if first and argv and argv[0] == first else None
 
 
+def _escape_unprintable_output() -> None:
+    """Text that has no form in the output's encoding (a lone surrogate a file held, or
+    any non-ASCII under an ASCII locale) is printed as a backslash escape: never an
+    error, never a byte that is not UTF-8 (``surrogateescape``, the POSIX locale's
+    handler, would write one)."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    _escape_unprintable_output()
     parser = build_parser(_command_module(argv))
     args = parser.parse_args(argv)
     handler: Handler = args.handler

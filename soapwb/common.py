@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,14 +36,28 @@ def open_store(args: argparse.Namespace) -> Store:
     return Store(args.store)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def emit_json(value: Any) -> None:
     """``value`` as indented JSON on stdout: orjson where it can (the standard library's
     indenting encoder is pure Python: 0.4 s for a listing of 10,000 sessions), the
-    standard library for what orjson refuses (lone surrogates, integers past 64 bits)."""
+    standard library for what orjson refuses (lone surrogates, integers past 64 bits).
+
+    The output is always UTF-8: a lone surrogate (a JSON file may hold ``"\\ud800"``, which
+    is no Unicode character and has no UTF-8 form) is written as that same ``\\uXXXX``
+    escape, which reads back as the value the file held, and stderr says so."""
     try:
         text = orjson.dumps(value, default=str, option=orjson.OPT_INDENT_2).decode("utf-8")
     except (TypeError, orjson.JSONEncodeError):
         text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+        text, escaped = _SURROGATE.subn(lambda m: f"\\u{ord(m.group()):04x}", text)
+        if escaped:
+            print(
+                f"soapwb: note: {escaped} lone surrogate(s) in the data (text that is not valid Unicode) "
+                "are written as \\uXXXX escapes",
+                file=sys.stderr,
+            )
     print(text)
 
 

@@ -46,4 +46,6 @@ def cmd_trace(args: argparse.Namespace) -> int:
             print(f"> {frame_line(trace.invocation)}")
         for frame in trace.callees:
             print(f"  {'    ' * frame.depth}-> {frame_line(frame)}")
+        if trace.loop:
+            print(f"  note: {trace.loop}")
     return 0

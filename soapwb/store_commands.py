@@ -134,6 +134,7 @@ def cmd_tree(args: argparse.Namespace) -> int:
                         "messages": n.messages,
                         "file": n.file,
                         "parent_missing": n.parent_missing,
+                        "in_cycle": n.in_cycle,
                     }
                     for n in nodes
                 ],

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -234,8 +235,16 @@ def _save(
     )
 
 
+def _local_iso(moment: datetime | None, zone: ZoneInfo) -> str | None:
+    """``moment`` as a naive local ISO time in ``zone``; None past the year 9999 there."""
+    try:
+        return moment.astimezone(zone).replace(tzinfo=None).isoformat() if moment else None
+    except OverflowError:
+        return None
+
+
 def _summary_message(session_uuid: str, memory: WorkingMemory, zone: ZoneInfo) -> Message:
-    local = memory.updated_at.astimezone(zone).replace(tzinfo=None).isoformat() if memory.updated_at else None
+    local = _local_iso(memory.updated_at, zone)
     metadata = {
         META_KEY: {
             "tag": SUMMARY_TAG,

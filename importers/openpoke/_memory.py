@@ -41,7 +41,7 @@ from importers.openpoke._mapping import (
     openpoke_meta,
     openpoke_state,
 )
-from importers.openpoke._reader import CONVERSATION_LOG, parse_updated_at, to_utc
+from importers.openpoke._reader import CONVERSATION_LOG, parse_updated_at, to_utc, zone_named
 from soap_core import Context, Session, inside
 
 _THRESHOLD = 100
@@ -106,10 +106,10 @@ class OpenPokeTracks:
 
 def _root(session: Session) -> Context:
     if not is_openpoke_session(session) or openpoke_state(session).get("kind") != "interaction":
-        raise ImporterError(session.directory or session.uuid, "not an imported OpenPoke interaction session")
+        raise ImporterError(session.session_file, "not an imported OpenPoke interaction session")
     root_id = openpoke_state(session).get("root_context_id")
     if not isinstance(root_id, str) or root_id not in session.contexts:
-        raise ImporterError(session.directory or session.uuid, "the imported root context is missing")
+        raise ImporterError(session.session_file, "the imported root context is missing")
     return session.contexts[root_id]
 
 
@@ -154,7 +154,7 @@ def known_summaries(session: Session) -> list[KnownSummary]:
 def session_zone(session: Session) -> ZoneInfo:
     """The time zone the imported entries' timestamps are in."""
     name = openpoke_state(session).get("timezone")
-    return ZoneInfo(name if isinstance(name, str) and name else "UTC")
+    return (zone_named(name) if isinstance(name, str) and name else None) or ZoneInfo("UTC")
 
 
 def _seen(summary: KnownSummary, entry: TranscriptEntry, zone: ZoneInfo) -> bool:
@@ -172,7 +172,11 @@ def _pass(entry: TranscriptEntry, zone: ZoneInfo) -> str:
     instant = entry.instant(zone)
     if not entry.fold or instant is None:
         return ""
-    return f", its second pass ({instant.astimezone(zone).tzname()}, {instant:%H:%M:%S} UTC)"
+    try:
+        name = instant.astimezone(zone).tzname()
+    except OverflowError:
+        name = None
+    return f", its second pass ({name or zone.key}, {instant:%H:%M:%S} UTC)"
 
 
 def working_memory_at(session: Session, entry_index: int) -> WorkingMemoryState:
@@ -181,7 +185,7 @@ def working_memory_at(session: Session, entry_index: int) -> WorkingMemoryState:
     entries = conversation_entries(session)
     by_index = {e.index: e for e in entries}
     if entry_index not in by_index:
-        raise ImporterError(session.directory or session.uuid, f"no imported entry {entry_index}")
+        raise ImporterError(session.session_file, f"no imported entry {entry_index}")
     entry = by_index[entry_index]
     zone = session_zone(session)
     summaries = known_summaries(session)

@@ -35,6 +35,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from importers._errors import ImporterError
@@ -136,7 +137,25 @@ def to_utc(timestamp: str, zone: ZoneInfo, fold: int = 0) -> datetime | None:
     shows (:func:`resolve_folds`), so pass ``entry.fold`` or use :func:`entry_instant`.
     """
     local = parse_local(timestamp)
-    return None if local is None else local.replace(tzinfo=zone, fold=fold).astimezone(UTC)
+    return None if local is None else _instant(local, zone, fold)
+
+
+def _instant(local: datetime, zone: ZoneInfo, fold: int) -> datetime | None:
+    """The UTC instant of a naive local time; None for one whose UTC instant lies
+    outside the years 1-9999 (``0001-01-01 00:00:00`` east of UTC, ``9999-12-31`` west)."""
+    try:
+        return local.replace(tzinfo=zone, fold=fold).astimezone(UTC)
+    except OverflowError:
+        return None
+
+
+def zone_named(name: str) -> ZoneInfo | None:
+    """The IANA zone ``name``, None where zoneinfo has none: an unknown or malformed key,
+    a folder of the zone database (``America``), a name longer than a file name may be."""
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        return None
 
 
 def entry_instant(entry: LogEntry, zone: ZoneInfo) -> datetime | None:
@@ -148,8 +167,8 @@ def is_repeated(local: datetime, zone: ZoneInfo) -> bool:
     """True when the naive ``local`` lies in a repeated span (a DST fall-back) of ``zone``:
     its second pass is later than its first. (A time in a spring-forward gap also has two
     readings, the other way round; OpenPoke never writes one, and it keeps fold 0.)"""
-    first = local.replace(tzinfo=zone, fold=0).astimezone(UTC)
-    return local.replace(tzinfo=zone, fold=1).astimezone(UTC) > first
+    first, second = _instant(local, zone, 0), _instant(local, zone, 1)
+    return first is not None and second is not None and second > first
 
 
 def resolve_folds(
@@ -174,12 +193,11 @@ def resolve_folds(
             continue
         fold = 0
         if previous is not None and is_repeated(local, zone):
-            first = local.replace(tzinfo=zone, fold=0).astimezone(UTC)
-            second = local.replace(tzinfo=zone, fold=1).astimezone(UTC)
-            if first < previous <= second:
+            first, second = _instant(local, zone, 0), _instant(local, zone, 1)
+            if first is not None and second is not None and first < previous <= second:
                 fold = 1
         resolved.append(replace(entry, fold=fold) if fold != entry.fold else entry)
-        previous = local.replace(tzinfo=zone, fold=fold).astimezone(UTC)
+        previous = _instant(local, zone, fold) or previous
     return tuple(resolved)
 
 
@@ -214,9 +232,11 @@ def parse_updated_at(raw: str) -> datetime | None:
     """``updated_at`` as an aware datetime; a value without offset is taken as UTC."""
     try:
         value = datetime.fromisoformat(raw)
-    except ValueError:
+        value = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+        value.astimezone(UTC)  # 0001-01-01T00:00:00+05:00 names no instant a datetime holds
+    except (ValueError, OverflowError):
         return None
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    return value
 
 
 def find_data_dir(path: Path | str) -> Path:
@@ -255,15 +275,26 @@ def _read_text(path: Path, data_dir: Path) -> str | None:
         ) from None
 
 
+def _parse_json(text: str) -> tuple[Any, str | None]:
+    """The JSON value of ``text``, or None and why not: also for what the standard
+    library refuses other than by a syntax error (an integer of 5,000 digits, nesting
+    past the recursion limit), which OpenPoke's readers shrug off the same way."""
+    try:
+        return json.loads(text), None
+    except json.JSONDecodeError as exc:
+        return None, f"{exc.msg} at line {exc.lineno}"
+    except (ValueError, RecursionError) as exc:
+        return None, "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+
+
 def _read_timezone(data_dir: Path, notices: list[str]) -> str:
     text = _read_text(data_dir / TIMEZONE_FILE, data_dir)
     name = (text or "").strip()
     if not name:
         return "UTC"
-    try:
-        ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        notices.append(f"{TIMEZONE_FILE}: unknown time zone {name!r}: UTC is used, as OpenPoke does")
+    if zone_named(name) is None:
+        shown = name if len(name) <= 80 else name[:80] + "…"
+        notices.append(f"{TIMEZONE_FILE}: unknown time zone {shown!r}: UTC is used, as OpenPoke does")
         return "UTC"
     return name
 
@@ -282,9 +313,8 @@ def _read_working_memory(
     entries: list[LogEntry] = []
     for entry in log.entries:
         if entry.tag == "summary_info":
-            try:
-                info = json.loads(entry.text)
-            except json.JSONDecodeError:
+            info, problem = _parse_json(entry.text)
+            if problem is not None:
                 notices.append(
                     f"{WORKING_MEMORY_LOG}:{entry.line}: summary_info is not JSON (ignored, as OpenPoke does)"
                 )
@@ -315,10 +345,9 @@ def _read_roster(data_dir: Path, notices: list[str]) -> tuple[str, ...]:
     text = _read_text(data_dir / ROSTER_FILE, data_dir)
     if text is None:
         return ()
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        notices.append(f"{ROSTER_FILE}: not JSON ({exc.msg} at line {exc.lineno}): no active agents")
+    data, problem = _parse_json(text)
+    if problem is not None:
+        notices.append(f"{ROSTER_FILE}: not JSON ({problem}): no active agents")
         return ()
     if not isinstance(data, list):
         notices.append(f"{ROSTER_FILE}: not a JSON array: no active agents")
@@ -359,10 +388,7 @@ def _read_legacy_history(data_dir: Path, notices: list[str]) -> int | None:
     text = _read_text(path, data_dir)
     if text is None:
         return None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        data = None
+    data, _problem = _parse_json(text)
     count = len(data) if isinstance(data, list) else 0
     notices.append(
         f"{LEGACY_HISTORY}: the pre-log history format ({count} messages, a JSON array of "

@@ -13,8 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from soap_core._paths import safe_name
-from soap_core._records import INVOCATIONS_DIR, InvocationRecord, read_invocation, read_invocations
+from soap_core._records import InvocationRecord, read_invocations
 from soap_core._store import Store
 
 
@@ -54,12 +53,16 @@ class InvocationTrace:
     invocation: TraceFrame | None = None
     callees: list[TraceFrame] = field(default_factory=list)
     """Depth first; ``depth`` counts from the traced invocation (1 = called by it)."""
+    loop: str | None = None
+    """Set when the records' parent links loop (read from files, they can): which link
+    leads back. Every invocation is still listed once."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "callers": [f.as_dict() for f in self.callers],
             "invocation": self.invocation.as_dict() if self.invocation else None,
             "callees": [f.as_dict() for f in self.callees],
+            "loop": self.loop,
         }
 
 
@@ -85,62 +88,73 @@ def _frame(record: InvocationRecord, depth: int) -> TraceFrame:
 
 
 class _Walker:
-    """Walks invocation links across sessions, reading each session's records once
-    (and grouping them by parent), so a chain costs what its records cost."""
+    """Walks invocation links across sessions. Each session's records are read once,
+    kept by id and by parent, so a trace opens each record file once whatever the
+    chain's length (a chain of n invocations used to open about n^2 files). Links that
+    loop (a record naming itself or a descendant as its parent) are followed once."""
 
     def __init__(self, store: Store) -> None:
         self.dirs = {s.uuid: s.path for s in store.sessions()}
-        self._children: dict[Path, dict[str | None, list[InvocationRecord]]] = {}
+        self._read: dict[
+            Path, tuple[dict[str, InvocationRecord], dict[str | None, list[InvocationRecord]]]
+        ] = {}
 
-    def children_of(self, directory: Path, invocation_id: str) -> list[InvocationRecord]:
-        by_parent = self._children.get(directory)
-        if by_parent is None:
-            by_parent = {}
-            for found in read_invocations(directory):
-                by_parent.setdefault(found.parent_invocation_id, []).append(found)
-            self._children[directory] = by_parent
-        return by_parent.get(invocation_id, [])
+    def records_of(
+        self, directory: Path, *, strict: bool = False
+    ) -> tuple[dict[str, InvocationRecord], dict[str | None, list[InvocationRecord]]]:
+        """One session's records by id and by parent. A broken record of another session
+        is left out (``strict``: the traced session's own raise)."""
+        found = self._read.get(directory)
+        if found is None:
+            records = read_invocations(directory, errors=None if strict else [])
+            by_id: dict[str, InvocationRecord] = {}
+            by_parent: dict[str | None, list[InvocationRecord]] = {}
+            for record in records:
+                by_id.setdefault(record.id, record)
+                by_parent.setdefault(record.parent_invocation_id, []).append(record)
+            found = self._read[directory] = (by_id, by_parent)
+        return found
 
     def record(self, session: str | None, invocation_id: str) -> InvocationRecord | None:
         directory = self.dirs.get(session or "")
-        return read_invocation(directory, invocation_id) if directory else None
+        return self.records_of(directory)[0].get(invocation_id) if directory else None
 
-    def callers(self, record: InvocationRecord) -> list[TraceFrame]:
+    def callers(self, record: InvocationRecord) -> tuple[list[InvocationRecord], str | None]:
+        """The invocations up the chain, outermost first, and where the links loop."""
         chain: list[InvocationRecord] = []
         seen = {record.id}
         current = record
-        while (
-            current.caller is not None
-            and current.parent_invocation_id
-            and current.parent_invocation_id not in seen
-        ):
-            where = self.dirs.get(current.callee.session or "", Path(current.callee.session or "."))
-            parent_id = safe_name(
-                current.parent_invocation_id,
-                f"invocation {current.id}: parent_invocation_id",
-                where / INVOCATIONS_DIR,
-            )
-            parent = self.record(current.caller.session, parent_id)
+        while current.caller is not None and current.parent_invocation_id:
+            if current.parent_invocation_id in seen:
+                return chain[::-1], (
+                    f"invocation {current.id} names {current.parent_invocation_id} as its parent, "
+                    "which the chain already holds: the records' parent links loop"
+                )
+            parent = self.record(current.caller.session, current.parent_invocation_id)
             if parent is None:
                 break
             seen.add(parent.id)
             chain.append(parent)
             current = parent
-        chain.reverse()
-        return [_frame(r, i - len(chain)) for i, r in enumerate(chain)]
+        return chain[::-1], None
 
-    def callees(self, record: InvocationRecord, depth: int, seen: set[str]) -> list[TraceFrame]:
+    def _children(self, record: InvocationRecord) -> list[InvocationRecord]:
         directory = self.dirs.get(record.callee.session or "")
         if directory is None:
             return []
+        return sorted(self.records_of(directory)[1].get(record.id, []), key=lambda r: r.started_at)
+
+    def callees(self, record: InvocationRecord, depth: int, seen: set[str]) -> list[TraceFrame]:
+        """Depth first, without recursion (a chain may be deeper than Python's stack)."""
         frames: list[TraceFrame] = []
-        children = self.children_of(directory, record.id)
-        for child in sorted(children, key=lambda r: r.started_at):
+        stack = [(child, depth) for child in reversed(self._children(record))]
+        while stack:
+            child, at = stack.pop()
             if child.id in seen:
                 continue
             seen.add(child.id)
-            frames.append(_frame(child, depth))
-            frames.extend(self.callees(child, depth + 1, seen))
+            frames.append(_frame(child, at))
+            stack.extend((grandchild, at + 1) for grandchild in reversed(self._children(child)))
         return frames
 
 
@@ -149,14 +163,17 @@ def invocation_chain(store: Store, session_ref: str) -> list[InvocationTrace]:
     summary = store.find(session_ref)
     walker = _Walker(store)
     traces = []
-    for record in read_invocations(summary.path):
+    own, _by_parent = walker.records_of(summary.path, strict=True)
+    for record in own.values():
         if record.callee.session != summary.uuid:
             continue  # a record of a call this session made: it shows up as a callee
+        chain, loop = walker.callers(record)
         traces.append(
             InvocationTrace(
-                callers=walker.callers(record),
+                callers=[_frame(r, i - len(chain)) for i, r in enumerate(chain)],
                 invocation=_frame(record, 0),
-                callees=walker.callees(record, 1, {record.id}),
+                callees=walker.callees(record, 1, {record.id, *(r.id for r in chain)}),
+                loop=loop,
             )
         )
     return traces
