@@ -28,8 +28,10 @@ from fuzz._choices import HypothesisChooser, RandomChooser
 from fuzz._corpus import Corpus
 
 BATCH = 2000
-MEMORY_LIMIT = 3 * 1024**3
-"""Address space of a worker: a reader that runs away with memory fails its case."""
+MEMORY_HEADROOM = 2 * 1024**3
+"""Address space a worker process may add to what it has when it starts: a reader that
+runs away with memory fails its case. Only worker processes get the limit: a run in the
+caller's process (a test) must not lower the limit of that process."""
 
 
 @dataclass
@@ -79,8 +81,15 @@ def save_failure(failure: CaseFailure, corpus: Corpus, out: Path, number: str) -
 
 def _limit_memory() -> None:
     _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    limit = MEMORY_LIMIT if hard == resource.RLIM_INFINITY else min(MEMORY_LIMIT, hard)
-    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    try:
+        with open("/proc/self/statm") as statm:
+            in_use = int(statm.read().split()[0]) * resource.getpagesize()
+    except (OSError, ValueError):
+        return  # not Linux: no limit
+    limit = in_use + MEMORY_HEADROOM
+    resource.setrlimit(
+        resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard)
+    )
 
 
 def _record(result: WorkerResult, failure: CaseFailure, corpus: Corpus, out: Path) -> None:
@@ -159,9 +168,12 @@ def _random_cases(bench: Workbench, result: WorkerResult, cases: int, seed: int,
         result.by_seed[done.split(":", 1)[0]] += 1
 
 
-def run_worker(worker: int, corpus: Corpus, cases: int, seed: int, engine: str, out: Path) -> WorkerResult:
+def run_worker(
+    worker: int, corpus: Corpus, cases: int, seed: int, engine: str, out: Path, *, limit_memory: bool = True
+) -> WorkerResult:
     """``cases`` cases in this process (a worker of :func:`run`)."""
-    _limit_memory()
+    if limit_memory:
+        _limit_memory()
     started = time.perf_counter()
     result = WorkerResult(worker)
     with tempfile.TemporaryDirectory(prefix=f"fuzz-{worker}-") as tmp:
@@ -212,13 +224,16 @@ class Report:
         return data
 
 
-def run(corpus: Corpus, cases: int, *, workers: int, seed: int, engine: str, out: Path) -> Report:
-    """``cases`` cases over ``workers`` processes."""
+def run(
+    corpus: Corpus, cases: int, *, workers: int, seed: int, engine: str, out: Path, in_process: bool = False
+) -> Report:
+    """``cases`` cases over ``workers`` worker processes (each with a memory limit), or in
+    this process with ``in_process`` (a test's quick run: no limit is set on the caller)."""
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     shares = [cases // workers + (1 if i < cases % workers else 0) for i in range(workers)]
-    if workers == 1:
-        results = [run_worker(0, corpus, cases, seed, engine, out)]
+    if in_process:
+        results = [run_worker(0, corpus, cases, seed, engine, out, limit_memory=False)]
     else:
         with ProcessPoolExecutor(workers, mp_context=get_context("fork")) as pool:
             futures = [pool.submit(run_worker, i, corpus, n, seed, engine, out) for i, n in enumerate(shares)]

@@ -109,6 +109,10 @@ def _lenient(path: Path, text: str, strict_error: Exception) -> Any:
             pass
     if not _has_json5_syntax(cleaned):
         raise FormatError(path, "$", f"not valid JSON: {_describe(strict_error)}") from None
+    depth = _nesting(cleaned)
+    if depth > JSON5_DEPTH:
+        problem = f"not valid JSON: {_describe(strict_error)} (and nested {depth} deep, too deep for JSON5)"
+        raise FormatError(path, "$", problem)
     if len(text) > JSON5_LIMIT:
         raise FormatError(
             path,
@@ -120,6 +124,23 @@ def _lenient(path: Path, text: str, strict_error: Exception) -> Any:
         return json5.loads(text)
     except Exception:  # json5 raises ValueError and, on some inputs, others
         raise FormatError(path, "$", f"not valid JSON or JSON5: {_describe(strict_error)}") from None
+
+
+JSON5_DEPTH = 200
+"""Deepest nesting handed to json5: its parser recurses through C for every level, and
+a deep enough file would overflow the C stack (a crash, not an error) before Python's
+recursion limit noticed."""
+_NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
+
+
+def _nesting(text: str) -> int:
+    """How deep the brackets of ``text`` go, strings left out (``text`` is small: only
+    files for json5 get here)."""
+    depth = deepest = 0
+    for bracket in _NOT_BRACKETS.sub("", _BROKEN_STRING.sub("", _STRINGS.sub('""', text))):
+        depth = depth + 1 if bracket in "[{" else max(depth - 1, 0)
+        deepest = max(deepest, depth)
+    return deepest
 
 
 def _describe(error: Exception) -> str:

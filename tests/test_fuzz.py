@@ -21,14 +21,14 @@ def corpus(workbench_store: Path) -> Corpus:
 
 
 def test_two_thousand_mutated_cases_break_no_reader(corpus: Corpus, tmp_path: Path) -> None:
-    report = run(corpus, 2000, workers=1, seed=20261201, engine="random", out=tmp_path)
+    report = run(corpus, 2000, workers=1, seed=20261201, engine="random", out=tmp_path, in_process=True)
     assert report.cases == 2000
     assert not report.failures, "\n".join(report.lines())
     assert set(report.by_seed) == {s.name for s in corpus.seeds}, "every seed was mutated"
 
 
 def test_hypothesis_draws_the_cases_too(corpus: Corpus, tmp_path: Path) -> None:
-    report = run(corpus, 200, workers=1, seed=5, engine="hypothesis", out=tmp_path)
+    report = run(corpus, 200, workers=1, seed=5, engine="hypothesis", out=tmp_path, in_process=True)
     assert report.cases >= 200
     assert not report.failures, "\n".join(report.lines())
 
@@ -54,7 +54,7 @@ def test_a_reader_that_breaks_is_reported_shrunk_and_saved_for_replay(
 
     monkeypatch.setattr(soap_core._tree, "_links", broken_links)
     only_hellopete = Corpus([corpus.named("hellopete")])
-    report = run(only_hellopete, 600, workers=1, seed=1, engine="hypothesis", out=tmp_path)
+    report = run(only_hellopete, 600, workers=1, seed=1, engine="hypothesis", out=tmp_path, in_process=True)
     assert report.failures, "the planted bug was not found"
     failure = report.failures[0]
     assert "planted bug" in failure.text and "broken_links" in failure.where

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -424,3 +425,16 @@ def test_a_chat_history_json_past_the_parser_limits_is_noticed_not_fatal(tmp_pat
     data = read_openpoke(data_dir)
     assert data.legacy_history == 0
     assert any("chat_history.json" in n for n in data.notices)
+
+
+def test_json5_syntax_nested_past_any_stack_is_a_format_error_not_a_crash(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    path.write_text("[" * 5000 + "'x'" + "]" * 5000)  # single quotes: only json5 would read it
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(50_000)  # as hypothesis raises it while a test runs: json5 then overflows C
+    try:
+        with pytest.raises(FormatError, match="too deep") as caught:
+            Store(tmp_path, use_catalog=False).read_context(path)
+    finally:
+        sys.setrecursionlimit(limit)
+    assert caught.value.path == path
