@@ -69,7 +69,9 @@ def render(
         "",
         f"Written by `make bench{' QUICK=1' if quick else ''}` on "
         f"{datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}; {machine()}.",
-        f"Whole run: {seconds / 60:.1f} min. Goals met: {met} of {goals}.",
+        f"Whole run: {seconds / 60:.1f} min. Goals met: {met} of {goals}. "
+        f"Load average (1, 5, 15 min) at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())} "
+        f"on {os.cpu_count()} cores.",
         "",
         "Every ratio is against a baseline measured in the same run; the machine is shared,",
         "so figures move between runs, and the ratios move less than the times.",

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from soap_core import Store
 from soap_core.runtime.local_model import LocalModelServer, free_port
@@ -161,19 +162,28 @@ def test_the_chosen_session_follows_through_the_sidebar(served: tuple[str, Path]
     page = open_page(browser, f"{url}/?store={store}")
     page.locator('[data-testid="stSelectbox"]').first.click()
     page.locator('[role="option"]', has_text="Analyst").first.click()
+    page.wait_for_url(f"**session={session}**", timeout=60_000)
     settle(page)
     assert f"session={session}" in page.url
     seen = {}
-    for link in ("Context", "Token budget", "Replay & diff", "Fork tree"):
+    for link, slug in (
+        ("Context", "context"),
+        ("Token budget", "token_budget"),
+        ("Replay & diff", "replay"),
+        ("Fork tree", "fork_tree"),
+    ):
         page.get_by_role("link", name=link, exact=True).click()
+        page.wait_for_url(f"**/{slug}**", timeout=60_000)
         settle(page)
         main = page.inner_text('[data-testid="stMain"]')
         seen[link] = (f"session={session}" in page.url, "Pick a session" not in main)
     assert seen == {link: (True, True) for link in seen}, seen
     context = page.url.split("context=", 1)[1].split("&", 1)[0]
     page.get_by_role("link", name="Sessions", exact=True).click()
+    page.wait_for_url(lambda address: "/fork_tree" not in address, timeout=60_000)
     settle(page)
     page.get_by_role("link", name="Context", exact=True).click()
+    page.wait_for_url("**/context**", timeout=60_000)
     settle(page)
     assert f"context={context}" in page.url, "the context chosen on a page is kept too"
     page.close()
@@ -191,6 +201,8 @@ def test_clicking_a_row_of_the_sessions_table_opens_its_context(
     assert box is not None
     row_height = 35  # the grid's header and rows, at streamlit's default size
     page.mouse.click(box["x"] + 12, box["y"] + row_height * (row + 1) + row_height / 2)
+    with contextlib.suppress(PlaywrightTimeout):  # the assertion below says where it stayed
+        page.wait_for_url("**/context?**", timeout=60_000)
     settle(page)
     assert "/context?" in page.url and f"session={session}" in page.url, page.url
     assert "Pick a session" not in page.inner_text('[data-testid="stMain"]')
@@ -206,6 +218,8 @@ def test_html_in_a_message_is_shown_as_text(served: tuple[str, Path], browser: B
     page.wait_for_selector('[data-testid="stMain"]', timeout=30_000)
     settle(page)
     main = page.locator('[data-testid="stMain"]')
+    with contextlib.suppress(PlaywrightTimeout):  # a loaded machine draws the messages late
+        main.get_by_text(XSS, exact=False).first.wait_for(timeout=60_000)
     assert XSS in main.inner_text()
     assert page.locator('img[src="x"]').count() == 0
     assert main.locator("script").count() == 0
