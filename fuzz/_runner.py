@@ -27,7 +27,7 @@ from fuzz._case import CaseFailure, Workbench, run_case, session_folder
 from fuzz._choices import HypothesisChooser, RandomChooser
 from fuzz._corpus import Corpus
 
-BATCH = 2000
+BATCH = 1000
 MEMORY_HEADROOM = 2 * 1024**3
 """Address space a worker process may add to what it has when it starts: a reader that
 runs away with memory fails its case. Only worker processes get the limit: a run in the
@@ -52,6 +52,7 @@ class WorkerResult:
     seconds: float = 0.0
     failures: list[Failure] = field(default_factory=list)
     by_seed: Counter[str] = field(default_factory=Counter)
+    started: float = field(default_factory=time.perf_counter)
 
 
 def save_failure(failure: CaseFailure, corpus: Corpus, out: Path, number: str) -> Path:
@@ -116,9 +117,23 @@ def _hypothesis_batches(bench: Workbench, result: WorkerResult, cases: int, seed
             case()
         except CaseFailure as failure:
             _record(result, failure, bench.corpus, out)
+        _progress(result, out)
         if result.cases == before:  # nothing more to generate
             break
         batch_number += 1
+
+
+def _progress(result: WorkerResult, out: Path) -> None:
+    """What a worker has done so far, after every batch: a long run stopped early still
+    says how many cases it ran and what failed."""
+    done = {
+        "worker": result.worker,
+        "cases": result.cases,
+        "shrink_cases": result.shrink_cases,
+        "failures": [f.text for f in result.failures],
+        "seconds_so_far": time.perf_counter() - result.started,
+    }
+    (out / f"progress-{result.worker}.json").write_text(json.dumps(done, indent=2))
 
 
 def _batch(bench: Workbench, result: WorkerResult, size: int, batch_seed: int) -> Any:

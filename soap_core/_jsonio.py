@@ -66,16 +66,23 @@ JSON5_LIMIT = 64 * 1024
 """Largest file (in characters) handed to the json5 reader, which is pure Python
 (about 0.1 MB/s): past it, only comments and trailing commas are accepted beyond JSON."""
 
-_STRING = r'"(?:[^"\\\n]|\\[\s\S])*"'
+_STRING = r'"[^"\\\n]*(?:\\[\s\S][^"\\\n]*)*"'  # unrolled: a tight loop over plain characters
 _COMMENT = re.compile(rf"({_STRING})|//[^\n]*|/\*[\s\S]*?\*/")
 _TRAILING_COMMA = re.compile(rf"({_STRING})|,(?=\s*[\]}}])")
 _MAYBE_TRAILING_COMMA = re.compile(r",\s*[\]}]")
 _STRINGS = re.compile(_STRING)
 _BROKEN_STRING = re.compile(r'"[^\n]*')
-_JSON5_ONLY = re.compile(
-    r"'|\b(?!(?:true|false|null|NaN|Infinity)\b)[A-Za-z_$][\w$]*|0[xX][0-9a-fA-F]|[+](?=[\d.IN])"
-    r"|(?<![\d\]}\"])\.\d|\d\.(?!\d)|\\\n"
-)
+_WORDS = ("true", "false", "null", "NaN", "Infinity")
+_STRICT_CHARACTERS = str.maketrans("", "", "0123456789 \t\r\n,:[]{}-")
+_WORD_START = frozenset("'_$ABCDFGHIJKLMNOPQRSTUVWXYZabcdfghijklmnopqrstuvwxyz")
+"""Characters that start JSON5-only syntax outside strings: a single quote, an unquoted
+key or word, a hex number (e and E are left out: they are exponents, checked apart)."""
+_JSON5_NUMBERS = {
+    "e": re.compile(r"(?<![\d.])[eE]"),  # a word of e's, not an exponent
+    "E": re.compile(r"(?<![\d.])[eE]"),
+    "+": re.compile(r"(?<![eE])\+"),  # a leading +
+    ".": re.compile(r"(?<!\d)\.|\.(?!\d)"),  # .5 and 5.
+}
 
 
 def _without_comments(text: str) -> str:
@@ -89,11 +96,21 @@ def _without_comments(text: str) -> str:
 
 
 def _has_json5_syntax(text: str) -> bool:
-    """Whether ``text`` (comments removed) uses JSON5 syntax that strict JSON lacks:
-    single quotes, unquoted keys, hex numbers, a leading ``+``, ``.5`` or ``5.``. Strings
-    are blanked first (a broken one to the end of its line), so their content never counts."""
-    skeleton = _BROKEN_STRING.sub("", _STRINGS.sub('""', text))
-    return _JSON5_ONLY.search(skeleton) is not None
+    """Whether ``text`` (comments removed) may use JSON5 syntax that strict JSON lacks:
+    single quotes, unquoted keys, hex numbers, a leading ``+``, ``.5`` or ``5.``, a string
+    continued on the next line. Strings are blanked first (a broken one to the end of its
+    line), so their content never counts; then whatever strict JSON is made of is
+    deleted (``str.translate``, in C), and what is left is looked at: for a damaged file
+    of strict JSON, nothing or a few numbers' dots and exponents."""
+    if "\\\n" in text:
+        return True
+    skeleton = _BROKEN_STRING.sub("", _STRINGS.sub("0", text))
+    for word in _WORDS:
+        skeleton = skeleton.replace(word, "0")
+    rest = set(skeleton.translate(_STRICT_CHARACTERS))
+    if rest & _WORD_START:
+        return True
+    return any(_JSON5_NUMBERS[c].search(skeleton) is not None for c in rest if c in _JSON5_NUMBERS)
 
 
 def _lenient(path: Path, text: str, strict_error: Exception) -> Any:
@@ -137,7 +154,7 @@ def _nesting(text: str) -> int:
     """How deep the brackets of ``text`` go, strings left out (``text`` is small: only
     files for json5 get here)."""
     depth = deepest = 0
-    for bracket in _NOT_BRACKETS.sub("", _BROKEN_STRING.sub("", _STRINGS.sub('""', text))):
+    for bracket in _NOT_BRACKETS.sub("", _BROKEN_STRING.sub("", _STRINGS.sub("0", text))):
         depth = depth + 1 if bracket in "[{" else max(depth - 1, 0)
         deepest = max(deepest, depth)
     return deepest

@@ -438,3 +438,27 @@ def test_json5_syntax_nested_past_any_stack_is_a_format_error_not_a_crash(tmp_pa
     finally:
         sys.setrecursionlimit(limit)
     assert caught.value.path == path
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ('{"a": 1, b: 2}', {"a": 1, "b": 2}),
+        ('{"a": .5, "b": +1, "c": 0x1F}', {"a": 0.5, "b": 1, "c": 31}),
+        ('{"x": \'it is\', // note\n "y": [1, 2,],}', {"x": "it is", "y": [1, 2]}),
+    ],
+)
+def test_json5_syntax_anywhere_on_a_line_is_read_in_a_small_file(
+    tmp_path: Path, text: str, value: Any
+) -> None:
+    from soap_core._jsonio import parse_json_bytes
+
+    assert parse_json_bytes(tmp_path / "x.json", text.encode()) == value
+
+
+@pytest.mark.parametrize("text", ['{"a": "cut', '{"a": 1e5, "b": [true, null', '{"a": -2.5E+3,, }'])
+def test_damaged_strict_json_is_reported_at_its_line_and_column(tmp_path: Path, text: str) -> None:
+    from soap_core._jsonio import parse_json_bytes
+
+    with pytest.raises(FormatError, match=r"^.*: at \$: not valid JSON: .* at line 1 column \d+$"):
+        parse_json_bytes(tmp_path / "x.json", text.encode())
