@@ -57,7 +57,11 @@ from soap_core._tempfiles import sweep_names
 from soap_core._tokens import count_text, message_token_text
 
 CATALOG_FILE = ".soapwb-catalog.sqlite3"
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
+"""Bumped whenever what the catalog vouches for changes: a context file it indexed is
+loaded without its messages being checked again (they are built on first use), so a
+catalog written under older reading rules must not vouch for a file the current rules
+refuse (4: ids, records and links checked as in soap_core._ids)."""
 SESSION_FILE = "session.json"
 
 _SCHEMA = """

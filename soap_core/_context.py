@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from soap_core._codec import in_file_order, optional_typed
@@ -89,6 +89,8 @@ class _UnreadMessages:
     raw: list[Any]
     token_counts: Sequence[int]
     encoding: str
+    path: str | None = None
+    """The file they were read from, named by an error raised while building them."""
 
 
 class Context:
@@ -137,7 +139,10 @@ class Context:
         unread = self._unread
         assert unread is not None
         self.saved_fingerprint  # noqa: B018 - before any message dict is handed out
-        messages = [Message.from_dict(m, f"$.messages[{i}]") for i, m in enumerate(unread.raw)]
+        try:
+            messages = [Message.from_dict(m, f"$.messages[{i}]") for i, m in enumerate(unread.raw)]
+        except FormatError as exc:  # the file changed under a signature the catalog trusted
+            raise exc.at(unread.path) if exc.path is None and unread.path else exc from None
         for message, count in zip(messages, unread.token_counts, strict=True):
             message.set_known_token_count(count, unread.encoding)
         self._messages, self._unread = messages, None
@@ -160,6 +165,8 @@ class Context:
         """Note the file ``path`` and its parsed dict this context was built from; its
         fingerprint is taken when first needed, not at every read."""
         self._saved_fingerprint, self._read_as = None, (path, data)
+        if self._unread is not None:
+            self._unread = replace(self._unread, path=path)
 
     # -- building -----------------------------------------------------------------------
 

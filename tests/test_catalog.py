@@ -21,7 +21,7 @@ import pytest
 import soap_core._catalog as catalog_module
 import soap_core._message as message_module
 import soap_core._store as store_module
-from soap_core import Context, Message, Session, Store, TextPart, search_store, session_overview
+from soap_core import Context, FormatError, Message, Session, Store, TextPart, search_store, session_overview
 from soap_core._catalog import CATALOG_FILE, Catalog, cache_catalog_path, is_catalog_file
 
 WORDS = [
@@ -364,6 +364,32 @@ def test_a_checked_file_builds_its_messages_on_first_use_and_a_save_keeps_every_
     assert again.contexts[in_place.id].messages[-1].metadata == {"tag": "changed in place"}
     assert again.contexts[unbuilt.id].children == [*(f.id for f in forks), "an-added-child"]
     assert again.contexts[forks[2].id].to_dict() == eager.contexts[forks[2].id].to_dict()
+
+
+def test_a_file_changed_behind_a_trusted_signature_is_reported_with_its_name_when_built(
+    tmp_path: Path,
+) -> None:
+    """Same size, same time, same inode: the catalog cannot tell, and the messages are
+    built on first use; the damage found then names the file, as a check at load does."""
+    root = tmp_path / "store"
+    context = Context.create(Message.system_prompt("sys"))
+    context.append(_say("user", "first"))
+    session = Session.create("Lazy", context)
+    Store(root).save_session(session)
+    _age(root)
+    Store(root).sessions()
+    [path] = [p for p in _context_files(root)]
+    info = path.stat()
+    raw = path.read_bytes()
+    damaged = raw.replace(b'"role": "user"', b'"role": 123456')
+    assert len(damaged) == len(raw) and damaged != raw
+    with path.open("r+b") as handle:  # in place: the inode stays
+        handle.write(damaged)
+    os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
+    loaded = Store(root).load_session(session.uuid)
+    with pytest.raises(FormatError) as raised:
+        loaded.active_context.messages  # noqa: B018
+    assert raised.value.path == path and "role" in raised.value.json_path
 
 
 @contextlib.contextmanager
