@@ -90,9 +90,33 @@ def _without_comments(text: str) -> str:
     (strings untouched), as json5 reads them: linear, the matching done in C."""
     if "//" in text or "/*" in text:
         text = _COMMENT.sub(lambda m: m.group(1) or " ", text)
-    if _MAYBE_TRAILING_COMMA.search(text):  # strings may hold one too: then look closely
-        text = _TRAILING_COMMA.sub(lambda m: m.group(1) or "", text)
+    if _MAYBE_TRAILING_COMMA.search(text):
+        text = _without_trailing_commas(text)
     return text
+
+
+def _without_trailing_commas(text: str) -> str:
+    """``text`` without the commas that close a list or an object. Each ``, ]`` found may
+    be inside a string; a JSON string does not span lines, so only the lines from its
+    comma to its bracket are looked at closely, whole (a line starts outside any string;
+    overlapping spans are merged): the cost is the lines with a candidate, not every
+    string of the file."""
+    spans: list[list[int]] = []
+    for found in _MAYBE_TRAILING_COMMA.finditer(text):
+        start = text.rfind("\n", 0, found.start()) + 1
+        end = text.find("\n", found.end())
+        end = len(text) if end < 0 else end
+        if spans and start <= spans[-1][1]:
+            spans[-1][1] = max(spans[-1][1], end)
+        else:
+            spans.append([start, end])
+    pieces: list[str] = []
+    last = 0
+    for start, end in spans:
+        pieces += [text[last:start], _TRAILING_COMMA.sub(lambda m: m.group(1) or "", text[start:end])]
+        last = end
+    pieces.append(text[last:])
+    return "".join(pieces)
 
 
 def _has_json5_syntax(text: str) -> bool:

@@ -22,6 +22,7 @@ from soap_core.runtime import (
     read_invocation,
     read_invocations,
 )
+from soap_core.runtime._locks import THREAD_LOCKS_DIR
 from soap_core.runtime.local_model import free_port
 from soapwb.cli import main
 from soapwb.demo_commands import format_summary
@@ -87,8 +88,10 @@ def test_every_file_loads_through_the_soap_core_reader(store: Store) -> None:
         records = read_invocations(summary.path)
         assert all(read_invocation(summary.path, r.id) == r for r in records)
         checked |= set((summary.path / "invocations").glob("*.json"))
-    on_disk = {p for p in store.agents_dir.rglob("*") if p.is_file()}
+    thread_locks = store.agents_dir / THREAD_LOCKS_DIR  # one lock file per (object, thread): no data
+    on_disk = {p for p in store.agents_dir.rglob("*") if p.is_file() and thread_locks not in p.parents}
     assert {p.name for p in on_disk - checked} <= {".soapwb.lock"}
+    assert all(p.suffix == ".lock" for p in thread_locks.iterdir())
 
 
 def test_no_file_holds_the_api_key(built: tuple[Store, DemoSummary]) -> None:

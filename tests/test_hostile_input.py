@@ -446,6 +446,8 @@ def test_json5_syntax_nested_past_any_stack_is_a_format_error_not_a_crash(tmp_pa
         ('{"a": 1, b: 2}', {"a": 1, "b": 2}),
         ('{"a": .5, "b": +1, "c": 0x1F}', {"a": 0.5, "b": 1, "c": 31}),
         ('{"x": \'it is\', // note\n "y": [1, 2,],}', {"x": "it is", "y": [1, 2]}),
+        ('{"a": [1, 2,], "b": "x, ]", "c": {"d": 1,},}', {"a": [1, 2], "b": "x, ]", "c": {"d": 1}}),
+        ('{"a": [\n1,\n],\n"b": "z, }",\n}', {"a": [1], "b": "z, }"}),
     ],
 )
 def test_json5_syntax_anywhere_on_a_line_is_read_in_a_small_file(
