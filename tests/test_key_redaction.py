@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import secrets
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -26,6 +23,7 @@ import pytest
 from soap_core import Store
 from soap_core._redact import redact
 from soap_core.runtime import AgenticObject, LLMEndpoint, LLMError, ModelSettings, Runtime
+from tests.cli_process import soapwb
 from tests.misbehaving_llm import OK_COMPLETION
 
 REPO = Path(__file__).parents[1]
@@ -100,18 +98,6 @@ def base_url(server: _EchoServer) -> str:
 def files_holding_the_key(root: Path) -> list[str]:
     forms = {CANARY.encode(), json.dumps(CANARY)[1:-1].encode()}
     return [str(p) for p in root.rglob("*") if p.is_file() and any(f in p.read_bytes() for f in forms)]
-
-
-def soapwb(*argv: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    environ = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "soapwb.cli", *map(str, argv)],
-        capture_output=True,
-        text=True,
-        env=environ,
-        timeout=120,
-        check=False,
-    )
 
 
 class Caller(AgenticObject):

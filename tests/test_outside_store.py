@@ -7,10 +7,8 @@ outside are compared byte for byte before and after.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -37,6 +35,7 @@ from soap_core import (
 )
 from soap_core.runtime import AgenticObject, ModelSettings, Runtime
 from tests.apptest import open_app_page
+from tests.cli_process import soapwb
 from tests.conftest import SESSION_DIR, SESSION_UUID, session_dir, snapshot
 from tests.misbehaving_llm import MisbehavingLLM
 from tests.scripted import ScriptedEndpoint, says
@@ -46,20 +45,6 @@ REPO = Path(__file__).parents[1]
 OPENPOKE_SHORT = REPO / "tests" / "fixtures" / "openpoke" / "short"
 HOSTILE_IDS = ["../../../../x", "a/b", "..", ".", "a\\b", "x\x00y", "/etc/passwd"]
 MARKER = "OUTSIDE-THE-STORE-7d3f"
-
-
-def soapwb(*argv: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """The command line in a process of its own, importing this checkout."""
-    environ = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
-    environ.pop("SOAPWB_STORE", None)
-    return subprocess.run(
-        [sys.executable, "-m", "soapwb.cli", *map(str, argv)],
-        capture_output=True,
-        text=True,
-        env=environ,
-        timeout=120,
-        check=False,
-    )
 
 
 def one_clear_line(proc: subprocess.CompletedProcess[str], *words: str) -> str:
