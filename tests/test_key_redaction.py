@@ -26,7 +26,6 @@ from soap_core.runtime import AgenticObject, LLMEndpoint, LLMError, ModelSetting
 from tests.cli_process import soapwb
 from tests.misbehaving_llm import OK_COMPLETION
 
-REPO = Path(__file__).parents[1]
 CANARY = f"sk-canary-{secrets.token_hex(12)}"
 
 
