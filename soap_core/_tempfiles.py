@@ -141,7 +141,11 @@ def new_folder(directory: Path, *, sync: bool = True) -> Iterator[Path]:
     """A folder that appears at ``directory`` whole: the block writes into the temp folder
     it is given, which is renamed to ``directory`` when the block ends (and removed if it
     fails). FileExistsError if ``directory`` appeared meanwhile (then nothing is moved).
-    ``sync=False`` (a generated store) skips the fsyncs and the sweep of the parent."""
+    ``sync=False`` (a generated store) skips the fsyncs.
+
+    The parent is not swept for other writers' leftovers: it is a role folder holding
+    every session of the role, and listing it at each new session made creating N
+    sessions quadratic. Listings sweep it (``Store`` and the catalog both do)."""
     directory.parent.mkdir(parents=True, exist_ok=True)
     staging = directory.parent / f"{temp_prefix(directory)}{secrets.token_hex(4)}.tmp"
     with in_flight(str(staging)):
@@ -158,4 +162,3 @@ def new_folder(directory: Path, *, sync: bool = True) -> Iterator[Path]:
             raise
     if sync:
         _fsync_folder(directory.parent)
-        sweep_leftovers(directory.parent)

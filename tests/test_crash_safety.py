@@ -206,6 +206,53 @@ def test_old_temp_files_of_any_writer_go_and_fresh_ones_of_live_processes_stay(t
     assert not old_style.exists() and live_pid.exists()
 
 
+def test_a_new_session_lists_no_folder_but_its_own_and_listings_sweep_what_killed_writers_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Creating a session must not list its role folder, which holds every session of the
+    role (a listing per new session made N sessions quadratic); the leftover temp folder of
+    a writer killed while creating one goes at the next listing instead, with or without
+    the catalog."""
+    root = tmp_path / "store"
+    root.mkdir()
+    uuids = [f"20250611-{i:08d}-aaaa-4bbb-8ccc-{i:012d}" for i in range(6)]
+    store = Store(root)
+    for uuid in uuids[:5]:
+        store.save_session(cw.session_at(root, uuid, 0))
+    role_dir = store.session_dir(cw.ROLE, uuids[0]).parent
+    listed: list[str] = []
+    real_scandir, real_listdir = os.scandir, os.listdir
+
+    def scandir(path: Any = ".") -> Any:
+        listed.append(os.path.realpath(path))
+        return real_scandir(path)
+
+    def listdir(path: Any = ".") -> list[str]:
+        listed.append(os.path.realpath(path))
+        return real_listdir(path)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "scandir", scandir)
+        patch.setattr(os, "listdir", listdir)
+        store.save_session(cw.session_at(root, uuids[5], 0))
+    assert listed, "the save was not watched"
+    assert os.path.realpath(role_dir) not in listed
+    assert store.session_dir(cw.ROLE, uuids[5]).is_dir()
+
+    gone = multiprocessing.get_context("fork").Process(target=time.sleep, args=(0,))
+    gone.start()
+    gone.join()
+    for listing in (Store(root), Store(root, use_catalog=False)):
+        leftover = role_dir / f".{uuids[5]}-new.{HOST_TAG}-{gone.pid}.abcd1234.tmp"
+        leftover.mkdir()
+        (leftover / "session.json").write_text("{")
+        assert sorted(s.uuid for s in listing.sessions()) == uuids
+        assert not leftover.exists(), f"{leftover} outlived a listing"
+        catalog = listing.catalog()
+        if catalog is not None:
+            catalog.close()
+
+
 # -- races on a new thread -------------------------------------------------------------------
 
 
