@@ -24,6 +24,7 @@ COMMAND_MODULES = {
     "ls": "store_commands",
     "show": "store_commands",
     "tree": "store_commands",
+    "search": "store_commands",
     "llm": "llm_commands",
     "trace": "runtime_commands",
     "materialize": "replay_commands",

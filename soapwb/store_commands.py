@@ -1,12 +1,12 @@
-"""``soapwb ls``, ``show`` and ``tree``: reading a store."""
+"""``soapwb ls``, ``show``, ``tree`` and ``search``: reading a store."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from soap_core import UNKNOWN_ROLE, describe_node, fork_tree, message_rows, session_overview
-from soapwb.common import add_store_options, emit_json, format_table, open_store
+from soap_core import UNKNOWN_ROLE, describe_node, fork_tree, message_rows, search_store, session_overview
+from soapwb.common import UsageError, add_store_options, emit_json, format_table, open_store
 
 
 def register(commands: Any) -> None:
@@ -33,6 +33,14 @@ def register(commands: Any) -> None:
     tree.add_argument("session", metavar="SESSION", help="session uuid or a unique prefix of one")
     add_store_options(tree)
     tree.set_defaults(handler=cmd_tree)
+
+    search = commands.add_parser(
+        "search", help="find the messages whose content contains a text (case-insensitive)"
+    )
+    search.add_argument("text", metavar="TEXT", help="the text to find: text, thinking and tool traffic")
+    search.add_argument("--limit", type=int, default=200, metavar="N", help="at most N hits (default 200)")
+    add_store_options(search)
+    search.set_defaults(handler=cmd_search)
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
@@ -149,4 +157,24 @@ def cmd_tree(args: argparse.Namespace) -> int:
         print(f"{indent}{n.id}  {describe_node(n)}")
     for name, error in session.load_errors.items():
         print(f"unreadable: {name}: {error}")
+    return 0
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    """The Sessions page's search: each message once, the active context's copy first."""
+    if args.limit < 1:
+        raise UsageError("--limit must be at least 1")
+    if not args.text:
+        raise UsageError("the text to find is empty")
+    hits = search_store(open_store(args), args.text, limit=args.limit)
+    if args.json:
+        emit_json([hit.as_dict() for hit in hits])
+        return 0
+    if not hits:
+        print(f"no message contains {args.text!r}")
+        return 0
+    rows = [(h.role, h.session, h.context_id, h.index, h.message_role, h.snippet) for h in hits]
+    print(format_table(("ROLE", "SESSION", "CONTEXT", "MESSAGE", "FROM", "SNIPPET"), rows))
+    if len(hits) == args.limit:
+        print(f"(the first {args.limit} hits: --limit shows more)")
     return 0

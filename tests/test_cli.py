@@ -409,16 +409,38 @@ def test_error_is_one_line_on_stderr_and_no_traceback(
         assert name.format(**fill) in lines[0]
 
 
+def test_search_finds_each_message_once_and_json_is_the_librarys_hits(
+    soapwb: Callable[..., Result], store_copy: Path
+) -> None:
+    from soap_core import search_store
+
+    hits = search_store(Store(store_copy), "remember")
+    assert hits, "the sample store asks the agent to remember a number"
+    assert ok_json(soapwb("search", "REMEMBER", "--store", store_copy, "--json")) == plain(
+        [h.as_dict() for h in hits]
+    )
+    text = soapwb("search", "remember", "--store", store_copy)
+    assert text.code == 0 and text.out.startswith("ROLE ")
+    assert len(text.out.splitlines()) == len(hits) + 1
+    for hit in hits:
+        assert f"{hit.index}" in text.out and hit.context_id in text.out
+    one = soapwb("search", "remember", "--limit", "1", "--store", store_copy)
+    assert len(one.out.splitlines()) == 3 and "--limit shows more" in one.out
+    assert soapwb("search", "zebra-none", "--store", store_copy).out == "no message contains 'zebra-none'\n"
+    refused = soapwb("search", "x", "--limit", "0", "--store", store_copy)
+    assert refused.code == 2 and "--limit" in refused.err
+
+
 # -- help and the installed script --------------------------------------------------------
 
 
-@pytest.mark.parametrize("command", ["ls", "show", "tree"])
+@pytest.mark.parametrize("command", ["ls", "show", "tree", "search"])
 def test_help_of_each_command_describes_its_options(soapwb: Callable[..., Result], command: str) -> None:
     result = soapwb(command, "--help")
     assert (result.code, result.err) == (0, "")
     assert result.out.startswith(f"usage: soapwb {command}")
     assert "--store DIR" in result.out and "--json" in result.out and "$SOAPWB_STORE" in result.out
-    if command != "ls":
+    if command in ("show", "tree"):
         assert "SESSION" in result.out
     if command == "show":
         assert "--context ID" in result.out and "--chronological" in result.out
