@@ -57,11 +57,6 @@ def report_diagnostics(report: ImportReport) -> list[str]:
     return [f"skipped {s.file}:{s.line}: {s.reason}" for s in report.skipped] + list(report.notices)
 
 
-def report_lines(report: ImportReport) -> list[str]:
-    """What an import did, one line each."""
-    return report_facts(report) + report_diagnostics(report)
-
-
 @dataclass(frozen=True)
 class ImportedSession:
     """One session an import wrote, named by its agent."""
