@@ -384,7 +384,7 @@ def show_message(view: PageView, placement: Placement) -> None:
             )
         if not message.content:
             st.text("(no content)")
-        if message.message_type == "ToolDefinitionsMessage":
+        if message.message_type == "ToolDefinitionsMessage" and message.tool_definitions():
             show_tool_definitions(message, expanded=linked)
         for at, part in enumerate(message.content):
             if message.message_type != "ToolDefinitionsMessage" or not isinstance(part, ToolPart):
