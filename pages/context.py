@@ -1,4 +1,9 @@
-"""Context page: one context of a session, message by message, part by part.
+"""Context page: one context of a session, read as a transcript.
+
+Each message is a box in its speaker's colour, named first (``assistant · 57 tokens``);
+ids, sequence numbers and anchors wait behind the details toggle. A tool result is
+nested under the call that asked for it (:func:`~workbench.transcript.place_page`);
+thinking and tool definitions are folded; the system prompt is listed once per change.
 
 Everything read from the files is shown with elements that do not interpret it (text,
 code, JSON, image bytes), never as Markdown or HTML, because message content is
@@ -18,6 +23,7 @@ from __future__ import annotations
 import binascii
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import streamlit as st
@@ -65,7 +71,23 @@ from workbench.loading import (
     show_error_and_stop,
     system_prompts,
 )
-from workbench.openpoke_views import entry_choices, is_interaction, two_tracks
+from workbench.openpoke_views import entry_choices, is_interaction, session_name, two_tracks
+from workbench.transcript import (
+    STYLES,
+    Placement,
+    call_of,
+    call_signature,
+    details_line,
+    media_caption,
+    message_title,
+    place_page,
+    placed_indices,
+    prompt_history_label,
+    prompt_versions,
+    short_value,
+    speaker,
+    transcript_css,
+)
 from workbench.views import (
     StoreSignature,
     anchors_at_no_message,
@@ -73,7 +95,6 @@ from workbench.views import (
     escape_markdown,
     fork_tree_lines,
     media_file_name,
-    message_heading,
     store_signature,
 )
 
@@ -85,21 +106,23 @@ def show_value(value: Any) -> None:
     elif value == "":
         st.text("(empty)")
     elif isinstance(value, str):
-        st.code(value, language=None)
+        st.code(value, language=None, wrap_lines=True)
     else:
         st.code(json.dumps(value), language=None)
 
 
 def show_media(message: Message, index: int, part: MediaPart) -> None:
-    """Inline images as images, other inline media as downloads, url media as its url."""
-    st.text(f"{part.type}  {part.media_type or 'unknown media type'}")
-    if part.url is not None:
-        st.code(part.url, language=None)
-        return
+    """What the media part is and its size, then: an inline image as an image, other
+    inline media as a download, url media as its url (not fetched)."""
     try:
         data = part.data()
     except (binascii.Error, ValueError) as exc:
+        st.text(f"{part.type}  {part.media_type or 'unknown media type'}")
         st.warning(escape_markdown(f"cannot decode this {part.type}: {exc}"))
+        return
+    st.text(media_caption(part, data))
+    if part.url is not None:
+        st.code(part.url, language=None)
         return
     if data is None:
         st.json(dict(part.source))
@@ -114,25 +137,108 @@ def show_media(message: Message, index: int, part: MediaPart) -> None:
     st.download_button(f"Download {part.type}", data, file_name=name, mime=part.media_type)
 
 
-def show_part(message: Message, index: int, part: Part, expanded: bool = False) -> None:
+@dataclass(frozen=True)
+class PageView:
+    """What every message of one run of the page is drawn with."""
+
+    root: str
+    session: Session
+    context: Context
+    shown: Listing
+    rows: dict[int, MessageRow]
+    details: bool
+
+
+def show_tool_call(view: PageView, placement: Placement, at: int, part: ToolUsePart) -> None:
+    """A call by name and arguments, then its result: nested right after it, or a link to
+    the page holding it, or a note that none was recorded."""
+    signature, whole = call_signature(part)
+    st.text(f"tool call {signature}")
+    if view.details:
+        st.text(f"call_id {part.call_id}")
+    if not whole:
+        show_value(part.parsed_arguments())
+    link = placement.results.get(at)
+    nested = placement.nested.get(at)
+    if nested is not None:
+        show_message(view, nested)
+    elif link is None or link.message is None:
+        st.text("no result recorded")
+    elif link.page is not None:
+        st.button(
+            f"result on page {link.page:,}",
+            key=f"result-of-{placement.index}-{at}",
+            on_click=go_to_message,
+            args=(link.message,),
+            type="tertiary",
+            icon=":material/arrow_downward:",
+        )
+    elif link.message not in [p.index for p in placement.nested.values()]:
+        st.button(
+            "result shown under another call",
+            key=f"result-of-{placement.index}-{at}",
+            on_click=go_to_message,
+            args=(link.message,),
+            type="tertiary",
+            icon=":material/arrow_downward:",
+        )
+
+
+def show_tool_result(view: PageView, placement: Placement, at: int, part: ToolResultPart) -> None:
+    """A result, named by the call it answers; where that call is elsewhere (or missing),
+    say so."""
+    link = placement.calls.get(at)
+    call = call_of(view.context.messages, link) if link is not None else None
+    name = call_signature(call, 60)[0] if call is not None else part.name or "a tool"
+    single = len(placement.calls) == 1
+    if link is None or link.message is None:
+        st.text(f"result of {name}: no call in this context asked for it")
+    elif link.page is not None:
+        st.text(f"result of {name}")
+        st.button(
+            f"the call is on page {link.page:,}",
+            key=f"call-of-{placement.index}-{at}",
+            on_click=go_to_message,
+            args=(link.message,),
+            type="tertiary",
+            icon=":material/arrow_upward:",
+        )
+    elif not link.nested or not single:
+        st.text(f"result of {name}")
+    if view.details:
+        st.text(f"call_id {part.call_id}")
+    show_value(part.content)
+
+
+def show_tool_definitions(message: Message, expanded: bool) -> None:
+    """The tool definitions folded: their names in the label, each tool's description and
+    parameters inside."""
+    tools = message.tool_definitions()
+    names = ", ".join(tool.name for tool in tools)
+    label = f"{len(tools)} tool definition{'' if len(tools) == 1 else 's'}: {short_value(names, 80)}"
+    with st.expander(escape_markdown(label), expanded=expanded):
+        for tool in tools:
+            st.text(f"{tool.name}: {tool.description}" if tool.description else tool.name)
+            st.json(dict(tool.parameters), expanded=1)
+
+
+def show_part(view: PageView, placement: Placement, at: int, part: Part, expanded: bool) -> None:
     """One content part, rendered for what it is; ``expanded`` opens what is folded."""
+    message = view.context.messages[placement.index]
     if isinstance(part, TextPart):
         st.text(part.text)
     elif isinstance(part, ThinkingPart):
         with st.expander("thinking", expanded=expanded):
             st.text(part.text)
     elif isinstance(part, ToolUsePart):
-        st.text(f"tool call {part.name}  call_id {part.call_id}")
-        show_value(part.parsed_arguments())
+        show_tool_call(view, placement, at, part)
     elif isinstance(part, ToolResultPart):
-        name = f" {part.name}" if part.name else ""
-        st.text(f"tool result{name}  call_id {part.call_id}")
-        show_value(part.content)
+        show_tool_result(view, placement, at, part)
     elif isinstance(part, ToolPart):
-        st.text(f"tool definition {part.name}")
-        st.json(part_to_dict(part), expanded=1)
+        with st.expander(escape_markdown(f"tool definition {part.name}"), expanded=expanded):
+            st.json(part_to_dict(part), expanded=1)
     elif isinstance(part, MediaPart):
-        show_media(message, index, part)
+        show_media(message, at, part)
     elif isinstance(part, UnknownPart):
         st.text(f"unknown part type {part.type}")
         st.json(dict(part.data))
@@ -250,46 +356,70 @@ def show_pager(shown: Listing, where: str) -> None:
     st.caption(span_label(shown.span, shown.messages, shown.page, shown.chronological))
 
 
-def show_message(root: str, session: Session, context: Context, row: MessageRow, linked: bool) -> None:
-    """One message with its heading and its parts; a model output links to the Replay
-    page, where it can be replayed or the agent re-run from it."""
-    message = context.messages[row.index]
-    with st.container(border=True, key=f"message-{row.index}"):
+def show_message(view: PageView, placement: Placement) -> None:
+    """One message: who speaks and its size, its details when asked for, its parts, and
+    the results of its calls nested under them. A model output links to the Replay page,
+    where it can be replayed or the agent re-run from it."""
+    index = placement.index
+    message = view.context.messages[index]
+    style = STYLES[speaker(message)]
+    linked = index == view.shown.linked
+    with st.container(border=True, key=f"message-{index}"), st.chat_message(style.label, avatar=style.avatar):
         if linked:
-            st.text(f"▶ message {row.index}, as linked")
-        st.text(message_heading(row, message.message_type))
+            st.text(f"▶ message {index}, as linked")
+        st.text(message_title(view.rows[index], message))
+        if view.details:
+            st.text(details_line(view.rows[index]))
         if message.role == "assistant":
             st.page_link(
                 "pages/replay.py",
                 label="Replay it, or re-run the agent from here",
                 icon=":material/replay:",
                 query_params={
-                    "store": root,
-                    "session": session.uuid,
-                    "context": context.id,
-                    "message": str(row.index),
+                    "store": view.root,
+                    "session": view.session.uuid,
+                    "context": view.context.id,
+                    "message": str(index),
                 },
             )
         if not message.content:
             st.text("(no content)")
-        for index, part in enumerate(message.content):
-            show_part(message, index, part, expanded=linked)
+        if message.message_type == "ToolDefinitionsMessage" and message.tool_definitions():
+            show_tool_definitions(message, expanded=linked)
+        for at, part in enumerate(message.content):
+            if message.message_type != "ToolDefinitionsMessage" or not isinstance(part, ToolPart):
+                show_part(view, placement, at, part, expanded=linked)
+
+
+def show_after(view: PageView, placement: Placement, forks: dict[int, list[ForkPoint]]) -> None:
+    """After a message (and those nested in it): the anchors they end, with the details,
+    and the forks that branched off after them."""
+    for index in placed_indices([placement]):
+        if view.details:
+            for name in view.rows[index].anchors_after:
+                st.text(f"──── end of anchor {name} ────")
+        for fork in forks.get(index, ()):
+            st.text(f"──── forked here: {fork_label(fork)} ────")
 
 
 def show_messages(
-    root: str, session: Session, context: Context, shown: Listing, forks: dict[int, list[ForkPoint]]
-) -> None:
-    """The messages of the page, each followed by the anchors it ends and the forks
-    that branched off after it."""
-    for row in page_rows(context, shown.indices):
-        show_message(root, session, context, row, row.index == shown.linked)
-        for name in row.anchors_after:
-            st.text(f"──── end of anchor {name} ────")
-        for fork in forks.get(row.index, ()):
-            st.text(f"──── forked here: {fork_label(fork)} ────")
+    root: str, session: Session, context: Context, shown: Listing, index: ContextIndex, details: bool
+) -> list[Placement]:
+    """The messages of the page as a transcript, each followed by the anchors it ends and
+    the forks that branched off after it. Returns how they were placed."""
+    placements = place_page(
+        index.calls, context.messages, shown.indices, lambda at: index.page_of(at, shown.chronological)
+    )
+    rows = {row.index: row for row in page_rows(context, placed_indices(placements))}
+    view = PageView(root, session, context, shown, rows, details)
+    forks = forks_after(index)
+    for placement in placements:
+        show_message(view, placement)
+        show_after(view, placement, forks)
     others = anchors_at_no_message(context.anchor_points, len(context.messages))
-    if others:
+    if others and details:
         st.text("anchors that end at no message: " + ", ".join(others))
+    return placements
 
 
 def show_outline(index: ContextIndex, context: Context, shown: Listing) -> None:
@@ -334,16 +464,14 @@ def outline_radio(place: Any, label: str, key: str, entries: list[OutlineEntry],
     )
 
 
-def mark_linked(shown: Listing) -> None:
-    """A border around the linked message. Sent before the messages so that it shows
-    with them (Streamlit holds back an HTML element of style alone until the run ends),
-    in an element that hides itself. Only our own fixed CSS with a message number goes
-    into this HTML, never anything read from the files."""
-    if shown.linked in shown.indices:
-        st.html(
-            f"<style>.st-key-message-{shown.linked} {{ border: 2px solid #ff4b4b !important; "
-            "background: rgba(255, 75, 75, 0.06); }" + HIDE_OURS + f"</style>{OURS}"
-        )
+def style_page(context: Context, shown: Listing) -> None:
+    """Each message's left border in its speaker's colour, and a border around the
+    linked message. Sent before the messages so that it shows with them (Streamlit
+    holds back an HTML element of style alone until the run ends), in an element that
+    hides itself. Only our own fixed CSS with message numbers goes into this HTML,
+    never anything read from the files."""
+    speakers = {index: speaker(context.messages[index]) for index in shown.indices}
+    st.html(f"<style>{transcript_css(speakers, shown.linked)} {HIDE_OURS}</style>{OURS}")
 
 
 # Our own HTML elements carry OURS, and HIDE_OURS takes their element containers out of the
@@ -401,8 +529,8 @@ def pick_context(session: Session) -> Context:
 
 
 def show_two_tracks(session: Session) -> None:
-    """For an imported OpenPoke conversation: the raw log beside the working memory as
-    the model saw it, at a chosen entry."""
+    """For an imported OpenPoke conversation: the raw log, the chosen entry marked, above
+    the working memory as the model saw it at that entry; stacked, each full width."""
     choices = entry_choices(session)
     if not choices:
         return
@@ -416,28 +544,33 @@ def show_two_tracks(session: Session) -> None:
     )
     st.query_params["entry"] = str(entry)
     tracks = two_tracks(session, entry)
-    left, right = st.columns(2)
-    with left:
-        st.text(f"conversation log ({tracks.raw_source})")
-        st.code(tracks.raw_log, language=None)
-        for line in tracks.skipped:
-            st.text(f"skipped by OpenPoke: {line}")
-    with right:
-        st.text(f"working memory as the model saw it: {tracks.rule}")
-        st.code(tracks.working_memory, language=None)
-        for note in tracks.notes:
-            st.text(f"note: {note}")
+    where = f"line {tracks.entry_line_number}" if tracks.entry_line_number else "not in the log"
+    st.text(f"The conversation log ({tracks.raw_source}), up to entry {entry} ({where}), marked ▶:")
+    st.code(tracks.marked_tail, language=None, wrap_lines=True)
+    with st.expander(f"The whole log up to entry {entry} ({tracks.lines:,} lines, as in the file)"):
+        st.code(
+            tracks.raw_log, language=None, wrap_lines=True, height=400 if tracks.lines > 30 else "content"
+        )
+    for line in tracks.skipped:
+        st.text(f"✗ skipped by OpenPoke: {line}")
+    st.text(f"The working memory as the model saw it at entry {entry}: {tracks.rule}")
+    st.code(tracks.working_memory, language=None, wrap_lines=True)
+    for note in tracks.notes:
+        st.text(f"note: {note}")
 
 
-def show_system_prompts(prompts: list[PromptAtCall]) -> None:
-    """The system prompt as it read at each call made from this context."""
+def show_system_prompts(prompts: list[PromptAtCall], linked: int | None) -> None:
+    """The system prompt once per change: each distinct version and the calls it was sent
+    with (the version of the linked message's call opened)."""
     if not prompts:
         return
-    with st.expander(f"System prompt at each call ({len(prompts)})"):
-        for prompt in prompts:
-            source = "rebuilt from the call's record" if prompt.recorded else "as on disk (no call log)"
-            st.text(f"call that produced message {prompt.message_index}: {source}")
-            st.code(prompt.text, language=None)
+    versions = prompt_versions(prompts)
+    with st.expander(prompt_history_label(versions)):
+        for version in versions:
+            st.text(version.label)
+            if linked is not None and version.first_message <= linked <= version.last_message:
+                st.text(f"▶ the version in force at message {linked}, as linked")
+            st.code(version.text, language=None, wrap_lines=True)
 
 
 def show_session(root: str, ref: str, signature: StoreSignature, session: Session) -> None:
@@ -446,9 +579,12 @@ def show_session(root: str, ref: str, signature: StoreSignature, session: Sessio
     The page of messages is drawn before the token total and the call log: the first
     time a long context is opened those take seconds, and its messages need not wait.
     """
+    name = session_name(session)
+    if name is not None:
+        st.text(name)
     st.text(f"{session.role} / {session.uuid}  thread {session.thread_id or '-'}")
-    for name, error in session.load_errors.items():
-        st.warning(escape_markdown(f"unreadable context file {name}: {error}"))
+    for file, error in session.load_errors.items():
+        st.warning(escape_markdown(f"unreadable context file {file}: {error}"))
     if not session.contexts:
         st.info("This session has no readable context.")
         st.text("\n".join(fork_tree_lines(fork_tree(session))))
@@ -460,14 +596,16 @@ def show_session(root: str, ref: str, signature: StoreSignature, session: Sessio
     if is_interaction(session):
         show_two_tracks(session)
     st.subheader("Messages")
-    chronological = st.toggle("Chronological order (by sequence number)", key="chronological")
+    with st.container(horizontal=True):
+        chronological = st.toggle("Chronological order (by sequence number)", key="chronological")
+        details = show_details_toggle()
     totals = st.empty()
     index = context_index(root, ref, context.id, signature)
     shown = listing(context, index, chronological)
     if shown.paged:
         show_pager(shown, "top")
-    mark_linked(shown)
-    show_messages(root, session, context, shown, forks_after(index))
+    style_page(context, shown)
+    show_messages(root, session, context, shown, index, details)
     if shown.paged:
         show_pager(shown, "bottom")
     tokens = context_tokens(root, ref, context.id, signature)
@@ -476,7 +614,25 @@ def show_session(root: str, ref: str, signature: StoreSignature, session: Sessio
         show_outline(index, context, shown)
     scroll_into_view(context, shown)
     with prompts_slot:
-        show_system_prompts(system_prompts(root, ref, context.id, signature))
+        show_system_prompts(system_prompts(root, ref, context.id, signature), shown.linked)
+
+
+DETAILS_KEY = "details"
+
+
+def show_details_toggle() -> bool:
+    """The toggle that shows ids, sequence numbers, call ids and anchors; kept in
+    ``?details=1`` so that a copied link shows what its sender saw."""
+    details = st.toggle(
+        "Show details (ids, sequence numbers, anchors)",
+        value=st.query_params.get(DETAILS_KEY) == "1",
+        key=DETAILS_KEY,
+    )
+    if details:
+        st.query_params[DETAILS_KEY] = "1"
+    else:
+        st.query_params.pop(DETAILS_KEY, None)
+    return details
 
 
 st.title("Context")

@@ -12,7 +12,12 @@ import streamlit as st
 
 from soap_core import UNKNOWN_ROLE, SessionOverview, SoapError, Store
 from workbench.loading import chosen_store, search_hits
-from workbench.openpoke_views import import_to_temporary_store, report_lines
+from workbench.openpoke_views import (
+    ImportSummary,
+    diagnostics_label,
+    import_summary,
+    import_to_temporary_store,
+)
 from workbench.selection import choose_session, store_overviews
 from workbench.views import escape_markdown, overview_table, session_label
 
@@ -76,16 +81,34 @@ def open_openpoke() -> None:
         except SoapError as exc:
             st.error(escape_markdown(str(exc)))
             return
-        st.session_state["openpoke_report"] = report_lines(report)
+        st.session_state["openpoke_report"] = import_summary(report)
         st.session_state.pop("store_path", None)  # the sidebar picker takes the new ?store= on rerun
         st.query_params["store"] = str(report.store_dir)
         st.rerun()
 
 
+def show_openpoke_report() -> None:
+    """After an import: one line, a link to each session by its agent's name, and the
+    diagnostics folded (skipped lines and notices first, then what was read and written)."""
+    summary = st.session_state.get("openpoke_report")
+    if not isinstance(summary, ImportSummary):
+        return
+    st.text(summary.headline)
+    for session in summary.sessions:
+        st.page_link(
+            "pages/context.py",
+            label=escape_markdown(f"{session.name}: {session.messages:,} messages ({session.status})"),
+            icon=":material/arrow_forward:",
+            query_params={"store": summary.store, "session": session.uuid},
+        )
+    with st.expander(diagnostics_label(summary)):
+        for line in summary.diagnostics + summary.details:
+            st.text(line)
+
+
 st.title("Sessions")
 open_openpoke()
-for line in st.session_state.get("openpoke_report", []):
-    st.text(line)
+show_openpoke_report()
 root = chosen_store()
 overviews = store_overviews(root)
 broken = sum(1 for o in overviews if o.error)

@@ -34,6 +34,7 @@ from soap_core import (
 )
 from tests.apptest import open_app_page
 from workbench.openpoke_views import two_tracks
+from workbench.transcript import prompt_history_label, prompt_versions
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "soap"
@@ -56,7 +57,8 @@ def texts(at: AppTest) -> list[str]:
 
 
 def headings(at: AppTest) -> list[str]:
-    """The heading line of every message shown, in the order shown."""
+    """The details line of every message shown, in the order shown (open the page with
+    ``details="1"``: without it the page shows no display index)."""
     return [value for value in texts(at) if value.startswith("#")]
 
 
@@ -168,7 +170,7 @@ class TestContextPage:
         assert not headings(at)
 
     def test_it_shows_the_active_context_by_default(self) -> None:
-        at = open_page(FIXTURE, "context", session=SESSION)
+        at = open_page(FIXTURE, "context", session=SESSION, details="1")
         context = Store(FIXTURE).load_session(SESSION).active_context
         assert at.query_params["context"] == ACTIVE
         assert shown_indices(at) == [row.index for row in message_rows(context)]
@@ -184,30 +186,30 @@ class TestContextPage:
         at = open_page(FIXTURE, "context", session=SESSION)
         row = message_rows(Store(FIXTURE).load_session(SESSION).active_context)[0]
         assert (row.stale, row.cached_tokens, row.tokens) == (True, 49, 79)
-        assert "stale: cached 49, true 79" in headings(at)[0]
+        assert "system prompt · 79 tokens (the file caches a stale 49)" in texts(at)
 
     def test_anchors_are_marked_after_the_message_they_end(self) -> None:
-        at = open_page(FIXTURE, "context", session=SESSION)
+        at = open_page(FIXTURE, "context", session=SESSION, details="1")
         shown = texts(at)
         system_prompt = next(i for i, value in enumerate(shown) if value.startswith("#0 "))
         assert "end of anchor system_prompt" in shown[system_prompt + 2]
         assert "end of anchor messages" in shown[-1]
 
     def test_a_tool_call_and_its_result_show_the_same_call_id(self) -> None:
-        at = open_page(FIXTURE, "context", session=SESSION)
+        at = open_page(FIXTURE, "context", session=SESSION, details="1")
         call_id = "toolu_01HXk3Vq9pZ2mN7cR4tY8wLb"
         assert len([value for value in texts(at) if call_id in value]) == 2
-        assert {"answer": 42} in json_values(at)
+        assert "tool call produce_output(answer=42)" in texts(at)
 
     def test_a_context_is_picked_by_id_prefix(self) -> None:
-        at = open_page(FIXTURE, "context", session=SESSION, context="b1d6")
+        at = open_page(FIXTURE, "context", session=SESSION, context="b1d6", details="1")
         context = Store(FIXTURE).load_session(SESSION).context(ROOT_CONTEXT)
         assert at.query_params["context"] == ROOT_CONTEXT
         assert len(headings(at)) == len(context.messages) == 7
         assert "Remember this: the answer is 42." in texts(at)
 
     def test_picking_another_context_shows_it_and_records_it(self) -> None:
-        at = open_page(FIXTURE, "context", session=SESSION)
+        at = open_page(FIXTURE, "context", session=SESSION, details="1")
         at.selectbox[0].set_value(ROOT_CONTEXT).run()
         assert not at.exception
         assert at.query_params["context"] == ROOT_CONTEXT
@@ -220,7 +222,7 @@ class TestContextPage:
 
     def test_the_chronological_toggle_orders_messages_by_sequence_number(self, tmp_path: Path) -> None:
         store, session = rich_store(tmp_path)
-        at = open_page(store, "context", session=session.uuid)
+        at = open_page(store, "context", session=session.uuid, details="1")
         assert shown_indices(at) == [0, 1, 2, 3]
         at.toggle[0].set_value(True).run()
         assert not at.exception
@@ -228,7 +230,7 @@ class TestContextPage:
         assert shown_indices(at) == expected == [0, 2, 3, 1]
 
     def test_the_chronological_toggle_works_on_a_picked_context(self) -> None:
-        at = open_page(FIXTURE, "context", session=SESSION, context="b1d6")
+        at = open_page(FIXTURE, "context", session=SESSION, context="b1d6", details="1")
         at.toggle[0].set_value(True).run()
         assert not at.exception
         context = Store(FIXTURE).load_session(SESSION).context(ROOT_CONTEXT)
@@ -250,7 +252,7 @@ class TestContextPage:
         assert {"type": "hologram", "depth": 3} in json_values(at)
         [thinking] = [e for e in at.expander if e.label == "thinking"]
         assert [element.value for element in thinking.text] == ["quiet reasoning"]
-        assert "get_name" in [value.get("name") for value in json_values(at)]
+        assert "get_name: Return the name." in texts(at)
 
     def test_undecodable_media_is_reported_not_raised(self, tmp_path: Path) -> None:
         broken_base64 = MediaPart("image", {"type": "base64", "media_type": "image/png", "data": "abc"})
@@ -276,7 +278,7 @@ class TestContextPage:
         store = tmp_path / "soap"
         shutil.copytree(FIXTURE, store)
         (store / "agents" / "HelloPete" / SESSION / f"{ROOT_CONTEXT}.json").write_text("[1,")
-        at = open_page(store, "context", session=SESSION)
+        at = open_page(store, "context", session=SESSION, details="1")
         assert at.warning
         assert len(headings(at)) == 6
 
@@ -298,7 +300,7 @@ class TestContextPage:
         ]
         assert carriers
         assert {node.type for node in carriers} == {"text"}
-        assert not at.get("html")
+        assert not any("<script>" in html.proto.body for html in at.get("html"))  # our CSS only
 
 
 class TestSearchAndPrompts:
@@ -315,10 +317,11 @@ class TestSearchAndPrompts:
         session = store.load_session(analyst.uuid)
         root = next(c for c in session.contexts.values() if not c.origin_context_id)
         at = open_page(workbench_store, "context", session=analyst.uuid, context=root.id)
-        [prompts] = [e for e in at.expander if e.label.startswith("System prompt at each call")]
+        [prompts] = [e for e in at.expander if e.label.startswith("System prompt")]
         expected = system_prompt_history(session, root)
-        assert prompts.label == f"System prompt at each call ({len(expected)})" and len(expected) == 3
-        assert [c.value for c in prompts.code] == [p.text for p in expected]
+        versions = prompt_versions(expected)
+        assert prompts.label == prompt_history_label(versions) and len(expected) == 3
+        assert [c.value for c in prompts.code] == [v.text for v in versions]
 
     def test_a_linked_message_is_marked(self) -> None:
         at = open_page(FIXTURE, "context", session=SESSION, message="3")
@@ -355,4 +358,4 @@ class TestOpenPoke:
         codes = [c.value for c in at.code]
         assert expected.raw_log in codes and expected.working_memory in codes
         assert expected.working_memory.startswith("<conversation_summary>")
-        assert f"working memory as the model saw it: {expected.rule}" in texts(at)
+        assert f"The working memory as the model saw it at entry 111: {expected.rule}" in texts(at)

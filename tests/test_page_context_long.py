@@ -281,7 +281,13 @@ def texts(at: AppTest) -> list[str]:
 
 
 def shown_indices(at: AppTest) -> list[int]:
-    return [int(value.split()[0].lstrip("#")) for value in texts(at) if value.startswith("#")]
+    """The display indices of the message boxes shown, in the order shown (a result
+    nested under its call comes right after the call)."""
+    return [
+        int(node.key.removeprefix("message-"))
+        for node in all_nodes(at.main)
+        if isinstance(getattr(node, "key", None), str) and node.key.startswith("message-")
+    ]
 
 
 def open_context(root: Path, session: Session, **params: str) -> AppTest:
@@ -382,7 +388,7 @@ class TestPagedContextPage:
 
     def test_a_fork_is_marked_after_the_message_it_branched_from(self, big: tuple[Path, Session]) -> None:
         root, session = big
-        at = open_context(root, session, message="100")
+        at = open_context(root, session, message="100", details="1")
         shown = texts(at)
         heading = next(k for k, value in enumerate(shown) if value.startswith("#100 "))
         after = shown[heading : heading + 8]

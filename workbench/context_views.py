@@ -19,6 +19,7 @@ from typing import Literal
 
 from soap_core import Context, Message, MessageRow, Session, TextPart, fork_tree, preview
 from soap_core.runtime._compaction import SUMMARY_PREFIX
+from workbench.transcript import CallPairs, build_call_pairs
 from workbench.views import short_id
 
 PAGE_SIZE = 50
@@ -71,6 +72,9 @@ class ContextIndex:
     """Display indices in sequence-number order (as ``message_rows(chronological=True)``)."""
     chronological_position: array[int]
     """The inverse: the position of each display index in :attr:`chronological`."""
+    calls: CallPairs
+    """Which message answers each tool call, so that a page can nest a result under its
+    call, or say on which page it is, without reading other pages."""
 
     def order(self, chronological: bool) -> Sequence[int]:
         """The display indices in the order the page lists them."""
@@ -79,6 +83,10 @@ class ContextIndex:
     def position(self, index: int, chronological: bool) -> int:
         """Where display index ``index`` stands in :meth:`order`."""
         return self.chronological_position[index] if chronological else index
+
+    def page_of(self, index: int, chronological: bool) -> int:
+        """The page holding display index ``index`` in the order shown."""
+        return page_of(self.position(index, chronological))
 
     def turn_number(self, index: int) -> int:
         """1 for the first turn; 0 before it. The turn a message belongs to."""
@@ -149,6 +157,7 @@ def build_index(session: Session, context: Context) -> ContextIndex:
         forks=tuple(fork_points(session, context)),
         chronological=array("l", chronological),
         chronological_position=position,
+        calls=build_call_pairs(messages),
     )
 
 
