@@ -1,0 +1,224 @@
+"""The workflows of issue 14, walked in headless Chromium as a person walks them, on the
+demo store and on a generated long context: find a session by text, open the hit, land
+on its message, go to Token budget and Replay without picking again, replay with an edit,
+see the diff, reload and still see it, hide the replay forks. Each step names itself, so
+a failure says which step of the walk broke. Screenshots of each step go to
+test-output/browser/workflow-*.png (the README's come from there)."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+from demo.build import ANALYZER_STEPS
+from soap_core import Session, Store, TextPart
+from soap_core.runtime.local_model import LocalModelServer
+from tests.test_browser import CHROMIUM, FLAGS, SHOTS, settle, streamlit_app
+from tests.test_page_context_long import long_store
+
+pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no chromium at {CHROMIUM}")
+
+MARKED = "(key) => getComputedStyle(document.querySelector('.st-key-' + key)).borderTopColor === 'rgb(255, 75, 75)'"
+IN_VIEW = (
+    "(key) => { const r = document.querySelector('.st-key-' + key).getBoundingClientRect();"
+    " return r.top >= 0 && r.top < window.innerHeight; }"
+)
+WAIT_MS = 90_000
+"""A step's patience: the machine is shared, and a first page view parses the store."""
+
+
+class Walk:
+    """One browser tab walking a workflow; :meth:`step` names what the user does next,
+    so that an assertion failing inside it says which step broke, with the page's text."""
+
+    def __init__(self, browser: Browser, name: str) -> None:
+        self.page: Page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        self.name = name
+        self.current = ""
+        self.shots = 0
+
+    @contextlib.contextmanager
+    def step(self, what: str) -> Iterator[Page]:
+        self.current = what
+        try:
+            yield self.page
+        except (AssertionError, PlaywrightTimeout) as exc:
+            main = self.page.locator('[data-testid="stMain"]')
+            shown = main.inner_text()[:3000] if main.count() else "(no page)"
+            pytest.fail(f"{self.name}, step {what!r} failed: {exc}\nurl {self.page.url}\npage:\n{shown}")
+        exceptions = self.page.locator('[data-testid="stException"]')
+        assert exceptions.count() == 0, f"step {what!r}: {exceptions.first.inner_text()}"
+        assert "Traceback (most recent call last)" not in self.page.inner_text("body"), what
+
+    def shot(self, label: str) -> None:
+        self.shots += 1
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        self.page.screenshot(
+            path=str(SHOTS / f"workflow-{self.name}-{self.shots}-{label}.png"), full_page=True
+        )
+
+    def main_text(self) -> str:
+        return self.page.inner_text('[data-testid="stMain"]')
+
+    def sidebar(self, link: str, slug: str) -> None:
+        """Click a page in the sidebar (its links carry no query parameters) and wait."""
+        self.page.get_by_role("link", name=link, exact=True).click()
+        self.page.wait_for_url(f"**/{slug}?**", timeout=WAIT_MS)
+        settle(self.page)
+
+    def search(self, text: str) -> None:
+        box = self.page.get_by_label("Text to find (case-insensitive)")
+        box.fill(text)
+        box.press("Enter")
+        self.page.get_by_text(f"contain {text!r}", exact=False).first.wait_for(timeout=WAIT_MS)
+        settle(self.page)
+
+    def linked_message_marked_in_view(self, index: int) -> None:
+        key = f"message-{index}"
+        self.page.locator(f".st-key-{key}").wait_for(state="visible", timeout=WAIT_MS)
+        self.page.wait_for_function(MARKED, arg=key, timeout=WAIT_MS)
+        self.page.wait_for_function(IN_VIEW, arg=key, timeout=WAIT_MS)
+
+    def close(self) -> None:
+        self.page.close()
+
+
+def query(page: Page) -> dict[str, str]:
+    from urllib.parse import parse_qsl, urlparse
+
+    return dict(parse_qsl(urlparse(page.url).query))
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture(scope="module")
+def demo_served(
+    tmp_path_factory: pytest.TempPathFactory, demo_store: Path, llm_server: LocalModelServer
+) -> Iterator[tuple[str, Path]]:
+    """The app over a copy of the demo store, with the local model for replays."""
+    store = tmp_path_factory.mktemp("workflow") / "store"
+    shutil.copytree(demo_store, store)
+    log = tmp_path_factory.mktemp("streamlit") / "streamlit.log"
+    with streamlit_app(store, log, OPENAI_BASE_URL=llm_server.base_url) as url:
+        yield url, store
+
+
+def the_message_asking(session: Session, question: str) -> tuple[str, int]:
+    """(context id, display index) of the user message of the active context asking it."""
+    context = session.active_context
+    for index, message in enumerate(context.messages):
+        texts = [p.text for p in message.content if isinstance(p, TextPart)]
+        if message.role == "user" and question in texts:
+            return context.id, index
+    raise AssertionError(f"no user message asks {question!r}")
+
+
+def test_find_open_jump_budget_replay_edit_diff_reload_and_hide_on_the_demo_store(
+    demo_served: tuple[str, Path], chromium: Browser
+) -> None:
+    url, store = demo_served
+    question = next(q for q, _tool in ANALYZER_STEPS if "db-1" in q)
+    [analyzer] = [s for s in Store(store).sessions() if s.role == "LogAnalyzer"]
+    session = Store(store).load_session(analyzer.uuid)
+    context_id, asked = the_message_asking(session, question)
+    answer = next(
+        i for i, m in enumerate(session.contexts[context_id].messages) if i > asked and m.role == "assistant"
+    )
+    walk = Walk(chromium, "demo")
+
+    with walk.step("open the Sessions page") as page:
+        page.goto(f"{url}/?store={store}")
+        page.wait_for_selector('[data-testid="stMain"]', timeout=WAIT_MS)
+        settle(page)
+        assert "7 sessions" in walk.main_text() or "sessions" in walk.main_text()
+
+    with walk.step("find the session by a word of its conversation") as page:
+        walk.search("db-1")
+        hit = page.locator('[data-testid="stMain"] [data-testid="stPageLink"] a', has_text=f"message {asked}")
+        assert hit.count() >= 1, "no link to the message asking about db-1"
+        walk.shot("search")
+
+    with walk.step("open the hit: the Context page on that message, marked and in view") as page:
+        hit.first.click()
+        page.wait_for_url("**/context?**", timeout=WAIT_MS)
+        settle(page)
+        assert query(page)["session"] == analyzer.uuid and query(page)["message"] == str(asked)
+        walk.linked_message_marked_in_view(asked)
+        assert question in page.locator(f".st-key-message-{asked}").inner_text()
+        walk.shot("context")
+
+    with walk.step("go to Token budget in the sidebar: the same session, no picking") as page:
+        walk.sidebar("Token budget", "token_budget")
+        assert query(page)["session"] == analyzer.uuid
+        assert "Pick a session" not in walk.main_text()
+        page.locator('[data-testid="stPlotlyChart"] .main-svg').first.wait_for(timeout=WAIT_MS)
+        walk.shot("token-budget")
+
+    with walk.step("go to Replay in the sidebar: the answer to the linked message, verified") as page:
+        walk.sidebar("Replay & diff", "replay")
+        assert query(page)["session"] == analyzer.uuid and query(page)["context"] == context_id
+        assert query(page)["message"] == str(answer), "Replay opens on the model's answer to the message"
+        text = walk.main_text()
+        assert "Pick a session" not in text and "Materialized request" in text
+        assert page.locator('[data-testid="stAlertContentError"]').count() == 0, text[:2000]
+        assert page.locator('[data-testid="stAlertContentWarning"]').count() == 0, text[:2000]
+        walk.shot("replay")
+    walk.close()
+
+
+def test_find_open_jump_and_go_on_in_a_20000_message_context(chromium: Browser, tmp_path: Path) -> None:
+    """The same walk on a generated long context: the hit lands on its page of 50, marked,
+    and the other pages take the selection along."""
+    root = tmp_path / "store"
+    session = long_store(root, 20_000)
+    context = session.active_context
+    asked = next(
+        i for i in range(15_000, 16_000) if context.messages[i].role == "user" and context.messages[i].content
+    )
+    [first] = [p for p in context.messages[asked].content if isinstance(p, TextPart)]
+    needle = first.text.split(":", 1)[0] + ":"  # "question 15003:", one message's own words
+    answer = next(i for i in range(asked, len(context.messages)) if context.messages[i].role == "assistant")
+    walk = Walk(chromium, "long")
+    with streamlit_app(root, tmp_path / "streamlit.log") as url:
+        with walk.step("open the Sessions page of the long store") as page:
+            page.goto(f"{url}/?store={root}")
+            page.wait_for_selector('[data-testid="stMain"]', timeout=WAIT_MS)
+            settle(page)
+
+        with walk.step("find the message by its words") as page:
+            walk.search(needle)
+            hit = page.locator(
+                '[data-testid="stMain"] [data-testid="stPageLink"] a', has_text=f"message {asked}"
+            )
+            assert hit.count() >= 1, f"no link to message {asked}"
+
+        with walk.step("open the hit: its page of the long context, the message marked") as page:
+            hit.first.click()
+            page.wait_for_url("**/context?**", timeout=WAIT_MS)
+            walk.linked_message_marked_in_view(asked)
+            settle(page)
+            boxes = page.locator("[class*='st-key-message-']").count()
+            assert 0 < boxes <= 60, f"{boxes} message boxes drawn: the long context is not paged"
+            walk.shot("context")
+
+        with walk.step("go to Token budget and Replay: the selection follows") as page:
+            walk.sidebar("Token budget", "token_budget")
+            assert query(page)["session"] == session.uuid and "Pick a session" not in walk.main_text()
+            walk.sidebar("Replay & diff", "replay")
+            assert query(page)["session"] == session.uuid
+            assert query(page)["message"] == str(answer), "Replay opens on the model's answer to the message"
+            assert "Materialized request" in walk.main_text()
+    walk.close()
+    shutil.rmtree(root)
