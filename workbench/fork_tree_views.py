@@ -402,9 +402,16 @@ def clicked_context(points: Sequence[Mapping[str, Any]]) -> str | None:
     return None
 
 
+def _missing_parent(item: TreeItem) -> str | None:
+    """A parent the tree does not hold (unreadable, or of another session), by short id."""
+    parent = item.node.parent_id if item.node else None
+    return f"{short_id(parent)} (not in this session)" if parent else None
+
+
 def node_table(items: Sequence[TreeItem]) -> pd.DataFrame:
     """The drawn nodes as a table, name first and id last; a discarded context has no
-    message count, a folded run counts its forks."""
+    message count, a folded run counts its forks (the columns ``forks`` and ``time`` are
+    there only when some run is folded)."""
     names = {item.id: item.name for item in items}
     rows = [
         (
@@ -412,7 +419,7 @@ def node_table(items: Sequence[TreeItem]) -> pd.DataFrame:
             item.kind,
             item.messages,
             len(item.run.fork_ids) if item.run else None,
-            names.get(item.parent or "") if item.parent else (item.node.parent_id if item.node else None),
+            names.get(item.parent or "") if item.parent else _missing_parent(item),
             item.run.started if item.run else None,
             item.active,
             item.id,
@@ -420,7 +427,10 @@ def node_table(items: Sequence[TreeItem]) -> pd.DataFrame:
         for item in items
     ]
     table = pd.DataFrame.from_records(rows, columns=list(NODE_COLUMNS))
-    return table.astype({"messages": "Int64", "forks": "Int64"})
+    table = table.astype({"messages": "Int64", "forks": "Int64"})
+    if not any(item.run for item in items):  # only folded runs count forks and have a time
+        table = table.drop(columns=["forks", "time"])
+    return table
 
 
 def item_of(items: Sequence[TreeItem], context_id: str) -> TreeItem | None:

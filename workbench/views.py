@@ -46,6 +46,23 @@ OVERVIEW_COLUMNS = (
     "error",
 )
 
+SHOWN_ORDER = (
+    "role",
+    "name",
+    "instance",
+    "error",
+    "contexts",
+    "messages",
+    "tokens",
+    "first",
+    "last",
+    "active",
+    "thread",
+    "session",
+)
+"""The Sessions table's columns as shown: who first, a broken session's error next, the
+uuid last (the error column goes last when nothing is broken)."""
+
 _MARKDOWN_SPECIALS = re.compile("([" + re.escape(string.punctuation) + "])")
 _UNSAFE_FILE_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -102,9 +119,10 @@ def overview_table(
     root: str | Path | None = None,
     names: Mapping[str, str] | None = None,
 ) -> pd.DataFrame:
-    """The session listing as a table; broken sessions stay in it with their error, told
-    problem first and file after (relative to the store ``root``). ``names``: agent
-    names by session uuid (OpenPoke execution agents), as a column after the role."""
+    """The session listing as a table, names first and uuids last (:data:`SHOWN_ORDER`);
+    broken sessions stay in it with their error, told problem first and file after
+    (relative to the store ``root``). ``names``: agent names by session uuid (OpenPoke
+    execution agents), as a column after the role."""
     rows = [
         (
             o.role,
@@ -123,9 +141,12 @@ def overview_table(
         for o in overviews
     ]
     table = pd.DataFrame.from_records(rows, columns=["role", "name", *OVERVIEW_COLUMNS[1:]])
-    for optional in ("name", "instance"):  # only OpenPoke names agents, only peteos 0.6 instances
-        if table[optional].isna().all():
-            table = table.drop(columns=optional)
+    # Only OpenPoke names agents, only peteos 0.6 instances.
+    table = table.drop(columns=[c for c in ("name", "instance") if table[c].isna().all()])
+    order = [c for c in SHOWN_ORDER if c in table.columns]
+    if table["error"].isna().all():  # nothing broken: the empty column goes last
+        order = [*(c for c in order if c != "error"), "error"]
+    table = table[order]
     # Integer columns with gaps (broken sessions) would otherwise turn into floats.
     return table.astype({"contexts": "Int64", "messages": "Int64", "tokens": "Int64"})
 
