@@ -51,6 +51,11 @@ def trace_named(at: AppTest, name: str) -> dict[str, Any]:
     return next(trace for trace in figure(at)["data"] if trace.get("name") == name)
 
 
+def chart_labels(trace: dict[str, Any]) -> list[str]:
+    """The names beside a trace's markers (each starts with a space, clear of the ring)."""
+    return [text.strip() for text in trace["text"]]
+
+
 def analyst(store: Path) -> Session:
     [summary] = [s for s in Store(store).sessions() if s.role == "Analyst"]
     return Store(store).load_session(summary.uuid)
@@ -101,8 +106,8 @@ class TestTheTree:
 
     def test_the_nodes_are_named_beside_their_markers(self) -> None:
         at = open_page(FIXTURE, session=SESSION)
-        assert trace_named(at, "root")["text"] == ["root · 7 messages"]
-        assert trace_named(at, "fork")["text"] == ["main · 6 messages"]
+        assert chart_labels(trace_named(at, "root")) == ["root · 7 messages"]
+        assert chart_labels(trace_named(at, "fork")) == ["main · 6 messages"]
 
     def test_the_heading_names_the_session_before_its_id(self) -> None:
         at = open_page(FIXTURE, session=SESSION)
@@ -286,7 +291,7 @@ class TestReplayRuns:
     def test_by_default_each_run_is_one_node_named_by_what_it_changed(self, replayed: ReplayedStore) -> None:
         at = open_page(replayed.root, session=replayed.session)
         main, edit = f"main@{replayed.index}", f"edit of message {replayed.edited_message}"
-        texts = sorted(trace_named(at, "replay run")["text"])
+        texts = sorted(chart_labels(trace_named(at, "replay run")))
         assert f"replay of {main}: temperature 0.9 (3 samples)" in texts
         assert f"noise band: replay of {main} (2 samples)" in texts
         edits = [t for t in texts if t.startswith(f"replay of {main}: {edit} · ")]
@@ -305,7 +310,7 @@ class TestReplayRuns:
         assert {cid: kind for cid, (kind, _, _) in drawn_nodes(at).items()} == {n.id: n.kind for n in nodes}
         assert len(at.dataframe[0].value) == len(nodes) == folded_rows + 7 - 4
         hot = trace_named(at, "replay")
-        named = dict(zip([c for [c] in hot["customdata"]], hot["text"], strict=True))
+        named = dict(zip([c for [c] in hot["customdata"]], chart_labels(hot), strict=True))
         assert named[replayed.hot[1]].startswith(
             f"replay of main@{replayed.index}: temperature 0.9 · sample 2 of 3 · "
         )

@@ -298,7 +298,7 @@ def _kind_trace(
             "size": 20 if kind == RUN_KIND else 16,
             "line": {"width": 2, "color": colour},
         },
-        text=[_plain(i.label, _CHART_TEXT_LIMIT) for i in members],
+        text=["\u2002" + _plain(i.label, _CHART_TEXT_LIMIT) for i in members],  # clear of the ring
         textposition="middle right",
         cliponaxis=False,
         hovertext=[_item_hover(i, replays, names) for i in members],

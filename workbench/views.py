@@ -180,6 +180,8 @@ def session_heading(session: Session) -> str:
         session.role if session_name(session) == session.role else f"{session_name(session)} ({session.role})"
     )
     parts = [who, _count(len(session.contexts), "context")]
+    if session.load_errors:
+        parts[-1] += f" ({len(session.load_errors)} unreadable)"
     if session.thread_id:
         parts.append(f"thread {session.thread_id}")
     return " · ".join([*parts, f"session {short_id(session.uuid)}"])
