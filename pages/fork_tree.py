@@ -202,6 +202,7 @@ st.dataframe(
     column_config={
         "name": st.column_config.TextColumn(width="large"),
         "active": st.column_config.CheckboxColumn(width="small"),
+        "time": st.column_config.TextColumn(width="medium"),
     },
 )
 st.subheader("Open a context")

@@ -4,9 +4,12 @@ every picker, the fork tree's nodes and its table (``workbench.context_names``,
 
 from __future__ import annotations
 
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -25,6 +28,9 @@ from workbench.views import (
 
 MINUTE_1 = "20260102T140500000000-aaaaaaaa"
 MINUTE_2 = "20260102T150700000000-bbbbbbbb"
+SHOWN_1 = datetime(2026, 1, 2, 14, 5, tzinfo=UTC).astimezone().strftime("%Y-%m-%d %H:%M")
+SHOWN_2 = datetime(2026, 1, 2, 15, 7, tzinfo=UTC).astimezone().strftime("%Y-%m-%d %H:%M")
+"""The call ids' UTC times as the pages show them: in local time, like message times."""
 
 
 def base_session(messages: int = 4) -> tuple[Session, Context, Context]:
@@ -97,16 +103,9 @@ class TestRuns:
         runs = replay_runs(session)
         assert [run.fork_ids for run in runs] == [tuple(c.id for c in first), tuple(c.id for c in second)]
         names = session_names(session)
-        assert (
-            names.run_names[first[0].id] == "replay of main@3: temperature 0.9 (3 samples) · 2026-01-02 14:05"
-        )
-        assert (
-            names.run_names[second[0].id]
-            == "replay of main@3: temperature 0.9 (2 samples) · 2026-01-02 15:07"
-        )
-        assert (
-            names.names[first[1].id] == "replay of main@3: temperature 0.9 · 2026-01-02 14:05 · sample 2 of 3"
-        )
+        assert names.run_names[first[0].id] == f"replay of main@3: temperature 0.9 (3 samples) · {SHOWN_1}"
+        assert names.run_names[second[0].id] == f"replay of main@3: temperature 0.9 (2 samples) · {SHOWN_2}"
+        assert names.names[first[1].id] == f"replay of main@3: temperature 0.9 · {SHOWN_1} · sample 2 of 3"
 
     def test_runs_of_different_settings_are_apart_and_need_no_time(self) -> None:
         session, _, main = base_session()
@@ -358,3 +357,17 @@ class TestTheLayout:
         session.contexts.update(shuffled)
         items = tree_items(session_names(session), fold_runs=False)
         assert [i.id for i in items if i.kind == "replay"] == [c.id for c in [*first, *second]]
+
+
+def test_a_call_id_time_is_shown_in_local_time_as_message_times_are(monkeypatch: pytest.MonkeyPatch) -> None:
+    from workbench.context_names import minute
+
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    time.tzset()
+    try:
+        assert minute(MINUTE_1) == "2026-01-02 19:35"
+        assert minute("2026-01-02T14:05:33.1") == "2026-01-02 14:05"  # already local
+        assert minute("20261399T000000000000-x") is None
+    finally:
+        monkeypatch.undo()
+        time.tzset()

@@ -24,6 +24,7 @@ import re
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from soap_core import REPLAY_KEY, ContextNode, Session, fork_tree
@@ -58,13 +59,20 @@ def short_id(identifier: str | None) -> str:
 
 
 def minute(stamp: str | None) -> str | None:
-    """An ISO timestamp or a record id (``YYYYMMDDTHHMMSS…``) as ``YYYY-MM-DD HH:MM``."""
+    """An ISO timestamp or a record id (``YYYYMMDDTHHMMSS…``) as ``YYYY-MM-DD HH:MM``.
+
+    Record ids are made from the UTC time; they are shown in local time, as message
+    timestamps are written (peteos and our runtime both write local naive times)."""
     if not stamp:
         return None
     found = _CALL_ID_TIME.match(stamp)
     if found:
-        year, month, day, hour, mins = found.groups()
-        return f"{year}-{month}-{day} {hour}:{mins}"
+        year, month, day, hour, mins = (int(part) for part in found.groups())
+        try:
+            moment = datetime(year, month, day, hour, mins, tzinfo=UTC).astimezone()
+        except (ValueError, OverflowError):
+            return None
+        return moment.strftime("%Y-%m-%d %H:%M")
     iso = _ISO_MINUTE.match(stamp)
     return f"{iso.group(1)} {iso.group(2)}" if iso else None
 
