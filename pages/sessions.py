@@ -11,7 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from soap_core import UNKNOWN_ROLE, SessionOverview, SoapError, Store
-from workbench.loading import chosen_store, search_hits
+from workbench.loading import agent_names, chosen_store, search_hits
 from workbench.openpoke_views import (
     ImportSummary,
     diagnostics_label,
@@ -19,13 +19,13 @@ from workbench.openpoke_views import (
     import_to_temporary_store,
 )
 from workbench.selection import choose_session, store_overviews
-from workbench.views import escape_markdown, overview_table, session_label
+from workbench.views import error_first, escape_markdown, overview_table, session_label, short_id
 
 
-def pick_session(root: str, overviews: list[SessionOverview]) -> None:
+def pick_session(root: str, overviews: list[SessionOverview], names: dict[str, str]) -> None:
     """A session picker that records the choice in ``?session=`` and links to its context."""
     uuids = [o.uuid for o in overviews]
-    labels = {o.uuid: session_label(o) for o in overviews}
+    labels = {o.uuid: session_label(o, names.get(o.uuid)) for o in overviews}
     current = st.query_params.get("session")
     chosen = st.selectbox(
         "Session",
@@ -60,7 +60,9 @@ def show_search(root: str) -> None:
     for hit in hits[:20]:
         st.page_link(
             "pages/context.py",
-            label=escape_markdown(f"{hit.role} {hit.session[:18]}… message {hit.index} ({hit.message_role})"),
+            label=escape_markdown(
+                f"{hit.role} · message {hit.index} ({hit.message_role}) · session {short_id(hit.session)}"
+            ),
             query_params={
                 "store": root,
                 "session": hit.session,
@@ -115,9 +117,14 @@ broken = sum(1 for o in overviews if o.error)
 counted = f"{len(overviews)} session{'' if len(overviews) == 1 else 's'}"
 st.text(counted + (f", {broken} broken (see the error column)" if broken else ""))
 for problem in Store(root).instance_problems():
-    st.warning(escape_markdown(f"{problem} (the sessions it claims are listed as {UNKNOWN_ROLE})"))
+    st.warning(
+        escape_markdown(
+            f"unreadable: {error_first(problem, root)} (the sessions it claims are listed as {UNKNOWN_ROLE})"
+        )
+    )
+names = agent_names(root)
 picked = st.dataframe(
-    overview_table(overviews),
+    overview_table(overviews, root, names),
     hide_index=True,
     on_select="rerun",
     selection_mode="single-row",
@@ -127,5 +134,5 @@ if picked.selection.rows:  # a click on a row opens that session's context
     row = overviews[picked.selection.rows[0]]
     choose_session(row.uuid)
     st.switch_page("pages/context.py", query_params={"store": root, "session": row.uuid})
-pick_session(root, overviews)
+pick_session(root, overviews, names)
 show_search(root)

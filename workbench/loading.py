@@ -20,15 +20,25 @@ from typing import NoReturn
 
 import streamlit as st
 
+from importers.openpoke import EXECUTION_ROLE, openpoke_state
 from replay import PromptAtCall, system_prompt_history
-from soap_core import SearchHit, Session, SessionOverview, Store, search_store, session_overview
+from soap_core import (
+    SearchHit,
+    Session,
+    SessionOverview,
+    SoapError,
+    Store,
+    search_store,
+    session_overview,
+)
 from workbench.context_views import ContextIndex, build_index
-from workbench.views import StoreSignature, escape_markdown, store_signature
+from workbench.views import StoreSignature, error_first, escape_markdown, store_signature
 
 
 def show_error_and_stop(exc: Exception) -> NoReturn:
-    """Show a soap_core error as one line (never a traceback) and end the page run."""
-    st.error(escape_markdown(str(exc)))
+    """Show a soap_core error as one line (never a traceback), what is wrong first and
+    the file after, relative to the chosen store; then end the page run."""
+    st.error(escape_markdown(error_first(exc, st.query_params.get("store") or None)))
     st.stop()
 
 
@@ -76,6 +86,29 @@ def _overviews(root: str, signature: StoreSignature) -> list[SessionOverview]:
 def session_overviews(root: str) -> list[SessionOverview]:
     """One listing row per session of the store, broken ones included."""
     return _overviews(root, store_signature(root))
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def _agent_names(root: str, signature: StoreSignature) -> dict[str, str]:
+    store = Store(root)
+    names = {}
+    for summary in store.sessions():
+        if summary.role != EXECUTION_ROLE or summary.error:
+            continue
+        try:
+            agent = openpoke_state(store.read_session_file(summary.role, summary.path)).get("agent")
+        except SoapError:
+            continue  # the listing shows the session as broken by itself
+        if isinstance(agent, str) and agent.strip():
+            names[summary.uuid] = agent
+    return names
+
+
+def agent_names(root: str) -> dict[str, str]:
+    """The agent name of every OpenPoke execution session, by uuid: their role is the
+    same for all, so the pickers name them by the agent the import recorded. Reads
+    ``session.json`` of those sessions only, once per state of the store."""
+    return _agent_names(root, store_signature(root))
 
 
 @st.cache_data(show_spinner="Loading the session…", max_entries=16)

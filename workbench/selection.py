@@ -10,7 +10,7 @@ from __future__ import annotations
 import streamlit as st
 
 from soap_core import Context, Session, SessionOverview, SoapError
-from workbench.loading import chosen_store, load_session, session_overviews, show_error_and_stop
+from workbench.loading import agent_names, chosen_store, load_session, session_overviews, show_error_and_stop
 from workbench.views import context_label, escape_markdown, session_label
 
 CARRIED = ("session", "context", "message")
@@ -66,7 +66,8 @@ def selected_session(root: str | None = None) -> Session:
     root = root or chosen_store()
     overviews = store_overviews(root)
     uuids = [o.uuid for o in overviews]
-    labels = {o.uuid: session_label(o) for o in overviews}
+    names = agent_names(root)
+    labels = {o.uuid: session_label(o, names.get(o.uuid)) for o in overviews}
     wanted = st.query_params.get("session")
     matching = [u for u in uuids if wanted and matches_session(u, wanted)]
     current = matching[0] if len(matching) == 1 else None

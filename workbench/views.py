@@ -10,13 +10,14 @@ import mimetypes
 import os
 import re
 import string
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import pandas as pd
 
+from importers.openpoke import openpoke_state
 from soap_core import (
     INSTANCE_FILE,
-    REPLAY_KEY,
     ContextNode,
     MediaPart,
     MessageRow,
@@ -26,6 +27,7 @@ from soap_core import (
     Store,
     describe_node,
 )
+from workbench.context_names import minute, session_names, short_id
 
 StoreSignature = tuple[tuple[str, int, int], ...]
 """(path, mtime_ns, size) of every folder and file that a listing or a load reads."""
@@ -43,6 +45,23 @@ OVERVIEW_COLUMNS = (
     "last",
     "error",
 )
+
+SHOWN_ORDER = (
+    "role",
+    "name",
+    "instance",
+    "error",
+    "contexts",
+    "messages",
+    "tokens",
+    "first",
+    "last",
+    "active",
+    "thread",
+    "session",
+)
+"""The Sessions table's columns as shown: who first, a broken session's error next, the
+uuid last (the error column goes last when nothing is broken)."""
 
 _MARKDOWN_SPECIALS = re.compile("([" + re.escape(string.punctuation) + "])")
 _UNSAFE_FILE_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
@@ -95,11 +114,19 @@ def _stat_signature(store: Store, root: str) -> StoreSignature:
     return tuple(entry for entry in map(_stat_entry, paths) if entry is not None)
 
 
-def overview_table(overviews: Sequence[SessionOverview]) -> pd.DataFrame:
-    """The session listing as a table; broken sessions stay in it with their error."""
+def overview_table(
+    overviews: Sequence[SessionOverview],
+    root: str | Path | None = None,
+    names: Mapping[str, str] | None = None,
+) -> pd.DataFrame:
+    """The session listing as a table, names first and uuids last (:data:`SHOWN_ORDER`);
+    broken sessions stay in it with their error, told problem first and file after
+    (relative to the store ``root``). ``names``: agent names by session uuid (OpenPoke
+    execution agents), as a column after the role."""
     rows = [
         (
             o.role,
+            (names or {}).get(o.uuid),
             o.instance,
             o.uuid,
             o.thread_id,
@@ -109,33 +136,61 @@ def overview_table(overviews: Sequence[SessionOverview]) -> pd.DataFrame:
             o.tokens,
             o.first_timestamp,
             o.last_timestamp,
-            o.error,
+            error_first(o.error, root) if o.error else None,
         )
         for o in overviews
     ]
-    table = pd.DataFrame.from_records(rows, columns=list(OVERVIEW_COLUMNS))
-    if table["instance"].isna().all():  # only peteos 0.6 names instances
-        table = table.drop(columns="instance")
+    table = pd.DataFrame.from_records(rows, columns=["role", "name", *OVERVIEW_COLUMNS[1:]])
+    # Only OpenPoke names agents, only peteos 0.6 instances.
+    table = table.drop(columns=[c for c in ("name", "instance") if table[c].isna().all()])
+    order = [c for c in SHOWN_ORDER if c in table.columns]
+    if table["error"].isna().all():  # nothing broken: the empty column goes last
+        order = [*(c for c in order if c != "error"), "error"]
+    table = table[order]
     # Integer columns with gaps (broken sessions) would otherwise turn into floats.
     return table.astype({"contexts": "Int64", "messages": "Int64", "tokens": "Int64"})
 
 
-_DATE_PREFIX = re.compile(r"^\d{8}-")
+def session_label(overview: SessionOverview, name: str | None = None) -> str:
+    """How a session is named in a picker, name first and id last:
+    ``Analyst · 3 contexts · 2026-01-02 14:05 · 1a2b3c4d``. ``name`` is what the
+    session calls its agent when its role does not (an OpenPoke execution agent's name),
+    shown before the role."""
+    who = overview.role if name is None else f"{name} ({overview.role})"
+    if overview.instance:
+        who += f" [{overview.instance}]"
+    if overview.error:
+        return f"{who} · broken · {short_id(overview.uuid)}"
+    parts = [who, _count(overview.contexts, "context")]
+    when = minute(overview.first_timestamp) or minute(overview.last_timestamp)
+    if when:
+        parts.append(when)
+    return " · ".join([*parts, short_id(overview.uuid)])
 
 
-def short_id(identifier: str | None) -> str:
-    """A session or context id cut to its first block after peteos's ``YYYYMMDD-`` date
-    prefix (every 0.6 id starts with the same date), for labels."""
-    if not identifier:
-        return "-"
-    return _DATE_PREFIX.sub("", identifier)[:8]
+def session_name(session: Session) -> str:
+    """What a session is called: the agent name an OpenPoke import recorded, else its role."""
+    agent = openpoke_state(session).get("agent")
+    return agent if isinstance(agent, str) and agent.strip() else session.role
 
 
-def session_label(overview: SessionOverview) -> str:
-    """How a session is named in a picker: role, uuid, and whether it can be opened."""
-    broken = "  (broken)" if overview.error else ""
-    instance = f" ({overview.instance})" if overview.instance else ""
-    return f"{overview.role}{instance} / {overview.uuid}{broken}"
+def session_heading(session: Session) -> str:
+    """The line a page heads a session with: its name, size, thread and short id."""
+    who = (
+        session.role if session_name(session) == session.role else f"{session_name(session)} ({session.role})"
+    )
+    parts = [who, _count(len(session.contexts), "context")]
+    if session.load_errors:
+        parts[-1] += f" ({len(session.load_errors)} unreadable)"
+    if session.thread_id:
+        parts.append(f"thread {session.thread_id}")
+    return " · ".join([*parts, f"session {short_id(session.uuid)}"])
+
+
+def _count(number: int | None, noun: str) -> str:
+    if number is None:
+        return f"? {noun}s"
+    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def token_label(row: MessageRow) -> str:
@@ -163,23 +218,31 @@ def anchors_at_no_message(anchor_points: Sequence[tuple[str, int]], messages: in
 
 
 def context_label(session: Session, context_id: str) -> str:
-    """How a context is named in a picker: id, message count, active and fork origin."""
+    """How a context is named in a picker, name and size before its id:
+    ``main · 14 messages · active · e7c40f19``, or for a replay fork
+    ``replay of main@12: temperature 0.9 · sample 2 of 3 · 13 messages · 1a2b3c4d``."""
     context = session.contexts[context_id]
-    label = f"{context_id}  ({len(context.messages)} messages)"
+    names = session_names(session).names
+    parts = [names.get(context_id, "context"), _count(len(context.messages), "message")]
     if context_id == session.active_context_id:
-        label += "  active"
-    if context.origin_context_id:
-        kind = "replay" if REPLAY_KEY in context.extra else "fork"
-        label += f"  {kind} of {short_id(context.origin_context_id)}"
-    return label
+        parts.append("active")
+    return " · ".join([*parts, short_id(context_id)])
 
 
-def fork_tree_lines(nodes: Sequence[ContextNode], shown_id: str | None = None) -> list[str]:
-    """The fork tree as indented lines, one per context, children under their parent."""
+def fork_tree_lines(
+    nodes: Sequence[ContextNode], shown_id: str | None = None, names: Mapping[str, str] | None = None
+) -> list[str]:
+    """The fork tree as indented lines, one per context, children under their parent;
+    with ``names`` (:func:`~workbench.context_names.session_names`), each line leads
+    with the context's name and ends with its short id."""
     lines = []
     for node in nodes:
         shown = "  <- shown" if node.id == shown_id else ""
-        lines.append(f"{'    ' * node.depth}- {node.id}  {describe_node(node)}{shown}")
+        if names is None:
+            lines.append(f"{'    ' * node.depth}- {node.id}  {describe_node(node)}{shown}")
+        else:
+            name = names.get(node.id, node.kind)
+            lines.append(f"{'    ' * node.depth}- {name}  {describe_node(node)}  {short_id(node.id)}{shown}")
     return lines
 
 
@@ -198,3 +261,74 @@ def escape_markdown(text: str) -> str:
     become links, images, math or formatting.
     """
     return _MARKDOWN_SPECIALS.sub(r"\\\1", text)
+
+
+_PATH_LIMIT = 80
+_PART_LIMIT = 20
+
+
+def store_relative(path: str | Path, root: str | Path | None = None) -> str:
+    """``path`` as a person finds it in the store: relative to the store folder, and when
+    still long, the long folder names in the middle (session uuids) cut short."""
+    shown = Path(path)
+    if root is not None:
+        for base in (Path(root), Path(root).resolve()):
+            if shown.is_relative_to(base):
+                shown = shown.relative_to(base)
+                break
+    parts = list(shown.parts)
+    if len(str(shown)) > _PATH_LIMIT and len(parts) > 2:
+        head = 1 if shown.is_absolute() else 0
+        for i in range(head + 1, len(parts) - 1):
+            if len(parts[i]) > _PART_LIMIT:
+                parts[i] = parts[i][:17] + "…"
+        return "/".join(parts).replace("//", "/")
+    return str(shown)
+
+
+_JSON_PATH = re.compile(r"^at (\$\S*): ")
+
+
+def _problem_text(problem: str) -> str:
+    """A FormatError's ``at $…: problem`` as ``problem (at $…)``; the whole file's ``$`` says nothing."""
+    found = _JSON_PATH.match(problem)
+    if not found:
+        return problem
+    rest = problem[found.end() :]
+    return rest if found.group(1) == "$" else f"{rest} (at {found.group(1)})"
+
+
+def _split_path(text: str, root: str | Path | None) -> tuple[str, str] | None:
+    """(path, problem) of an error read as ``<path>: <problem>``, if it starts with a path."""
+    starts = [str(Path(root)), str(Path(root).resolve())] if root is not None else []
+    if not (text.startswith("/") or any(text.startswith(s) for s in starts)):
+        return None
+    path, sep, problem = text.partition(": ")
+    return (path, problem) if sep and problem else None
+
+
+def error_first(error: BaseException | str, root: str | Path | None = None) -> str:
+    """An error as one line that reads from what is wrong to where: ``not valid JSON:
+    Expecting value at line 3 column 1 — agents/Analyst/20250611-3f0c2b6e…/c1.json``.
+
+    soap_core's errors start with the file (``<path>: <problem>``), which on a page
+    pushes the problem off to the right behind a long path; here the path comes last,
+    relative to the store ``root``."""
+    path = getattr(error, "path", None) if isinstance(error, BaseException) else None
+    problem = getattr(error, "problem", None) if isinstance(error, BaseException) else None
+    if isinstance(problem, str):
+        json_path = getattr(error, "json_path", None)
+        text = problem if json_path in (None, "$") else f"{problem} (at {json_path})"
+        return text if path is None else f"{text} — {store_relative(path, root)}"
+    message = str(error)
+    split = _split_path(message, root)
+    if split is None:
+        return message
+    return f"{_problem_text(split[1])} — {store_relative(split[0], root)}"
+
+
+def load_error_line(file_name: str, error: BaseException | str, root: str | Path | None = None) -> str:
+    """One unreadable context file of a session, error first: ``unreadable: not valid
+    JSON … — agents/Analyst/…/c1.json`` (the file name alone when the error names none)."""
+    text = error_first(error, root)
+    return f"unreadable: {text}" if " — " in text else f"unreadable: {text} — {file_name}"
