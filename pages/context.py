@@ -46,6 +46,7 @@ from soap_core import (
     fork_tree,
     part_to_dict,
 )
+from workbench.context_names import session_names
 from workbench.context_views import (
     ContextIndex,
     ForkPoint,
@@ -94,7 +95,9 @@ from workbench.views import (
     context_label,
     escape_markdown,
     fork_tree_lines,
+    load_error_line,
     media_file_name,
+    session_heading,
     store_signature,
 )
 
@@ -582,16 +585,17 @@ def show_session(root: str, ref: str, signature: StoreSignature, session: Sessio
     name = session_name(session)
     if name is not None:
         st.text(name)
-    st.text(f"{session.role} / {session.uuid}  thread {session.thread_id or '-'}")
+    st.text(session_heading(session))
     for file, error in session.load_errors.items():
-        st.warning(escape_markdown(f"unreadable context file {file}: {error}"))
+        st.warning(escape_markdown(load_error_line(file, error, root)))
+    names = session_names(session).names
     if not session.contexts:
         st.info("This session has no readable context.")
-        st.text("\n".join(fork_tree_lines(fork_tree(session))))
+        st.text("\n".join(fork_tree_lines(fork_tree(session), names=names)))
         st.stop()
     context = pick_context(session)
-    st.subheader("Fork tree")
-    st.text("\n".join(fork_tree_lines(fork_tree(session), shown_id=context.id)))
+    with st.expander(f"Fork tree ({len(names)} contexts)", expanded=len(names) <= 6):
+        st.text("\n".join(fork_tree_lines(fork_tree(session), shown_id=context.id, names=names)))
     prompts_slot = st.container()
     if is_interaction(session):
         show_two_tracks(session)

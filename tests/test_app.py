@@ -238,11 +238,11 @@ class TestContextPage:
 
     def test_the_fork_tree_labels_the_discarded_child(self) -> None:
         at = open_page(FIXTURE, "context", session=SESSION)
-        tree = next(value for value in texts(at) if DISCARDED in value)
-        lines = tree.splitlines()
-        assert lines[0].startswith(f"- {ROOT_CONTEXT}")
-        assert f"    - {DISCARDED}  discarded (no file)" in lines
-        assert any(line.startswith(f"    - {ACTIVE}") and "[active]" in line for line in lines)
+        tree = next(value for value in texts(at) if "discarded (no file)" in value)
+        lines = tree.splitlines()  # names first, short ids last
+        assert lines[0].startswith("- root ") and lines[0].endswith(ROOT_CONTEXT[:8])
+        assert f"    - discarded fork 1  discarded (no file)  {DISCARDED[:8]}" in lines
+        assert f"    - main  fork, 6 messages  [active]  {ACTIVE[:8]}  <- shown" in lines
 
     def test_each_kind_of_part_is_rendered_for_what_it_is(self, tmp_path: Path) -> None:
         store, session = rich_store(tmp_path)
