@@ -1,0 +1,115 @@
+"""A replay clicked through in headless Chromium as a person does it: edit the last user
+message, run it against the local model, read the outputs side by side and the diff in
+sentences, reload the page, and find the run and its diff still there (they are rebuilt
+from the fork the run saved, not kept in the browser session)."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from replay import REPLAY_KEY, materialize
+from soap_core import Context, Store
+from soap_core.runtime.local_model import LocalModelServer
+from tests.test_browser import CHROMIUM, FLAGS, SHOTS, analyst, open_page, settle, streamlit_app
+
+EDIT = "Say hello to the team."
+
+
+@pytest.fixture(scope="module")
+def served(
+    tmp_path_factory: pytest.TempPathFactory, workbench_store: Path, llm_server: LocalModelServer
+) -> Iterator[tuple[str, Path]]:
+    """The app over a copy of the workbench store, with the local model for replays."""
+    store = tmp_path_factory.mktemp("browser-replay") / "store"
+    shutil.copytree(workbench_store, store)
+    log = tmp_path_factory.mktemp("streamlit-replay") / "streamlit.log"
+    with streamlit_app(store, log, OPENAI_BASE_URL=llm_server.base_url) as url:
+        yield url, store
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        yield chromium
+        chromium.close()
+
+
+def new_run(store: Path, session: str, before: set[str], timeout_s: float = 180) -> Context:
+    """The replay fork the click made, once its answer is saved."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        contexts = Store(store).load_session(session).contexts
+        new = [c for cid, c in contexts.items() if cid not in before and REPLAY_KEY in c.extra]
+        if new and new[0].messages and new[0].messages[-1].role == "assistant":
+            return new[0]
+        time.sleep(0.5)
+    pytest.fail("no replay fork with an answer appeared")
+
+
+def main_text(page: Page) -> str:
+    return page.inner_text('[data-testid="stMain"]')
+
+
+def wait_for_text(page: Page, text: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while text not in main_text(page) and time.monotonic() < deadline:
+        time.sleep(0.5)
+
+
+def test_an_edited_replay_shows_side_by_side_and_outlasts_a_reload(
+    served: tuple[str, Path], browser: Browser
+) -> None:
+    url, store = served
+    session = analyst(store)
+    loaded = Store(store).load_session(session)
+    found = materialize(loaded, None, -1)
+    edited = max(i for i, m in enumerate(found.messages) if m.role == "user" and m.text())
+    before = set(loaded.contexts)
+    page = open_page(browser, f"{url}/replay?store={store}&session={session}")
+    assert page.locator('[data-testid="stException"]').count() == 0
+    assert page.locator('[data-testid="stAlertContentError"]').count() == 0  # opens on a replayable message
+
+    page.get_by_text("Messages of the request").click()
+    area = page.locator(f'textarea[aria-label="Message {edited}"]')
+    area.wait_for(timeout=30_000)
+    area.fill(EDIT)
+    page.get_by_role("button", name="Run", exact=True).click()
+    fork = new_run(store, session, before)
+    assert fork.messages[edited].text() == EDIT
+    wait_for_text(page, f"fork {fork.id}")
+    settle(page)
+
+    def shows_the_run() -> None:
+        text = main_text(page)
+        assert f"fork {fork.id}" in text, text[-3000:]
+        assert "Runs of this message" in text and "edited" in text
+        assert "(both empty)" not in text
+        box = page.locator('[data-testid="stVerticalBlock"]', has_text=f"fork {fork.id}").last
+        shown = box.inner_text()
+        assert "•" in shown and "tool call" in shown  # the diff in sentences, tool calls as text
+        left = box.get_by_text("Original", exact=True).first.bounding_box()
+        right = box.get_by_text("This run (sample 0)", exact=True).first.bounding_box()
+        assert left is not None and right is not None
+        assert left["x"] < right["x"] and abs(left["y"] - right["y"]) < 5  # side by side
+        assert page.locator('[data-testid="stException"]').count() == 0
+
+    shows_the_run()
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.get_by_text("Runs of this message").scroll_into_view_if_needed()
+    page.screenshot(path=str(SHOTS / "replay-side-by-side.png"), full_page=True)
+
+    page.reload()
+    page.wait_for_selector('[data-testid="stMain"]', timeout=30_000)
+    wait_for_text(page, f"fork {fork.id}")
+    settle(page)
+    shows_the_run()
+    page.get_by_text("Runs of this message").scroll_into_view_if_needed()
+    page.screenshot(path=str(SHOTS / "replay-after-reload.png"), full_page=True)
+    page.close()
