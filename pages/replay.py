@@ -361,6 +361,7 @@ def replay_form(found: Materialized) -> tuple[bool, Overrides, RunSettings, Reru
         again = rerun_settings(found, prefix)
     states = setting_states(settings.samples, bool(settings.unchanged), settings.base_url)
     with st.form(f"replay_form:{prefix}"):
+        st.caption("What to change: Run and Re-run both send the request with these edits.")
         with st.expander(f"Messages of the request ({len(found.messages)})", expanded=False):
             for index, message in enumerate(found.messages):
                 text, dropped = edit_message(prefix, index, message)
@@ -454,8 +455,12 @@ def run_batch(
 def show_output_diff(diff: OutputDiff, a: Output, b: Output, names: tuple[str, str]) -> None:
     """What differs in sentences, the word diff of the whole outputs (tool calls as text),
     the raw DeepDiff of the tool calls for experts, and the usage deltas."""
-    st.text(f"distance {diff.distance}  {'identical' if diff.identical else 'different'}")
+    st.markdown(f"**How {escape_markdown(names[1])} differs from {escape_markdown(names[0])}**")
     st.text("\n".join(f"• {sentence}" for sentence in output_sentences(a, b, names)))
+    st.text(f"distance {diff.distance}  {'identical' if diff.identical else 'different'}")
+    st.caption(
+        escape_markdown("Word by word, tool calls as text: [-only in the first-] {+only in the second+}")
+    )
     st.text(marked_output(a, b))
     with st.expander("Word runs", expanded=False):
         st.dataframe(word_table(output_words(a, b)), hide_index=True)
@@ -464,6 +469,7 @@ def show_output_diff(diff: OutputDiff, a: Output, b: Output, names: tuple[str, s
             st.json(diff.tool_calls, expanded=2)
     deltas = delta_table(diff)
     if not deltas.empty:
+        st.caption(escape_markdown(f"Usage and latency: {names[1]} minus {names[0]}"))
         st.dataframe(deltas, hide_index=True)
 
 
@@ -736,7 +742,11 @@ def show_diff(root: str) -> None:
     st.subheader("Contexts")
     diff = diff_contexts(a.context, b.context)
     st.text(divergence_text(diff))
-    st.dataframe(context_diff_table(diff), hide_index=True)
+    st.dataframe(
+        context_diff_table(diff),
+        hide_index=True,
+        column_config={"changes": st.column_config.TextColumn(width="large")},
+    )
 
 
 st.title("Replay & diff")

@@ -63,6 +63,19 @@ def wait_for_text(page: Page, text: str, timeout_s: float = 60) -> None:
         time.sleep(0.5)
 
 
+def full_screenshot(page: Page, name: str) -> None:
+    """The whole page (Streamlit scrolls inside its main block, so a tall viewport it is)."""
+    height = page.evaluate(
+        "() => Math.max(...[...document.querySelectorAll('[data-testid=stMain] > *')]"
+        ".map(e => e.scrollHeight), document.body.scrollHeight)"
+    )
+    page.set_viewport_size({"width": 1400, "height": min(int(height) + 200, 12_000)})
+    time.sleep(1.0)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+    page.set_viewport_size({"width": 1400, "height": 1000})
+
+
 def test_an_edited_replay_shows_side_by_side_and_outlasts_a_reload(
     served: tuple[str, Path], browser: Browser
 ) -> None:
@@ -93,7 +106,7 @@ def test_an_edited_replay_shows_side_by_side_and_outlasts_a_reload(
         assert "(both empty)" not in text
         box = page.locator('[data-testid="stVerticalBlock"]', has_text=f"fork {fork.id}").last
         shown = box.inner_text()
-        assert "•" in shown and "tool call" in shown  # the diff in sentences, tool calls as text
+        assert "• text changed:" in shown  # the diff in sentences
         left = box.get_by_text("Original", exact=True).first.bounding_box()
         right = box.get_by_text("This run (sample 0)", exact=True).first.bounding_box()
         assert left is not None and right is not None
@@ -101,15 +114,35 @@ def test_an_edited_replay_shows_side_by_side_and_outlasts_a_reload(
         assert page.locator('[data-testid="stException"]').count() == 0
 
     shows_the_run()
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.get_by_text("Runs of this message").scroll_into_view_if_needed()
-    page.screenshot(path=str(SHOTS / "replay-side-by-side.png"), full_page=True)
+    full_screenshot(page, "replay-side-by-side")
 
     page.reload()
     page.wait_for_selector('[data-testid="stMain"]', timeout=30_000)
     wait_for_text(page, f"fork {fork.id}")
     settle(page)
     shows_the_run()
-    page.get_by_text("Runs of this message").scroll_into_view_if_needed()
-    page.screenshot(path=str(SHOTS / "replay-after-reload.png"), full_page=True)
+    full_screenshot(page, "replay-after-reload")
+    page.close()
+
+
+def test_the_diff_tab_shows_a_tool_call_beside_a_text_answer_and_phrases_the_difference(
+    served: tuple[str, Path], browser: Browser
+) -> None:
+    url, store = served
+    session = Store(store).load_session(analyst(store))
+    active = session.active_context
+    call = max(i for i, m in enumerate(active.messages) if m.role == "assistant" and m.tool_uses())
+    [fork] = [c for c in session.contexts.values() if REPLAY_KEY in c.extra][:1]
+    page = open_page(browser, f"{url}/replay?store={store}&diff_a={active.id}@{call}&diff_b={fork.id}")
+    wait_for_text(page, "count_errors removed")
+    text = main_text(page)
+    assert (
+        "tool call 1: count_errors" in text
+        and "tool call 1 count_errors removed (was count_errors())" in text
+    )
+    assert "(both empty)" not in text and "root[" not in text  # no raw DeepDiff path in sight
+    left = page.get_by_text("tool call 1: count_errors", exact=False).first.bounding_box()
+    right = page.get_by_text(fork.messages[-1].text(), exact=True).first.bounding_box()
+    assert left is not None and right is not None and left["x"] < right["x"]
+    full_screenshot(page, "replay-diff-tab")
     page.close()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from replay import Output, diff_outputs
+from replay import ContextDiff, Output, diff_outputs
 from workbench.output_diff_views import (
     EMPTY_OUTPUTS,
     argument_path,
@@ -13,7 +13,7 @@ from workbench.output_diff_views import (
     output_text,
     tool_call_sentences,
 )
-from workbench.replay_views import row_changes
+from workbench.replay_views import context_diff_table, row_changes
 
 
 def search(query: str, **more: object) -> tuple[str, dict[str, object]]:
@@ -136,3 +136,8 @@ class TestContextDiffRows:
         assert (
             row_changes(self.row("hi", role="user"), self.row("hi")) == "role changed from user to assistant"
         )
+
+    def test_a_row_of_tool_calls_shows_them_as_its_text(self) -> None:
+        a = {"index": 6, "same": False, "words": [], "a": self.row(calls=[["search", {"q": "x"}]]), "b": None}
+        table = context_diff_table(ContextDiff(6, 1, [a]))
+        assert table["a text"].tolist() == ['search(q="x")'] and table["changes"].tolist() == ["only in A"]

@@ -433,7 +433,7 @@ class TestDiffSection:
         b = Output.of(fork.messages[-1])
         assert a.tool_calls and not a.text and b.text  # the original only calls a tool
         sentences = "\n".join(f"• {s}" for s in output_sentences(a, b, ("A", "B")))
-        assert sentences in texts(at) and "B makes 0 tool calls, A made 1" in sentences
+        assert sentences in texts(at) and "tool call 1 count_errors removed (was count_errors())" in sentences
         assert not any("both empty" in t for t in texts(at))
         assert all(call in [c.value for c in at.code] for call in call_texts(a))
         assert [m.value for m in at.markdown if m.value.startswith("**A")]  # the two sides, headed

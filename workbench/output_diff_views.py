@@ -221,7 +221,7 @@ def output_sentences(a: Output, b: Output, names: tuple[str, str] = ORIGINAL_AND
     sentences = [s for s in (text_sentence(a.text, b.text, names),) if s is not None]
     calls_a, calls_b = list(a.tool_calls), list(b.tool_calls)
     if calls_a or calls_b:
-        if len(calls_a) != len(calls_b):
+        if calls_a and calls_b and len(calls_a) != len(calls_b):  # with none on a side, the calls say it
             sentences.append(
                 f"{names[1]} makes {_count(len(calls_b), 'tool call')}, {names[0]} made {len(calls_a)}"
             )

@@ -37,13 +37,13 @@ from replay import (
     unchanged_band,
 )
 from soap_core import Context, Message, Session, SoapError, canonical_json, read_calls
+from workbench.output_diff_views import inline_call, output_sentences
 from workbench.output_diff_views import marked_words as marked_words  # pages and tests use it from here
-from workbench.output_diff_views import output_sentences
 
 PREVIEW_WIDTH = 60
 WORD_COLUMNS = ("op", "words")
 RUN_COLUMNS = ("kind", "sample", "fork", "ok", "distance", "identical", "noise band", "error")
-CONTEXT_DIFF_COLUMNS = ("index", "same", "a role", "a text", "b role", "b text", "word diff", "changes")
+CONTEXT_DIFF_COLUMNS = ("index", "same", "changes", "a role", "a text", "b role", "b text", "word diff")
 
 VerdictStatus = Literal["match", "mismatch", "unrecorded"]
 
@@ -504,18 +504,22 @@ def context_diff_table(diff: ContextDiff) -> pd.DataFrame:
     """The rows of a context diff, flat: roles, texts and the word diff where they differ."""
 
     def side(row: dict[str, Any] | None, key: str) -> str:
-        return "" if row is None else str(row[key])
+        if row is None:
+            return ""
+        if key == "text" and not row["text"] and row["tool_calls"]:  # a call reads as its call
+            return ", ".join(inline_call(str(name), args) for name, args in row["tool_calls"])
+        return str(row[key])
 
     rows = [
         (
             r["index"],
             r["same"],
+            "" if r["same"] else row_changes(r["a"], r["b"]),
             side(r["a"], "role"),
             side(r["a"], "text"),
             side(r["b"], "role"),
             side(r["b"], "text"),
             marked_words(r["words"]),
-            "" if r["same"] else row_changes(r["a"], r["b"]),
         )
         for r in diff.rows
     ]
