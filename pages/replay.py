@@ -494,7 +494,7 @@ def show_run(
             query_params={"store": root, "session": session_uuid, "context": run.fork_id},
         )
         if not run.ok:
-            st.error(escape_markdown(f"sample {run.sample} failed: {run.error}"))
+            st.warning(escape_markdown(f"sample {run.sample} failed: {run.error}"))  # a run of the past
             return
         output = run_output(run)
         side_by_side(original, output, ("Original", f"This run (sample {run.sample})"))
@@ -626,8 +626,7 @@ def show_saved_reruns(
     st.header("Re-runs of the agent from this message")
     numbered = list(enumerate(saved, start=1))
     for number, kept in reversed(numbered[-MOST_BATCHES_SHOWN:]):
-        known = fresh.get(kept.result.fork_id)
-        result = replace(kept.result, tools=known.tools) if known is not None else kept.result
+        result = fresh.get(kept.result.fork_id, kept.result)  # the run's own account, when it was here
         try:
             diff = diff_saved_rerun(session, result, calls)
         except (KeyError, SoapError) as exc:

@@ -25,11 +25,13 @@ from replay import (
     diff_outputs,
     materialize,
     noise_band,
+    replay,
     request_differences,
 )
 from replay._refs import resolve_reference
 from soap_core import Context, Session, SoapError, Store
-from soap_core.runtime.local_model import LocalModelServer
+from soap_core.runtime import LLMEndpoint
+from soap_core.runtime.local_model import LocalModelServer, free_port
 from tests.conftest import CHILD_ID, PARENT_ID, SESSION_UUID, SOAP_FIXTURE, edit_json, snapshot
 from tests.workbench_store import XSS
 from workbench.output_diff_views import call_texts, marked_output, output_sentences
@@ -398,6 +400,16 @@ class TestRunningAgainstTheLocalModel:
         [run_row] = table[table["kind"] == "run"].to_dict("records")
         assert run_row["noise band"] == ("inside" if band.contains(run_row["distance"]) else "outside")
 
+    def test_a_run_whose_endpoint_refused_is_listed_with_its_error(self, writable_store: Path) -> None:
+        session = analyst(writable_store)
+        found = materialize(session, session.active_context_id, -1)
+        nobody = LLMEndpoint(f"http://127.0.0.1:{free_port()}/v1", max_retries=0, timeout=5)
+        [run] = replay(Store(writable_store), session, found, nobody)
+        at = open_replay(writable_store, session=session.uuid)
+        [warning] = [w.value for w in at.warning if "failed" in w.value]
+        assert "sample 0 failed" in warning.replace("\\", "") and not at.error
+        assert f"run sample 0  fork {run.fork_id}" in texts(at)
+
 
 class TestDiffSection:
     def test_two_contexts_from_the_url_show_their_first_divergence(self, workbench_store: Path) -> None:
@@ -556,3 +568,13 @@ class TestBatchWords:
         assert tool_modes_text(
             {"default": "live", "per_tool": {"search": "recorded"}, "injected": {"a": 1}}
         ) == ("live by default; search recorded; injected a")
+
+
+def test_every_session_of_the_demo_store_opens_on_a_message_it_can_replay(demo_store: Path) -> None:
+    """The issue saw the page open on a red error: on every session of the demo, with no
+    message named, it opens without an error (on a replayable message, or saying why
+    there is none as a warning)."""
+    for summary in Store(demo_store).sessions():
+        at = open_replay(demo_store, timeout=120, session=summary.uuid)
+        assert not at.error, (summary.role, [e.value for e in at.error])
+        assert any(a.label == "Message" for a in at.selectbox) or at.info, summary.role
