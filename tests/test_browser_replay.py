@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
-from replay import REPLAY_KEY, materialize
+from replay import REPLAY_KEY, materialize, replay
 from soap_core import Context, Store
+from soap_core.runtime import LLMEndpoint
 from soap_core.runtime.local_model import LocalModelServer
 from tests.test_browser import CHROMIUM, FLAGS, SHOTS, analyst, open_page, settle, streamlit_app
 
@@ -145,4 +146,30 @@ def test_the_diff_tab_shows_a_tool_call_beside_a_text_answer_and_phrases_the_dif
     right = page.get_by_text(fork.messages[-1].text(), exact=True).first.bounding_box()
     assert left is not None and right is not None and left["x"] < right["x"]
     full_screenshot(page, "replay-diff-tab")
+    page.close()
+
+
+def test_a_replayed_tool_call_is_shown_as_text_on_both_sides(
+    served: tuple[str, Path], browser: Browser, llm_server: LocalModelServer
+) -> None:
+    """The message that only calls a tool, replayed unchanged against the local model:
+    both sides show the call as its name and arguments, and the diff names the argument."""
+    url, store = served
+    loaded = Store(store).load_session(analyst(store))
+    active = loaded.active_context
+    call = max(i for i, m in enumerate(active.messages) if m.role == "assistant" and m.tool_uses())
+    found = materialize(loaded, active, call)
+    [run] = replay(Store(store), loaded, found, LLMEndpoint(llm_server.base_url))
+    assert run.ok and run.output is not None and run.output.tool_uses()
+    page = open_page(browser, f"{url}/replay?store={store}&session={loaded.uuid}&message={call}")
+    wait_for_text(page, f"fork {run.fork_id}")
+    settle(page)
+    full_screenshot(page, "replay-tool-call")
+    box = page.locator('[data-testid="stVerticalBlock"]', has_text=f"fork {run.fork_id}").last
+    name = run.output.tool_uses()[0].name
+    deadline = time.monotonic() + 30  # code blocks draw once their highlighter has loaded
+    while (shown := box.inner_text()).count(f"tool call 1: {name}") < 3 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert shown.count(f"tool call 1: {name}") == 3, shown  # left, right and the word diff
+    assert "(both empty)" not in shown and "•" in shown and "root[" not in shown
     page.close()
