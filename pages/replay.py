@@ -62,7 +62,6 @@ from workbench.replay_views import (
     NOISE_LABEL,
     Batch,
     RunSettings,
-    assistant_indices,
     batch_line,
     batch_noise_band,
     batch_title,
@@ -75,12 +74,14 @@ from workbench.replay_views import (
     message_label,
     named_message,
     names_a_session,
+    no_candidates_text,
     nothing_replayable,
     opening_note,
     original_output,
     output_of_reference,
     overrides_from_form,
     overrides_summary,
+    replay_candidates,
     replayable_default,
     rerun_lines,
     rerun_modes,
@@ -131,9 +132,9 @@ def pick_message(session: Session, context: Context, calls: CallLog) -> tuple[in
     """The assistant message of ``?message=`` (display index), else the last one whose
     request can be rebuilt; its display index and materialized request. A message that cannot be replayed
     is said so, with why, and ends the page run (the picker above offers the others)."""
-    indices = assistant_indices(context)
+    indices = replay_candidates(session, context)
     if not indices:
-        st.info("This context has no assistant message: there is no model output to replay.")
+        st.info(escape_markdown(no_candidates_text(session)))
         st.stop()
     wanted = st.query_params.get("message")
     named = named_message(indices, wanted)

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from importers.openpoke import import_openpoke
 from replay import (
     REPLAY_KEY,
     Output,
@@ -49,6 +50,7 @@ from workbench.replay_views import (
     opening_note,
     overrides_from_form,
     overrides_summary,
+    replay_candidates,
     replayable_default,
     run_table,
     setting_states,
@@ -56,6 +58,8 @@ from workbench.replay_views import (
 )
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
+OPENPOKE_SHORT = Path(__file__).parent / "fixtures" / "openpoke" / "short"
+OPENPOKE_LONG = Path(__file__).parent / "fixtures" / "openpoke" / "long"
 PAGE = "pages/replay.py"
 ACTIVE = "e7c40f19-2a6b-4d35-8e91-7b03a5c6d2f4"
 
@@ -242,6 +246,32 @@ class TestOpening:
         shown = error.value.replace("\\", "")
         assert "Message #7 cannot be replayed" in shown and "tool parameter 'p' must be a string" in shown
         assert at.selectbox(key=f"message_picker:{ACTIVE}").value == 7
+
+
+class TestAnOpenPokeImport:
+    """An imported OpenPoke log keeps no requests: they are rebuilt at the entries the
+    interaction agent answered, so those are what the page offers and opens on."""
+
+    def test_the_interaction_session_opens_on_its_last_answered_entry(self, tmp_path: Path) -> None:
+        report = import_openpoke(OPENPOKE_SHORT, tmp_path / "store")
+        session = Store(tmp_path / "store").load_session(report.interaction_session or "")
+        context = session.active_context
+        offered = replay_candidates(session, context)
+        assert offered and all(context.messages[i].role != "assistant" for i in offered)
+        at = open_replay(tmp_path / "store", session=session.uuid)
+        assert not at.error, [e.value for e in at.error]
+        assert at.selectbox(key=f"message_picker:{context.id}").value == offered[-1]
+        found = materialize(session, context, offered[-1])
+        assert found.source == "openpoke" and found.request in json_values(at)
+
+    def test_an_execution_session_says_why_nothing_can_be_replayed(self, tmp_path: Path) -> None:
+        report = import_openpoke(OPENPOKE_LONG, tmp_path / "store")
+        [execution, *_] = report.execution_sessions.values()
+        at = open_replay(tmp_path / "store", session=execution)
+        assert not at.error
+        assert any(
+            "execution agent's requests cannot be rebuilt" in i.value.replace("\\", "") for i in at.info
+        )
 
 
 class TestSettingsThatDoNotApply:

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
+from importers.openpoke import EXECUTION_ROLE, is_openpoke_session, openpoke_meta
 from replay import (
     BranchDiff,
     ContextDiff,
@@ -98,6 +99,42 @@ def names_a_session(wanted: str, uuids: Sequence[str]) -> bool:
 def assistant_indices(context: Context) -> list[int]:
     """Display indices of the model outputs of a context: the messages one can replay."""
     return [i for i, m in enumerate(context.messages) if m.role == "assistant"]
+
+
+OPENPOKE_REQUEST_TAGS = ("user_message", "agent_message")
+"""The OpenPoke entries a request is rebuilt for: OpenPoke posts one when such an entry
+arrives, and its answer is the turn's poke_reply (``importers.openpoke`` refuses the rest)."""
+
+
+def replay_candidates(session: Session, context: Context) -> list[int]:
+    """Display indices of the messages the page offers to replay.
+
+    A model output, in general. An imported OpenPoke log keeps no requests: its
+    interaction agent's requests are rebuilt at the entries it answered (a user_message
+    or agent_message), so those are offered, with the outputs of our own replays among
+    them; an execution agent's requests cannot be rebuilt at all."""
+    if not is_openpoke_session(session):
+        return assistant_indices(context)
+    if session.role == EXECUTION_ROLE:
+        return []
+    offered = []
+    for index, message in enumerate(context.messages):
+        meta = openpoke_meta(message)
+        ours = meta is None and message.role == "assistant"  # the answer in a replay's fork
+        answered = meta is not None and meta["tag"] in OPENPOKE_REQUEST_TAGS
+        if ours or answered:
+            offered.append(index)
+    return offered
+
+
+def no_candidates_text(session: Session) -> str:
+    """What the page says when a context offers nothing to replay."""
+    if is_openpoke_session(session) and session.role == EXECUTION_ROLE:
+        return (
+            "An OpenPoke execution agent's requests cannot be rebuilt (OpenPoke does not log them): "
+            "replay the interaction agent's session at the entry that handed the task over."
+        )
+    return "This context has no assistant message: there is no model output to replay."
 
 
 def message_preview(message: Message, width: int = PREVIEW_WIDTH) -> str:
