@@ -100,7 +100,7 @@ def overrides_from_record(data: Any) -> Overrides:
         edits={
             int(k): v
             for k, v in (edits.items() if isinstance(edits, Mapping) else ())
-            if isinstance(k, str) and k.isdigit() and isinstance(v, str)
+            if isinstance(k, str) and k.isascii() and k.isdigit() and isinstance(v, str)
         },
         drops=tuple(sorted(d for d in drops if _integer(d) is not None)) if isinstance(drops, list) else (),
     )

@@ -54,8 +54,8 @@ class TestSentences:
 
     def test_arguments_added_removed_and_retyped(self) -> None:
         assert argument_sentences({"limit": 5, "q": "x"}, {"q": "x", "page": 2}) == [
-            "argument page added: 2",
             "argument limit removed (was 5)",
+            "argument page added: 2",
         ]
         assert argument_sentences({"limit": 5}, {"limit": "5"}) == [
             'argument limit changed from 5 (a number) to "5" (text)'

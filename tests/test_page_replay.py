@@ -46,6 +46,7 @@ from workbench.replay_views import (
     editable_text,
     marked_words,
     message_label,
+    named_message,
     nothing_replayable,
     opening_note,
     overrides_from_form,
@@ -542,6 +543,15 @@ class TestFormValues:
 
 
 class TestOpeningRule:
+    def test_a_message_parameter_names_an_index_only_in_ascii_digits(self) -> None:
+        assert named_message([3, 5], " 5 ") == 5
+        assert named_message([3, 5], "²") is None and named_message([3, 5], "x") is None
+        assert named_message([3, 5], None) is None and named_message([3, 5], "4") is None
+
+    def test_an_odd_message_parameter_is_reported_not_raised(self) -> None:
+        at = open_replay(SOAP_FIXTURE, session=SESSION_UUID, message="²")
+        assert at.warning and at.selectbox(key=f"message_picker:{ACTIVE}").value == 5
+
     def test_the_last_message_that_materializes_is_opened_and_the_skipped_ones_named(self) -> None:
         found = materialize(Store(SOAP_FIXTURE).load_session(SESSION_UUID), ACTIVE, 5)
 

@@ -129,28 +129,30 @@ def _kind_of(value: Any) -> str:
     return type(value).__name__
 
 
+def _finding(kind: str, subject: str, old: Any, new: Any) -> str:
+    before, after = value_text(old, SENTENCE_WIDTH), value_text(new, SENTENCE_WIDTH)
+    if kind.endswith("_added"):
+        return f"{subject} added: {after}"
+    if kind.endswith("_removed"):
+        return f"{subject} removed (was {before})"
+    if kind == "type_changes":
+        return f"{subject} changed from {before} ({_kind_of(old)}) to {after} ({_kind_of(new)})"
+    if kind == "values_changed":
+        return f"{subject} changed from {before} to {after}"
+    return f"{subject} differs ({kind.replace('_', ' ')})"
+
+
 def argument_sentences(old: Any, new: Any) -> list[str]:
-    """What DeepDiff finds between two calls' arguments, one sentence per finding."""
+    """What DeepDiff finds between two calls' arguments, one sentence per finding, in the
+    order of the arguments' paths (DeepDiff's own order changes from run to run)."""
     found = DeepDiff(old, new, view="tree")
-    sentences: list[str] = []
+    sentences: list[tuple[str, str]] = []
     for kind, levels in found.items():
         for level in levels:
             path = argument_path(level.path(output_format="list"))
             subject = f"argument {path}" if path else "the arguments"
-            before, after = value_text(level.t1, SENTENCE_WIDTH), value_text(level.t2, SENTENCE_WIDTH)
-            if kind.endswith("_added"):
-                sentences.append(f"{subject} added: {after}")
-            elif kind.endswith("_removed"):
-                sentences.append(f"{subject} removed (was {before})")
-            elif kind == "type_changes":
-                sentences.append(
-                    f"{subject} changed from {before} ({_kind_of(level.t1)}) to {after} ({_kind_of(level.t2)})"
-                )
-            elif kind == "values_changed":
-                sentences.append(f"{subject} changed from {before} to {after}")
-            else:
-                sentences.append(f"{subject} differs ({kind.replace('_', ' ')})")
-    return sentences
+            sentences.append((path, _finding(kind, subject, level.t1, level.t2)))
+    return [sentence for _, sentence in sorted(sentences)]
 
 
 def _call_pairs(a: Sequence[ToolCall], b: Sequence[ToolCall]) -> list[tuple[int | None, int | None]]:

@@ -154,8 +154,9 @@ def message_label(context: Context, index: int) -> str:
 
 def named_message(indices: Sequence[int], wanted: str | None) -> int | None:
     """The index ``?message=`` names when it is one of ``indices``, else None."""
-    if wanted is not None and wanted.strip().lstrip("-").isdigit() and int(wanted) in indices:
-        return int(wanted)
+    digits = (wanted or "").strip().lstrip("-")
+    if digits.isascii() and digits.isdigit() and int(wanted or "") in indices:  # "²" is a digit, no int
+        return int(wanted or "")
     return None
 
 
