@@ -36,6 +36,7 @@ from replay import (
     ReplayRun,
     RerunResult,
     SavedRerun,
+    SavedRun,
     continue_branch,
     diff_contexts,
     diff_outputs,
@@ -89,6 +90,7 @@ from workbench.replay_views import (
     run_diffs,
     run_output,
     run_table,
+    saved_line,
     setting_states,
     source_line,
     system_prompt_text,
@@ -529,9 +531,8 @@ def show_batch(root: str, session_uuid: str, number: int, batch: Batch, original
         show_run(root, session_uuid, run, original, diffs.get(run.fork_id), "unchanged")
 
 
-def show_saved_runs(root: str, session: Session, found: Materialized, calls: CallLog) -> None:
+def show_saved_runs(root: str, session: Session, found: Materialized, saved: list[SavedRun]) -> None:
     """The runs of this message the store keeps, newest batch first."""
-    saved = saved_runs(session, found.context_id, found.index, message_id=found.message_id, calls=calls)
     batches = batches_from_saved(saved)
     if not batches:
         return
@@ -555,6 +556,11 @@ def show_replay(root: str) -> None:
     calls = call_log(session)
     index, found = pick_message(session, context, calls)
     show_found(session, found)
+    runs = saved_runs(session, found.context_id, found.index, message_id=found.message_id, calls=calls)
+    reruns = saved_reruns(session, found.context_id, found.index, message_id=found.message_id, calls=calls)
+    kept = saved_line(len(batches_from_saved(runs)), len(reruns))
+    if kept:
+        st.caption(kept)
     clicked, overrides, settings, again = replay_form(found)
     fresh: dict[str, RerunResult] = st.session_state.setdefault(RERUNS_KEY, {})
     if again.clicked:
@@ -564,7 +570,7 @@ def show_replay(root: str) -> None:
         result = run_rerun(root, session.uuid, found, overrides, settings, again)
         fresh[result.fork_id] = result
         st.rerun()  # the branch is in the store now: the page reads it back with the rest
-    show_saved_reruns(root, session, found, calls, fresh, settings.base_url)
+    show_saved_reruns(root, session, reruns, calls, fresh, settings.base_url)
     if clicked:
         if not settings.base_url:
             st.error("No endpoint: enter the base URL of an OpenAI-compatible server.")
@@ -574,7 +580,7 @@ def show_replay(root: str) -> None:
         except SoapError as exc:
             show_error_and_stop(exc)
         st.rerun()  # the new forks change the store signature: the page reads them afresh
-    show_saved_runs(root, session, found, calls)
+    show_saved_runs(root, session, found, runs)
 
 
 def run_rerun(
@@ -614,14 +620,13 @@ def run_rerun(
 def show_saved_reruns(
     root: str,
     session: Session,
-    found: Materialized,
+    saved: list[SavedRerun],
     calls: CallLog,
     fresh: dict[str, RerunResult],
     base_url: str,
 ) -> None:
     """The re-runs of the agent from this message the store keeps, newest first. A re-run
     made in this browser session also says how each tool call was served (``fresh``)."""
-    saved = saved_reruns(session, found.context_id, found.index, message_id=found.message_id, calls=calls)
     if not saved:
         return
     st.header("Re-runs of the agent from this message")

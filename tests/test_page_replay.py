@@ -54,6 +54,7 @@ from workbench.replay_views import (
     replay_candidates,
     replayable_default,
     run_table,
+    saved_line,
     setting_states,
     tool_modes_text,
 )
@@ -391,6 +392,7 @@ class TestRunningAgainstTheLocalModel:
         assert table["fork"].tolist() == [fork.id] and table["distance"].tolist() == [diff.distance]
 
         later = open_replay(writable_store, timeout=120, session=session.uuid)  # a reload: a new session
+        assert saved_line(2, 0) in [c.value for c in later.caption]  # the store's own run, and this one
         assert f"run sample 0  fork {fork.id}" in texts(later)
         assert as_shown(marked_output(a, b)) in texts(later)
         assert {"edits": {str(edited): "Say hello to the team."}} in json_values(later)
@@ -600,6 +602,13 @@ class TestBatchWords:
         assert overrides_summary(Overrides(system_prompt="", model="m", max_tokens=4)) == (
             "system prompt replaced; model m; max tokens 4"
         )
+
+    def test_what_the_store_keeps_is_said_under_the_request(self) -> None:
+        assert (
+            saved_line(2, 1) == "The store keeps 2 runs and 1 re-run of this message, listed below the form."
+        )
+        assert saved_line(1, 0) == "The store keeps 1 run of this message, listed below the form."
+        assert saved_line(0, 0) is None
 
     def test_saved_tool_modes_read_as_words(self) -> None:
         assert tool_modes_text(

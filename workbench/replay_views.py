@@ -420,6 +420,14 @@ def batches_from_saved(saved: Sequence[SavedRun]) -> list[Batch]:
     return batches
 
 
+def saved_line(batches: int, reruns: int) -> str | None:
+    """Under the request: what the store keeps of this message, listed below the form."""
+    kept = [_count(n, noun) for n, noun in ((batches, "run"), (reruns, "re-run")) if n]
+    if not kept:
+        return None
+    return f"The store keeps {' and '.join(kept)} of this message, listed below the form."
+
+
 def _messages(indices: Sequence[int]) -> str:
     listed = ", ".join(f"#{i}" for i in indices)
     return f"message {listed}" if len(indices) == 1 else f"messages {listed}"
