@@ -173,3 +173,27 @@ def test_a_replayed_tool_call_is_shown_as_text_on_both_sides(
     assert shown.count(f"tool call 1: {name}") == 3, shown  # left, right and the word diff
     assert "(both empty)" not in shown and "•" in shown and "root[" not in shown
     page.close()
+
+
+def test_an_edit_typed_in_the_form_survives_a_change_of_the_settings_beside_it(
+    served: tuple[str, Path], browser: Browser
+) -> None:
+    """The sample settings sit outside the form so that they can disable each other; a
+    person who types an edit first and then checks the noise band keeps the edit, and
+    sees K and concurrency come alive."""
+    url, store = served
+    session = analyst(store)
+    found = materialize(Store(store).load_session(session), None, -1)
+    edited = max(i for i, m in enumerate(found.messages) if m.role == "user" and m.text())
+    page = open_page(browser, f"{url}/replay?store={store}&session={session}")
+    unchanged = page.get_by_role("spinbutton", name="Unchanged samples (K)")
+    assert unchanged.is_disabled()
+    page.get_by_text("Messages of the request").click()
+    area = page.locator(f'textarea[aria-label="Message {edited}"]')
+    area.fill(EDIT)
+    page.get_by_text("Measure the noise band").click()
+    settle(page)
+    assert not page.get_by_role("spinbutton", name="Unchanged samples (K)").is_disabled()
+    assert not page.get_by_role("spinbutton", name="Concurrency").is_disabled()
+    assert page.locator(f'textarea[aria-label="Message {edited}"]').input_value() == EDIT
+    page.close()
