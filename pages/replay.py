@@ -1,11 +1,17 @@
 """Replay & diff page: the request behind a message, verified, edited, re-run, and diffed.
 
 Every run is saved by the replay library as a fork of the context the call was made
-from; the original file is never written. Runs are kept in the session state so that
-they survive reruns, and the forks show up in the pickers because the cached loaders
-are keyed by the store's file signature, which a new fork file changes.
+from; the original file is never written. The runs of the shown message are rebuilt
+from those forks on every page run (:func:`replay.saved_runs`), so a reload or a shared
+link shows them too; the forks show up in the pickers because the cached loaders are
+keyed by the store's file signature, which a new fork file changes. Re-runs of the agent
+are kept in the session state.
 
-Message content is shown with st.text, st.json and st.dataframe only, never as
+Outputs are shown side by side, the original on the left and the run on the right, tool
+calls as text; their differences are phrased as sentences
+(:mod:`workbench.output_diff_views`), the raw DeepDiff behind an expander.
+
+Message content is shown with st.text, st.code, st.json and st.dataframe only, never as
 Markdown or HTML.
 """
 
@@ -14,13 +20,14 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import streamlit as st
 
 from replay import (
     BranchDiff,
+    CallLog,
     Materialized,
     Output,
     OutputDiff,
@@ -28,51 +35,73 @@ from replay import (
     Reference,
     ReplayRun,
     RerunResult,
+    SavedRerun,
+    SavedRun,
     continue_branch,
     diff_contexts,
     diff_outputs,
-    diff_rerun,
+    diff_saved_rerun,
     materialize,
     replay,
     rerun,
     resolve_reference,
+    saved_reruns,
+    saved_runs,
 )
-from soap_core import Context, Message, Session, SoapError, Store, part_to_dict
+from soap_core import Context, Message, Session, SoapError, Store, part_to_dict, read_calls
 from soap_core.runtime import LLMEndpoint
 from workbench.loading import chosen_store, session_overviews, show_error_and_stop
+from workbench.output_diff_views import (
+    ORIGINAL_AND_RUN,
+    call_texts,
+    marked_output,
+    output_sentences,
+    output_words,
+)
 from workbench.replay_views import (
+    MOST_BATCHES_SHOWN,
+    NOISE_LABEL,
     Batch,
     RunSettings,
-    assistant_indices,
-    batch_key,
+    batch_line,
     batch_noise_band,
+    batch_title,
+    batches_from_saved,
     can_rerun,
     context_diff_table,
-    default_message,
     delta_table,
     divergence_text,
     editable_text,
-    marked_words,
     message_label,
+    named_message,
     names_a_session,
+    no_candidates_text,
+    nothing_replayable,
+    opening_note,
     original_output,
     output_of_reference,
     overrides_from_form,
+    overrides_summary,
+    replay_candidates,
+    replayable_default,
     rerun_lines,
     rerun_modes,
     rerun_pairs_table,
     run_diffs,
+    run_output,
     run_table,
+    saved_line,
+    setting_states,
     source_line,
     system_prompt_text,
     verification_of,
+    when_text,
     word_table,
 )
 from workbench.selection import selected_context, selected_session
 from workbench.views import StoreSignature, escape_markdown, store_signature
 
 RERUNS_KEY = "replay_reruns"
-BATCHES_KEY = "replay_batches"
 REPLAY_TAB = "Replay"
 DIFF_TAB = "Diff two contexts or outputs"
 
@@ -93,29 +122,54 @@ def report_unknown_session(root: str) -> None:
         st.error(escape_markdown(f"no session {wanted} in this store"))
 
 
-def pick_message(context: Context) -> int:
-    """The assistant message of ``?message=`` (display index), else the last one."""
-    indices = assistant_indices(context)
+def call_log(session: Session) -> CallLog:
+    """The session's call records, read once for this page run."""
+    try:
+        return CallLog(read_calls(session.directory) if session.directory else [])
+    except SoapError as exc:
+        show_error_and_stop(exc)
+
+
+def pick_message(session: Session, context: Context, calls: CallLog) -> tuple[int, Materialized]:
+    """The assistant message of ``?message=`` (display index), else the last one whose
+    request can be rebuilt; its display index and materialized request. A message that cannot be replayed
+    is said so, with why, and ends the page run (the picker above offers the others)."""
+    indices = replay_candidates(session, context)
     if not indices:
-        st.info("This context has no assistant message: there is no model output to replay.")
+        st.info(escape_markdown(no_candidates_text(session)))
         st.stop()
     wanted = st.query_params.get("message")
-    default = default_message(indices, wanted)
-    if wanted is not None and default != _as_int(wanted):
-        st.warning(escape_markdown(f"message {wanted} is not an assistant message of this context"))
-    chosen = st.selectbox(
-        "Message",
-        indices,
-        index=indices.index(default) if default is not None else 0,
-        format_func=lambda i: message_label(context, i),
-        key=f"message_picker:{context.id}",
+    named = named_message(indices, wanted)
+    opening = None
+    if named is None:
+        if wanted is not None:
+            st.warning(escape_markdown(f"message {wanted} is not an assistant message of this context"))
+        opening = replayable_default(indices, lambda i: materialize(session, context, i, calls=calls))
+    default = named if named is not None else opening.index if opening else indices[-1]
+    chosen = int(
+        st.selectbox(
+            "Message",
+            indices,
+            index=indices.index(default),
+            format_func=lambda i: message_label(context, i),
+            key=f"message_picker:{context.id}",
+        )
     )
     st.query_params["message"] = str(chosen)
-    return int(chosen)
-
-
-def _as_int(value: str) -> int | None:
-    return int(value) if value.strip().lstrip("-").isdigit() else None
+    if opening is not None and chosen == opening.index:
+        if opening.found is None:  # nothing to open on: say why, but as the state of the store
+            st.warning(escape_markdown(nothing_replayable(opening)))
+            st.stop()
+        note = opening_note(opening)
+        if note:
+            st.caption(escape_markdown(note))
+        return chosen, opening.found
+    try:
+        return chosen, materialize(session, context, chosen, calls=calls)
+    except SoapError as exc:
+        st.error(escape_markdown(f"Message #{chosen} cannot be replayed: {exc}"))
+        st.caption("Pick another message above.")
+        st.stop()
 
 
 def show_verification(found: Materialized) -> None:
@@ -152,18 +206,19 @@ def show_found(session: Session, found: Materialized) -> None:
     show_verification(found)
     with st.expander("Request (Chat Completions body)", expanded=False):
         st.json(found.request, expanded=2)
-    original = original_output(session, found)
     with st.expander("Original output", expanded=False):
-        show_output(original)
+        show_output(original_output(session, found))
 
 
 def show_output(output: Output) -> None:
-    st.text(output.text or "(no text)")
-    if output.tool_calls:
-        st.json([list(call) for call in output.tool_calls], expanded=2)
+    """An output's text, then each tool call as its name and one line per argument."""
+    if output.text or not output.tool_calls:
+        st.text(output.text or "(no text)")
+    for text in call_texts(output):
+        st.code(text, language=None, wrap_lines=True)
 
 
-# ── the edit form ──────────────────────────────────────────────────────────────────
+# ── the settings and the edit form ─────────────────────────────────────────────────
 
 
 def edit_message(prefix: str, index: int, message: Message) -> tuple[str | None, bool]:
@@ -204,18 +259,45 @@ def parameter_inputs(prefix: str, parameters: dict[str, Any]) -> tuple[str, Any,
 
 
 def run_inputs() -> RunSettings:
-    """The endpoint (from $OPENAI_BASE_URL, which ``soapwb ui`` passes on) and sample counts."""
-    base_url = st.text_input(
-        "Endpoint base URL", value=os.environ.get("OPENAI_BASE_URL", ""), key="replay_base_url"
+    """Samples and the noise band of a replay (the endpoint is read by the caller).
+
+    These live outside the edit form, so that a setting that does not apply is disabled
+    as soon as the one it depends on changes (widgets inside a form do not rerun)."""
+    st.markdown("**Replay this call** (the request above, with the edits below)")
+    samples_column, concurrency_column = st.columns(2)
+    noise_column, unchanged_column = st.columns(2)
+    samples = samples_column.number_input(
+        "Samples", min_value=1, max_value=8, value=1, step=1, key="replay_samples"
     )
-    left, middle, right = st.columns(3)
-    samples = left.number_input("Samples", min_value=1, max_value=8, value=1, step=1)
-    concurrency = middle.number_input("Concurrency", min_value=1, max_value=8, value=2, step=1)
-    unchanged = right.number_input("Unchanged samples (K)", min_value=2, max_value=8, value=3, step=1)
-    measure_noise = st.checkbox("Measure the noise band", key="replay_measure_noise")
-    return RunSettings(
-        base_url.strip(), int(samples), int(concurrency), int(unchanged) if measure_noise else 0
+    with noise_column:
+        st.write("")  # lines the box up with the number field beside it
+        measure_noise = st.checkbox(
+            "Measure the noise band",
+            key="replay_measure_noise",
+            help="Also run K unchanged samples, to see how much the model varies by itself.",
+        )
+    states = setting_states(int(samples), measure_noise, base_url="")  # the endpoint: the caller's
+    concurrency = concurrency_column.number_input(
+        "Concurrency",
+        min_value=1,
+        max_value=8,
+        value=2,
+        step=1,
+        key="replay_concurrency",
+        disabled=states.concurrency is not None,
+        help=states.concurrency or "How many samples run at once.",
     )
+    unchanged = unchanged_column.number_input(
+        "Unchanged samples (K)",
+        min_value=2,
+        max_value=8,
+        value=3,
+        step=1,
+        key="replay_unchanged",
+        disabled=states.unchanged is not None,
+        help=states.unchanged or "Samples of the original request, unchanged, for the noise band.",
+    )
+    return RunSettings("", int(samples), int(concurrency), int(unchanged) if measure_noise else 0)
 
 
 @dataclass(frozen=True)
@@ -228,32 +310,61 @@ class RerunChoice:
     injections: str = ""
 
 
-def rerun_inputs(found: Materialized, prefix: str) -> RerunChoice:
-    """Tool modes and the button that re-runs the agent (the edits above apply)."""
+@dataclass(frozen=True)
+class RerunSettings:
+    """The tool modes of a re-run, chosen outside the form; ``why_not`` disables them."""
+
+    why_not: str | None
+    default: str = "recorded"
+    unserved: str = "stop"
+    injections: str = ""
+
+
+def rerun_settings(found: Materialized, prefix: str) -> RerunSettings:
+    """Tool modes of the re-run; all disabled, with the reason, when it cannot run."""
     st.markdown("**Re-run the agent from here** (its whole loop to the end of the turn, as a branch)")
     why_not = can_rerun(found)
     if why_not is not None:
-        st.caption(why_not)
-        return RerunChoice()
-    left, right = st.columns(2)
-    default = left.radio("Tools answer", ["recorded", "live"], horizontal=True, key=f"{prefix}:tools")
-    unserved = right.radio(
-        "A call the record cannot serve", ["stop", "live"], horizontal=True, key=f"{prefix}:unserved"
+        st.caption(escape_markdown(why_not))
+    off = why_not is not None
+    default = st.radio(
+        "Tools answer", ["recorded", "live"], horizontal=True, key=f"{prefix}:tools", disabled=off
+    )
+    unserved = st.radio(
+        "A call the record cannot serve",
+        ["stop", "live"],
+        horizontal=True,
+        key=f"{prefix}:unserved",
+        disabled=off or default == "live",
+        help="Every call runs live: there is nothing for the record to serve." if default == "live" else None,
     )
     injections = st.text_area(
-        "Injected results (one NAME=RESULT per line)", key=f"{prefix}:inject", placeholder="search=[]"
+        "Injected results (one NAME=RESULT per line)",
+        key=f"{prefix}:inject",
+        placeholder="search=[]",
+        disabled=off,
+        height=68,
     )
-    clicked = st.form_submit_button("Re-run the agent", key=f"{prefix}:rerun")
-    return RerunChoice(clicked, str(default), str(unserved), injections)
+    return RerunSettings(why_not, str(default), str(unserved), injections)
 
 
 def replay_form(found: Materialized) -> tuple[bool, Overrides, RunSettings, RerunChoice]:
-    """The edits, parameters, endpoint and sample counts; which button was clicked."""
+    """The settings, then the edits and parameters; which button was clicked."""
     prefix = f"{found.context_id}:{found.index}"
     texts: dict[int, str] = {}
     drops: list[int] = []
+    st.subheader("Edit and run")
+    base_url = st.text_input(
+        "Endpoint base URL", value=os.environ.get("OPENAI_BASE_URL", ""), key="replay_base_url"
+    )
+    replay_column, rerun_column = st.columns(2, gap="large")
+    with replay_column, st.container(border=True):
+        settings = replace(run_inputs(), base_url=base_url.strip())
+    with rerun_column, st.container(border=True):
+        again = rerun_settings(found, prefix)
+    states = setting_states(settings.samples, bool(settings.unchanged), settings.base_url)
     with st.form(f"replay_form:{prefix}"):
-        st.subheader("Edit and run")
+        st.caption("What to change: Run and Re-run both send the request with these edits.")
         with st.expander(f"Messages of the request ({len(found.messages)})", expanded=False):
             for index, message in enumerate(found.messages):
                 text, dropped = edit_message(prefix, index, message)
@@ -266,11 +377,24 @@ def replay_form(found: Materialized) -> tuple[bool, Overrides, RunSettings, Reru
         if original_prompt is not None:
             system_prompt = st.text_area("System prompt", value=original_prompt, key=f"{prefix}:system")
         model, temperature, seed, max_tokens = parameter_inputs(prefix, found.parameters)
-        settings = run_inputs()
-        clicked = st.form_submit_button("Run", type="primary")
-        again = rerun_inputs(found, prefix)
+        run_column, rerun_button_column = st.columns(2, gap="large")
+        clicked = run_column.form_submit_button(
+            "Run",
+            type="primary",
+            disabled=states.run is not None,
+            help=states.run or "Send this one request again, as many times as Samples says.",
+        )
+        rerun_clicked = rerun_button_column.form_submit_button(
+            "Re-run the agent",
+            key=f"{prefix}:rerun",
+            disabled=again.why_not is not None or states.run is not None,
+            help=again.why_not or states.run or "Run the agent's whole loop again from this message.",
+        )
+        if states.run is not None:
+            st.caption(states.run)
     overrides = overrides_from_form(found, texts, drops, system_prompt, model, temperature, seed, max_tokens)
-    return clicked, overrides, settings, again
+    choice = RerunChoice(rerun_clicked, again.default, again.unserved, again.injections)
+    return clicked, overrides, settings, choice
 
 
 # ── running ────────────────────────────────────────────────────────────────────────
@@ -284,8 +408,9 @@ def run_batch(
     overrides: Overrides,
     settings: RunSettings,
     shown_hash: str,
-) -> Batch:
-    """Run the replay from a fresh load of the session (the cached copy is never written)."""
+) -> None:
+    """Run the replay from a fresh load of the session (the cached copy is never written);
+    the runs are saved as forks, which the page reads back."""
     samples, unchanged, concurrency = settings.samples, settings.unchanged, settings.concurrency
     store = Store(root)
     session = store.load_session(session_uuid, require_active=False)
@@ -303,7 +428,7 @@ def run_batch(
 
         return update
 
-    runs = replay(
+    replay(
         store,
         session,
         found,
@@ -313,9 +438,8 @@ def run_batch(
         concurrency=concurrency,
         on_progress=progress(0),
     )
-    noise_runs: list[ReplayRun] = []
     if unchanged:
-        noise_runs = replay(
+        replay(
             store,
             session,
             found,
@@ -324,29 +448,46 @@ def run_batch(
             samples=unchanged,
             concurrency=concurrency,
             on_progress=progress(samples),
-            label="noise band",
+            label=NOISE_LABEL,
         )
-    return Batch(endpoint.base_url, overrides, runs, noise_runs)
 
 
 # ── showing runs ───────────────────────────────────────────────────────────────────
 
 
-def show_output_diff(diff: OutputDiff) -> None:
-    """Word diff as marked text and as a table, tool-call diff as JSON, usage deltas."""
+def show_output_diff(diff: OutputDiff, a: Output, b: Output, names: tuple[str, str]) -> None:
+    """What differs in sentences, the word diff of the whole outputs (tool calls as text),
+    the raw DeepDiff of the tool calls for experts, and the usage deltas."""
+    st.markdown(f"**How {escape_markdown(names[1])} differs from {escape_markdown(names[0])}**")
+    st.text("\n".join(f"• {sentence}" for sentence in output_sentences(a, b, names)))
     st.text(f"distance {diff.distance}  {'identical' if diff.identical else 'different'}")
-    st.text(marked_words(diff.words) or "(both empty)")
+    st.caption(
+        escape_markdown("Word by word, tool calls as text: [-only in the first-] {+only in the second+}")
+    )
+    st.text(marked_output(a, b))
     with st.expander("Word runs", expanded=False):
-        st.dataframe(word_table(diff.words), hide_index=True)
+        st.dataframe(word_table(output_words(a, b)), hide_index=True)
     if diff.tool_calls:
-        st.text("tool calls differ:")
-        st.json(diff.tool_calls, expanded=2)
+        with st.expander("Raw tool-call diff (DeepDiff)", expanded=False):
+            st.json(diff.tool_calls, expanded=2)
     deltas = delta_table(diff)
     if not deltas.empty:
+        st.caption(escape_markdown(f"Usage and latency: {names[1]} minus {names[0]}"))
         st.dataframe(deltas, hide_index=True)
 
 
-def show_run(root: str, session_uuid: str, run: ReplayRun, diff: OutputDiff | None, kind: str) -> None:
+def side_by_side(a: Output, b: Output, titles: tuple[str, str]) -> None:
+    """Two outputs in two columns, ``a`` on the left."""
+    left, right = st.columns(2)
+    for column, output, title in ((left, a, titles[0]), (right, b, titles[1])):
+        with column:
+            st.markdown(f"**{escape_markdown(title)}**")
+            show_output(output)
+
+
+def show_run(
+    root: str, session_uuid: str, run: ReplayRun, original: Output, diff: OutputDiff | None, kind: str
+) -> None:
     with st.container(border=True):
         st.text(f"{kind} sample {run.sample}  fork {run.fork_id}")
         st.page_link(
@@ -356,18 +497,19 @@ def show_run(root: str, session_uuid: str, run: ReplayRun, diff: OutputDiff | No
             query_params={"store": root, "session": session_uuid, "context": run.fork_id},
         )
         if not run.ok:
-            st.error(escape_markdown(f"sample {run.sample} failed: {run.error}"))
+            st.warning(escape_markdown(f"sample {run.sample} failed: {run.error}"))  # a run of the past
             return
-        show_output(Output.of(run.output, run.usage, run.latency_s))
+        output = run_output(run)
+        side_by_side(original, output, ("Original", f"This run (sample {run.sample})"))
         if diff is not None:
-            st.text("diff against the original output:")
-            show_output_diff(diff)
+            show_output_diff(diff, original, output, ORIGINAL_AND_RUN)
 
 
 def show_batch(root: str, session_uuid: str, number: int, batch: Batch, original: Output) -> None:
-    st.subheader(f"Run {number}")
-    st.text(f"endpoint {batch.base_url}")
-    st.json(batch.overrides.as_dict() or {"overrides": "none (the original request)"}, expanded=1)
+    st.subheader(escape_markdown(batch_title(number, batch)))
+    st.text(batch_line(batch))
+    with st.expander("Overrides sent", expanded=False):
+        st.json(batch.overrides.as_dict() or {"overrides": "none (the original request)"}, expanded=1)
     st.dataframe(run_table(batch, original), hide_index=True)
     band = batch_noise_band(batch)
     if band is not None:
@@ -384,49 +526,61 @@ def show_batch(root: str, session_uuid: str, number: int, batch: Batch, original
         )
     diffs = run_diffs(batch, original)
     for run in batch.runs:
-        show_run(root, session_uuid, run, diffs.get(run.fork_id), "run")
+        show_run(root, session_uuid, run, original, diffs.get(run.fork_id), "run")
     for run in batch.noise_runs:
-        show_run(root, session_uuid, run, diffs.get(run.fork_id), "unchanged")
+        show_run(root, session_uuid, run, original, diffs.get(run.fork_id), "unchanged")
+
+
+def show_saved_runs(root: str, session: Session, found: Materialized, saved: list[SavedRun]) -> None:
+    """The runs of this message the store keeps, newest batch first."""
+    batches = batches_from_saved(saved)
+    if not batches:
+        return
+    st.header("Runs of this message")
+    original = original_output(session, found)
+    shown = list(enumerate(batches, start=1))[-MOST_BATCHES_SHOWN:]
+    for number, batch in reversed(shown):
+        show_batch(root, session.uuid, number, batch, original)
+    if len(batches) > len(shown):
+        st.caption(
+            f"{len(batches) - len(shown)} older runs of this message are not shown here; "
+            "their forks are in the fork tree."
+        )
 
 
 def show_replay(root: str) -> None:
-    """The Replay tab: pick, verify, edit, run, and the runs kept for this message."""
+    """The Replay tab: pick, verify, edit, run, and the runs saved for this message."""
     report_unknown_session(root)
     session = selected_session(root)
     context = selected_context(session)
-    index = pick_message(context)
-    try:
-        found = materialize(session, context, index)
-    except SoapError as exc:
-        show_error_and_stop(exc)
+    calls = call_log(session)
+    index, found = pick_message(session, context, calls)
     show_found(session, found)
+    runs = saved_runs(session, found.context_id, found.index, message_id=found.message_id, calls=calls)
+    reruns = saved_reruns(session, found.context_id, found.index, message_id=found.message_id, calls=calls)
+    kept = saved_line(len(batches_from_saved(runs)), len(reruns))
+    if kept:
+        st.caption(kept)
     clicked, overrides, settings, again = replay_form(found)
-    batches: dict[str, list[Batch]] = st.session_state.setdefault(BATCHES_KEY, {})
-    key = batch_key(root, session.uuid, found)
-    reruns: dict[str, list[tuple[RerunResult, BranchDiff]]] = st.session_state.setdefault(RERUNS_KEY, {})
+    fresh: dict[str, RerunResult] = st.session_state.setdefault(RERUNS_KEY, {})
     if again.clicked:
         if not settings.base_url:
             st.error("No endpoint: enter the base URL of an OpenAI-compatible server.")
             st.stop()
-        reruns.setdefault(key, []).append(run_rerun(root, session.uuid, found, overrides, settings, again))
-        st.rerun()
-    for number, (result, diff) in reversed(list(enumerate(reruns.get(key, []), start=1))):
-        show_rerun(number, result, diff)
-        continue_form(root, session.uuid, result, settings.base_url)
+        result = run_rerun(root, session.uuid, found, overrides, settings, again)
+        fresh[result.fork_id] = result
+        st.rerun()  # the branch is in the store now: the page reads it back with the rest
+    show_saved_reruns(root, session, reruns, calls, fresh, settings.base_url)
     if clicked:
         if not settings.base_url:
             st.error("No endpoint: enter the base URL of an OpenAI-compatible server.")
             st.stop()
         try:
-            batch = run_batch(root, session.uuid, context.id, index, overrides, settings, found.request_hash)
+            run_batch(root, session.uuid, context.id, index, overrides, settings, found.request_hash)
         except SoapError as exc:
             show_error_and_stop(exc)
-        batches.setdefault(key, []).append(batch)
-        st.rerun()  # the new forks change the store signature: the pickers read them afresh
-    original = original_output(session, found)
-    kept = batches.get(key, [])
-    for number, batch in reversed(list(enumerate(kept, start=1))):
-        show_batch(root, session.uuid, number, batch, original)
+        st.rerun()  # the new forks change the store signature: the page reads them afresh
+    show_saved_runs(root, session, found, runs)
 
 
 def run_rerun(
@@ -436,7 +590,7 @@ def run_rerun(
     overrides: Overrides,
     settings: RunSettings,
     again: RerunChoice,
-) -> tuple[RerunResult, BranchDiff]:
+) -> RerunResult:
     """The re-run from a fresh load of the session (the cached copy is never written)."""
     store = Store(root)
     session = store.load_session(session_uuid, require_active=False)
@@ -458,15 +612,47 @@ def run_rerun(
             on_step=step,
         )
         bar.progress(1.0, text=f"Re-ran the agent: {len(result.calls)} model calls")
-        return result, diff_rerun(store.load_session(session_uuid), result)
+        return result
     except SoapError as exc:
         show_error_and_stop(exc)
 
 
-def show_rerun(number: int, result: RerunResult, diff: BranchDiff) -> None:
+def show_saved_reruns(
+    root: str,
+    session: Session,
+    saved: list[SavedRerun],
+    calls: CallLog,
+    fresh: dict[str, RerunResult],
+    base_url: str,
+) -> None:
+    """The re-runs of the agent from this message the store keeps, newest first. A re-run
+    made in this browser session also says how each tool call was served (``fresh``)."""
+    if not saved:
+        return
+    st.header("Re-runs of the agent from this message")
+    numbered = list(enumerate(saved, start=1))
+    for number, kept in reversed(numbered[-MOST_BATCHES_SHOWN:]):
+        result = fresh.get(kept.result.fork_id, kept.result)  # the run's own account, when it was here
+        try:
+            diff = diff_saved_rerun(session, result, calls)
+        except (KeyError, SoapError) as exc:
+            st.error(escape_markdown(f"re-run {number} (fork {kept.result.fork_id}): {exc}"))
+            continue
+        show_rerun(number, kept, result, diff)
+        continue_form(root, session.uuid, result, base_url)
+    if len(numbered) > MOST_BATCHES_SHOWN:
+        st.caption(
+            f"{len(numbered) - MOST_BATCHES_SHOWN} older re-runs are not shown; they are in the fork tree."
+        )
+
+
+def show_rerun(number: int, kept: SavedRerun, result: RerunResult, diff: BranchDiff) -> None:
     """One re-run: how it ended, what answered its tools, and its branch beside the original."""
-    st.subheader(f"Re-run {number}")
-    lines = rerun_lines(result, diff)
+    st.subheader(escape_markdown(f"Re-run {number}: {overrides_summary(kept.overrides)}"))
+    when = when_text(kept.started_at)
+    if kept.label or when:
+        st.text(", ".join(x for x in (kept.label and f"label {kept.label}", when and f"started {when}") if x))
+    lines = rerun_lines(result, diff, kept.tools if not result.tools else None)
     if result.ok:
         st.text(lines[1])
     else:
@@ -551,7 +737,9 @@ def show_diff(root: str) -> None:
     st.text(f"B: context {b.context.id} of {b.session.role} / {b.session.uuid}")
     if a.names_output and b.names_output:
         st.subheader("Outputs")
-        show_output_diff(diff_outputs(output_of_reference(a), output_of_reference(b)))
+        a_output, b_output = output_of_reference(a), output_of_reference(b)
+        side_by_side(a_output, b_output, (f"A: {a_ref}", f"B: {b_ref}"))
+        show_output_diff(diff_outputs(a_output, b_output), a_output, b_output, ("A", "B"))
     elif a.names_output or b.names_output:
         st.text(
             "Only one reference names an output (CONTEXT@INDEX or a replay run): comparing contexts only."
@@ -559,7 +747,11 @@ def show_diff(root: str) -> None:
     st.subheader("Contexts")
     diff = diff_contexts(a.context, b.context)
     st.text(divergence_text(diff))
-    st.dataframe(context_diff_table(diff), hide_index=True)
+    st.dataframe(
+        context_diff_table(diff),
+        hide_index=True,
+        column_config={"changes": st.column_config.TextColumn(width="large")},
+    )
 
 
 st.title("Replay & diff")

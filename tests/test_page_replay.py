@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from importers.openpoke import import_openpoke
 from replay import (
     REPLAY_KEY,
     Output,
@@ -25,26 +26,42 @@ from replay import (
     diff_outputs,
     materialize,
     noise_band,
+    replay,
     request_differences,
 )
 from replay._refs import resolve_reference
-from soap_core import Context, Session, Store
-from soap_core.runtime.local_model import LocalModelServer
-from tests.conftest import PARENT_ID, SESSION_UUID, SOAP_FIXTURE, snapshot
+from soap_core import Context, Session, SoapError, Store
+from soap_core.runtime import LLMEndpoint
+from soap_core.runtime.local_model import LocalModelServer, free_port
+from tests.conftest import CHILD_ID, PARENT_ID, SESSION_UUID, SOAP_FIXTURE, edit_json, snapshot
 from tests.workbench_store import XSS
+from workbench.output_diff_views import call_texts, marked_output, output_sentences
 from workbench.replay_views import (
     Batch,
     RunSettings,
     assistant_indices,
+    batch_line,
+    batch_title,
     divergence_text,
     editable_text,
     marked_words,
     message_label,
+    named_message,
+    nothing_replayable,
+    opening_note,
     overrides_from_form,
+    overrides_summary,
+    replay_candidates,
+    replayable_default,
     run_table,
+    saved_line,
+    setting_states,
+    tool_modes_text,
 )
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
+OPENPOKE_SHORT = Path(__file__).parent / "fixtures" / "openpoke" / "short"
+OPENPOKE_LONG = Path(__file__).parent / "fixtures" / "openpoke" / "long"
 PAGE = "pages/replay.py"
 ACTIVE = "e7c40f19-2a6b-4d35-8e91-7b03a5c6d2f4"
 
@@ -87,13 +104,26 @@ def json_values(at: AppTest) -> list[Any]:
     return [json.loads(element.value) for element in at.json]
 
 
+def shows_output(at: AppTest, output: Output) -> bool:
+    """Whether the page shows the output: its text as text, each tool call as code."""
+    codes = [c.value for c in at.code]
+    text_shown = not output.text or as_shown(output.text) in texts(at)
+    return text_shown and all(call in codes for call in call_texts(output))
+
+
+def noise_order(noise: list[Context]) -> Any:
+    """Sorts fork ids as the page lists unchanged samples: by sample number."""
+    sample = {c.id: c.extra[REPLAY_KEY]["sample"] for c in noise}
+    return sample.__getitem__
+
+
 def replay_forks(session: Session) -> list[Context]:
     return [c for c in session.contexts.values() if REPLAY_KEY in c.extra]
 
 
 def run_page(at: AppTest, base_url: str, **inputs: str) -> AppTest:
     """Type the endpoint (and text-area edits by label), click Run, and wait for the runs."""
-    at.text_input(key="replay_base_url").input(base_url)
+    at.text_input(key="replay_base_url").input(base_url).run()  # Run is enabled by an endpoint
     for label, value in inputs.items():
         [area] = [a for a in at.text_area if a.label == label.replace("_", " ")]
         area.input(value)
@@ -185,6 +215,104 @@ class TestTheRequest:
         assert not any("<script>" in m.value for m in at.markdown)
 
 
+def with_an_unsendable_last_request(store: Path) -> None:
+    """Two messages appended to the fixture's active context: a tool listing peteos's
+    adapter cannot send (a parameter that is a number), then an answer. That answer's
+    request cannot be rebuilt; the one before it still can."""
+    path = store / "agents" / "HelloPete" / SESSION_UUID / f"{CHILD_ID}.json"
+
+    def append(data: Any) -> None:
+        listing = {**data["messages"][2], "id": "a1111111-0000-4000-8000-000000000001", "role": "tool"}
+        listing["content"] = [{"type": "tool", "name": "x", "description": "", "parameters": {"p": 5}}]
+        answer = {**data["messages"][5], "id": "a1111111-0000-4000-8000-000000000002"}
+        data["messages"] += [listing, answer]
+        data["anchor_points"] = [[n, 8 if e == 6 else e] for n, e in data["anchor_points"]]
+
+    edit_json(path, append)
+
+
+class TestOpening:
+    def test_the_page_opens_on_the_last_message_it_can_replay(self, store_copy: Path) -> None:
+        with_an_unsendable_last_request(store_copy)
+        at = open_replay(store_copy, session=SESSION_UUID)
+        assert at.selectbox(key=f"message_picker:{ACTIVE}").value == 5
+        assert not at.error
+        assert any("#7 cannot be replayed" in c.value.replace("\\", "") for c in at.caption)
+        found = materialize(Store(store_copy).load_session(SESSION_UUID), ACTIVE, 5)
+        assert found.request in json_values(at)
+
+    def test_a_linked_message_that_cannot_be_replayed_says_why(self, store_copy: Path) -> None:
+        with_an_unsendable_last_request(store_copy)
+        at = open_replay(store_copy, session=SESSION_UUID, message="7")
+        [error] = at.error
+        shown = error.value.replace("\\", "")
+        assert "Message #7 cannot be replayed" in shown and "tool parameter 'p' must be a string" in shown
+        assert at.selectbox(key=f"message_picker:{ACTIVE}").value == 7
+
+
+class TestAnOpenPokeImport:
+    """An imported OpenPoke log keeps no requests: they are rebuilt at the entries the
+    interaction agent answered, so those are what the page offers and opens on."""
+
+    def test_the_interaction_session_opens_on_its_last_answered_entry(self, tmp_path: Path) -> None:
+        report = import_openpoke(OPENPOKE_SHORT, tmp_path / "store")
+        session = Store(tmp_path / "store").load_session(report.interaction_session or "")
+        context = session.active_context
+        offered = replay_candidates(session, context)
+        assert offered and all(context.messages[i].role != "assistant" for i in offered)
+        at = open_replay(tmp_path / "store", session=session.uuid)
+        assert not at.error, [e.value for e in at.error]
+        assert at.selectbox(key=f"message_picker:{context.id}").value == offered[-1]
+        found = materialize(session, context, offered[-1])
+        assert found.source == "openpoke" and found.request in json_values(at)
+
+    def test_an_execution_session_says_why_nothing_can_be_replayed(self, tmp_path: Path) -> None:
+        report = import_openpoke(OPENPOKE_LONG, tmp_path / "store")
+        [execution, *_] = report.execution_sessions.values()
+        at = open_replay(tmp_path / "store", session=execution)
+        assert not at.error
+        assert any(
+            "execution agent's requests cannot be rebuilt" in i.value.replace("\\", "") for i in at.info
+        )
+
+
+class TestSettingsThatDoNotApply:
+    def test_concurrency_and_k_apply_only_to_several_samples_and_a_noise_band(
+        self, workbench_store: Path
+    ) -> None:
+        session = analyst(workbench_store)
+        at = open_replay(workbench_store, session=session.uuid)
+
+        def disabled() -> dict[str, bool]:
+            return {
+                n.label: n.disabled
+                for n in at.number_input
+                if n.label in ("Concurrency", "Unchanged samples (K)")
+            }
+
+        assert disabled() == {"Concurrency": True, "Unchanged samples (K)": True}
+        at.number_input(key="replay_samples").set_value(3).run()
+        assert disabled() == {"Concurrency": False, "Unchanged samples (K)": True}
+        at.number_input(key="replay_samples").set_value(1).run()
+        at.checkbox(key="replay_measure_noise").check().run()
+        assert disabled() == {"Concurrency": False, "Unchanged samples (K)": False}
+        assert not at.exception
+
+    def test_the_reasons_are_the_ones_the_views_give(self) -> None:
+        states = setting_states(1, False, "")
+        assert states.concurrency and states.unchanged and states.run
+        assert setting_states(2, True, "http://x/v1") == type(states)(None, None, None)
+
+    def test_the_unserved_choice_is_off_when_every_tool_runs_live(self, workbench_store: Path) -> None:
+        session = analyst(workbench_store)
+        at = open_replay(workbench_store, session=session.uuid)
+        found = materialize(session, session.active_context_id, -1)
+        prefix = f"{found.context_id}:{found.index}"
+        assert not at.radio(key=f"{prefix}:unserved").disabled
+        at.radio(key=f"{prefix}:tools").set_value("live").run()
+        assert at.radio(key=f"{prefix}:unserved").disabled
+
+
 class TestBadInput:
     def test_without_a_session_it_asks_for_one(self) -> None:
         at = open_replay(SOAP_FIXTURE)
@@ -198,14 +326,15 @@ class TestBadInput:
         at = open_replay(SOAP_FIXTURE, session=SESSION_UUID, context="ffffffff")
         assert at.error
 
-    def test_running_without_an_endpoint_is_an_error(self, writable_store: Path) -> None:
+    def test_without_an_endpoint_run_is_disabled_and_says_why(self, writable_store: Path) -> None:
         session = analyst(writable_store)
         at = open_replay(writable_store, session=session.uuid)
         [run] = [b for b in at.button if b.label == "Run"]
-        run.click().run()
-        assert not at.exception
-        assert any("No endpoint" in e.value for e in at.error)
+        assert run.disabled
+        assert any("Enter the endpoint's base URL" in c.value for c in at.caption)
         assert len(replay_forks(analyst(writable_store))) == 1  # only the store's own replay fork
+        at.text_input(key="replay_base_url").input("http://127.0.0.1:1/v1").run()
+        assert not next(b for b in at.button if b.label == "Run").disabled
 
 
 class TestRunningAgainstTheLocalModel:
@@ -224,7 +353,7 @@ class TestRunningAgainstTheLocalModel:
         assert record["of_context"] == session.active_context_id and record["overrides"] == {}
         output = fork.messages[-1]
         assert output.role == "assistant"
-        assert as_shown(output.text()) in texts(at)
+        assert shows_output(at, Output.of(output))
         assert f"run sample 0  fork {fork.id}" in texts(at)
         picker = at.selectbox(key="context_picker").options
         assert any(label.startswith(fork.id) for label in picker)  # the cache did not hide the fork
@@ -232,7 +361,7 @@ class TestRunningAgainstTheLocalModel:
         assert {name: now[name] for name in before} == before  # every original file to the byte
 
         at.run()  # a rerun keeps the runs
-        assert as_shown(output.text()) in texts(at)
+        assert f"run sample 0  fork {fork.id}" in texts(at)
 
     def test_an_edited_run_shows_its_diff_against_the_original(
         self, writable_store: Path, llm_server: LocalModelServer
@@ -252,11 +381,23 @@ class TestRunningAgainstTheLocalModel:
         assert fork.messages[edited].text() == "Say hello to the team."
         assert {"edits": {str(edited): "Say hello to the team."}} in json_values(at)
         original = after.contexts[found.context_id].messages[found.index]
-        diff = diff_outputs(Output.of(original), Output.of(fork.messages[-1]))
-        assert as_shown(marked_words(diff.words)) in texts(at)
+        a, b = Output.of(original), Output.of(fork.messages[-1])
+        diff = diff_outputs(a, b)
+        assert as_shown(marked_output(a, b)) in texts(at)
+        assert "\n".join(f"• {s}" for s in output_sentences(a, b)) in texts(at)
         assert f"distance {diff.distance}  {'identical' if diff.identical else 'different'}" in texts(at)
-        [table] = [d.value for d in at.dataframe if "fork" in d.value.columns]
+        [table] = [
+            d.value for d in at.dataframe if "fork" in d.value.columns and fork.id in d.value["fork"].tolist()
+        ]
         assert table["fork"].tolist() == [fork.id] and table["distance"].tolist() == [diff.distance]
+
+        later = open_replay(writable_store, timeout=120, session=session.uuid)  # a reload: a new session
+        assert saved_line(2, 0) in [c.value for c in later.caption]  # the store's own run, and this one
+        assert f"run sample 0  fork {fork.id}" in texts(later)
+        assert as_shown(marked_output(a, b)) in texts(later)
+        assert {"edits": {str(edited): "Say hello to the team."}} in json_values(later)
+        [heading] = [h.value for h in later.subheader if h.value.startswith("Run 2")]
+        assert f"#{edited} edited" in heading.replace("\\", "")
 
     def test_the_noise_band_is_measured_over_unchanged_samples(
         self, writable_store: Path, llm_server: LocalModelServer
@@ -264,7 +405,7 @@ class TestRunningAgainstTheLocalModel:
         session = analyst(writable_store)
         forks_before = {c.id for c in replay_forks(session)}
         at = open_replay(writable_store, timeout=120, session=session.uuid)
-        at.checkbox(key="replay_measure_noise").check()
+        at.checkbox(key="replay_measure_noise").check().run()  # K applies once the box is checked
         [unchanged] = [n for n in at.number_input if n.label == "Unchanged samples (K)"]
         unchanged.set_value(2)
         run_page(at, llm_server.base_url)
@@ -282,10 +423,25 @@ class TestRunningAgainstTheLocalModel:
             f"distance min {figures['distance_min']} median {figures['distance_median']} "
             f"max {figures['distance_max']}"
         ) in texts(at)
-        [table] = [d.value for d in at.dataframe if "noise band" in d.value.columns]
+        [table] = [
+            d.value
+            for d in at.dataframe
+            if "noise band" in d.value.columns and runs[0].id in d.value["fork"].tolist()
+        ]  # the batch this click made, with its unchanged samples
         assert table["kind"].tolist() == ["run", "unchanged", "unchanged"]
+        assert table["fork"].tolist() == [runs[0].id, *sorted((c.id for c in noise), key=noise_order(noise))]
         [run_row] = table[table["kind"] == "run"].to_dict("records")
         assert run_row["noise band"] == ("inside" if band.contains(run_row["distance"]) else "outside")
+
+    def test_a_run_whose_endpoint_refused_is_listed_with_its_error(self, writable_store: Path) -> None:
+        session = analyst(writable_store)
+        found = materialize(session, session.active_context_id, -1)
+        nobody = LLMEndpoint(f"http://127.0.0.1:{free_port()}/v1", max_retries=0, timeout=5)
+        [run] = replay(Store(writable_store), session, found, nobody)
+        at = open_replay(writable_store, session=session.uuid)
+        [warning] = [w.value for w in at.warning if "failed" in w.value]
+        assert "sample 0 failed" in warning.replace("\\", "") and not at.error
+        assert f"run sample 0  fork {run.fork_id}" in texts(at)
 
 
 class TestDiffSection:
@@ -307,9 +463,25 @@ class TestDiffSection:
         store = Store(workbench_store)
         a, b = resolve_reference(store, f"{active}@8"), resolve_reference(store, fork.id)
         at = open_replay(workbench_store, diff_a=f"{active}@8", diff_b=fork.id)
-        diff = diff_outputs(Output.of(a.message), Output.of(b.message))
-        assert as_shown(marked_words(diff.words)) in texts(at)
+        assert as_shown(marked_output(Output.of(a.message), Output.of(b.message))) in texts(at)
         assert divergence_text(diff_contexts(a.context, b.context)) in texts(at)
+
+    def test_a_tool_call_against_a_text_answer_is_phrased_never_both_empty(
+        self, workbench_store: Path
+    ) -> None:
+        session = analyst(workbench_store)
+        active = session.active_context
+        call = max(i for i, m in enumerate(active.messages) if m.role == "assistant" and m.tool_uses())
+        [fork] = replay_forks(session)
+        at = open_replay(workbench_store, diff_a=f"{active.id}@{call}", diff_b=fork.id)
+        a = Output.of(active.messages[call])
+        b = Output.of(fork.messages[-1])
+        assert a.tool_calls and not a.text and b.text  # the original only calls a tool
+        sentences = "\n".join(f"• {s}" for s in output_sentences(a, b, ("A", "B")))
+        assert sentences in texts(at) and "tool call 1 count_errors removed (was count_errors())" in sentences
+        assert not any("both empty" in t for t in texts(at))
+        assert all(call in [c.value for c in at.code] for call in call_texts(a))
+        assert [m.value for m in at.markdown if m.value.startswith("**A")]  # the two sides, headed
 
     def test_the_fixture_contexts_are_diffed(self) -> None:
         at = open_replay(SOAP_FIXTURE, diff_a=PARENT_ID, diff_b=ACTIVE)
@@ -370,3 +542,88 @@ class TestFormValues:
             }
         ]
         assert RunSettings("u").unchanged == 0
+
+
+class TestOpeningRule:
+    def test_a_message_parameter_names_an_index_only_in_ascii_digits(self) -> None:
+        assert named_message([3, 5], " 5 ") == 5
+        assert named_message([3, 5], "²") is None and named_message([3, 5], "x") is None
+        assert named_message([3, 5], None) is None and named_message([3, 5], "4") is None
+
+    def test_an_odd_message_parameter_is_reported_not_raised(self) -> None:
+        at = open_replay(SOAP_FIXTURE, session=SESSION_UUID, message="²")
+        assert at.warning and at.selectbox(key=f"message_picker:{ACTIVE}").value == 5
+
+    def test_the_last_message_that_materializes_is_opened_and_the_skipped_ones_named(self) -> None:
+        found = materialize(Store(SOAP_FIXTURE).load_session(SESSION_UUID), ACTIVE, 5)
+
+        def rebuild(index: int) -> Any:
+            if index > 5:
+                raise SoapError(f"message {index} cannot be sent")
+            return found
+
+        opening = replayable_default([3, 5, 7, 9], rebuild)
+        assert (opening.index, opening.found) == (5, found)
+        assert opening.failures == ((9, "message 9 cannot be sent"), (7, "message 7 cannot be sent"))
+        assert opening_note(opening) == (
+            "Opened on message #5, the last one whose request can be rebuilt: "
+            "#9, #7 cannot be replayed (message 9 cannot be sent)."
+        )
+        assert opening_note(replayable_default([5], rebuild)) is None
+
+    def test_with_nothing_replayable_the_last_message_is_opened_to_say_why(self) -> None:
+        def never(index: int) -> Any:
+            raise SoapError("no")
+
+        opening = replayable_default(list(range(20)), never, tries=3)
+        assert (opening.index, opening.found, len(opening.failures)) == (19, None, 3)
+        assert opening_note(opening) is None
+        assert nothing_replayable(opening) == (
+            "None of the last 3 assistant messages of this context can be replayed; message #19: no"
+        )
+
+
+class TestBatchWords:
+    def test_a_batch_is_named_by_what_it_changed_when_and_where(self) -> None:
+        batch = Batch(
+            "http://127.0.0.1:8080/v1",
+            Overrides(temperature=0.7, edits={5: "x", 3: "y"}, drops=(2,)),
+            [ReplayRun("f1", "c1", 0, {}, "h", {})],
+            [ReplayRun("f2", "c2", 0, {}, "h", {}), ReplayRun("f3", "c3", 1, {}, "h", {})],
+            started_at="2026-12-01T18:40:12.123456+00:00",
+        )
+        assert batch_title(2, batch) == "Run 2: messages #3, #5 edited; message #2 dropped; temperature 0.7"
+        assert batch_line(batch) == (
+            "1 sample and 2 unchanged against http://127.0.0.1:8080/v1, started 2026-12-01 18:40:12 UTC"
+        )
+        assert batch_title(1, Batch("", Overrides(), [], label="drift none at call 3")) == (
+            "Run 1 (drift none at call 3): nothing changed (the original request)"
+        )
+        assert overrides_summary(Overrides(system_prompt="", model="m", max_tokens=4)) == (
+            "system prompt replaced; model m; max tokens 4"
+        )
+
+    def test_what_the_store_keeps_is_said_under_the_request(self) -> None:
+        assert (
+            saved_line(2, 1) == "The store keeps 2 runs and 1 re-run of this message, listed below the form."
+        )
+        assert saved_line(1, 0) == "The store keeps 1 run of this message, listed below the form."
+        assert saved_line(0, 0) is None
+
+    def test_saved_tool_modes_read_as_words(self) -> None:
+        assert tool_modes_text(
+            {"default": "recorded", "per_tool": {}, "injected": {}, "unserved": "stop"}
+        ) == ("recorded by default; calls the record cannot serve: stop")
+        assert tool_modes_text(
+            {"default": "live", "per_tool": {"search": "recorded"}, "injected": {"a": 1}}
+        ) == ("live by default; search recorded; injected a")
+
+
+def test_every_session_of_the_demo_store_opens_on_a_message_it_can_replay(demo_store: Path) -> None:
+    """The issue saw the page open on a red error: on every session of the demo, with no
+    message named, it opens without an error (on a replayable message, or saying why
+    there is none as a warning)."""
+    for summary in Store(demo_store).sessions():
+        at = open_replay(demo_store, timeout=120, session=summary.uuid)
+        assert not at.error, (summary.role, [e.value for e in at.error])
+        assert any(a.label == "Message" for a in at.selectbox) or at.info, summary.role

@@ -13,7 +13,7 @@ from tests.test_rerun import FIRST_ANSWER, bought
 
 
 def click_rerun(at, base_url: str, **areas: str):  # type: ignore[no-untyped-def]
-    at.text_input(key="replay_base_url").input(base_url)
+    at.text_input(key="replay_base_url").input(base_url).run()  # the button needs an endpoint
     for label, value in areas.items():
         [area] = [a for a in at.text_area if a.label.startswith(label)]
         area.input(value)
@@ -43,6 +43,15 @@ def test_the_replay_page_reruns_the_agent_and_shows_both_branches_step_by_step(t
     assert table["original"].tolist()[0] == 'add_item({"item":"pear"})'
     after = snapshot(store.root)
     assert {k: after[k] for k in before} == before
+
+    later = open_app_page(store.root, "replay", session=session.uuid, message=str(FIRST_ANSWER))  # a reload
+    shown = [t.value for t in later.text]
+    assert 'answer: "done again"' in shown
+    assert any("tools: answered recorded by default" in t for t in shown)  # the modes it ran with
+    assert any(t.startswith("first divergence: turn 2") for t in shown)
+    [again] = [d.value for d in later.dataframe if "re-run" in d.value.columns]
+    assert again["status"].tolist() == ["equal", "changed"]
+    assert any(h.value.replace("\\", "").startswith("Re-run 1: nothing changed") for h in later.subheader)
     reloaded = Store(store.root).load_session(session.uuid)
     assert (
         sum(1 for c in reloaded.contexts.values() if c.extra.get(REPLAY_KEY, {}).get("kind") == "rerun") == 1
@@ -65,8 +74,11 @@ def test_an_injected_result_from_the_page_goes_into_the_branch(tmp_path: Path) -
 def test_a_message_without_an_invocation_record_says_why_it_cannot_be_rerun() -> None:
     fixture = Path(__file__).resolve().parent / "fixtures" / "soap"
     at = open_app_page(fixture, "replay", session="20250611-3f0c", message="5")
-    assert not [b for b in at.button if b.label == "Re-run the agent"]
-    assert any("needs a session our runtime wrote" in c.value for c in at.caption)
+    [button] = [b for b in at.button if b.label == "Re-run the agent"]
+    assert button.disabled and "needs a session our runtime wrote" in button.help
+    assert any("needs a session our runtime wrote" in c.value.replace("\\", "") for c in at.caption)
+    assert all(r.disabled for r in at.radio)  # the tool modes do not apply either
+    assert next(a for a in at.text_area if a.label.startswith("Injected results")).disabled
 
 
 def test_each_model_output_on_the_context_page_links_to_its_replay_and_rerun(tmp_path: Path) -> None:

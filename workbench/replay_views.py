@@ -1,19 +1,22 @@
 """What the Replay & diff page shows and sends, computed without Streamlit.
 
-The page turns form values into :class:`replay.Overrides`, keeps each click of Run as a
-:class:`Batch`, and shows diffs as tables and marked text; all of that is here, so a
-test can compute exactly what the page should show from the same inputs.
+The page turns form values into :class:`replay.Overrides`, groups the runs the store
+keeps into the :class:`Batch` each click of Run made, says which settings apply, and
+shows diffs as tables and marked text; all of that is here, so a test can compute
+exactly what the page should show from the same inputs.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import pandas as pd
 
+from importers.openpoke import EXECUTION_ROLE, is_openpoke_session, openpoke_meta
 from replay import (
     BranchDiff,
     ContextDiff,
@@ -25,19 +28,23 @@ from replay import (
     Reference,
     ReplayRun,
     RerunResult,
+    SavedRun,
     ToolModes,
     Turn,
     diff_outputs,
     injected_results,
+    replay_batches,
     request_differences,
     unchanged_band,
 )
-from soap_core import Context, Message, Session, canonical_json, read_calls
+from soap_core import Context, Message, Session, SoapError, canonical_json, read_calls
+from workbench.output_diff_views import inline_call, output_sentences
+from workbench.output_diff_views import marked_words as marked_words  # pages and tests use it from here
 
 PREVIEW_WIDTH = 60
 WORD_COLUMNS = ("op", "words")
 RUN_COLUMNS = ("kind", "sample", "fork", "ok", "distance", "identical", "noise band", "error")
-CONTEXT_DIFF_COLUMNS = ("index", "same", "a role", "a text", "b role", "b text", "word diff")
+CONTEXT_DIFF_COLUMNS = ("index", "same", "changes", "a role", "a text", "b role", "b text", "word diff")
 
 VerdictStatus = Literal["match", "mismatch", "unrecorded"]
 
@@ -52,6 +59,10 @@ class Verdict:
     differences: dict[str, Any] = field(default_factory=dict)
 
 
+NOISE_LABEL = "noise band"
+"""The label the page gives the unchanged samples it runs after a batch."""
+
+
 @dataclass
 class Batch:
     """One click of Run: the overrides sent, their runs, and the unchanged noise samples."""
@@ -60,6 +71,10 @@ class Batch:
     overrides: Overrides
     runs: list[ReplayRun]
     noise_runs: list[ReplayRun] = field(default_factory=list)
+    label: str | None = None
+    """The experiment's label when the runs were made with one (a compaction drift run)."""
+    started_at: str = ""
+    """When its first call started (ISO 8601), "" when not known."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +101,42 @@ def assistant_indices(context: Context) -> list[int]:
     return [i for i, m in enumerate(context.messages) if m.role == "assistant"]
 
 
+OPENPOKE_REQUEST_TAGS = ("user_message", "agent_message")
+"""The OpenPoke entries a request is rebuilt for: OpenPoke posts one when such an entry
+arrives, and its answer is the turn's poke_reply (``importers.openpoke`` refuses the rest)."""
+
+
+def replay_candidates(session: Session, context: Context) -> list[int]:
+    """Display indices of the messages the page offers to replay.
+
+    A model output, in general. An imported OpenPoke log keeps no requests: its
+    interaction agent's requests are rebuilt at the entries it answered (a user_message
+    or agent_message), so those are offered, with the outputs of our own replays among
+    them; an execution agent's requests cannot be rebuilt at all."""
+    if not is_openpoke_session(session):
+        return assistant_indices(context)
+    if session.role == EXECUTION_ROLE:
+        return []
+    offered = []
+    for index, message in enumerate(context.messages):
+        meta = openpoke_meta(message)
+        ours = meta is None and message.role == "assistant"  # the answer in a replay's fork
+        answered = meta is not None and meta["tag"] in OPENPOKE_REQUEST_TAGS
+        if ours or answered:
+            offered.append(index)
+    return offered
+
+
+def no_candidates_text(session: Session) -> str:
+    """What the page says when a context offers nothing to replay."""
+    if is_openpoke_session(session) and session.role == EXECUTION_ROLE:
+        return (
+            "An OpenPoke execution agent's requests cannot be rebuilt (OpenPoke does not log them): "
+            "replay the interaction agent's session at the entry that handed the task over."
+        )
+    return "This context has no assistant message: there is no model output to replay."
+
+
 def message_preview(message: Message, width: int = PREVIEW_WIDTH) -> str:
     """One line saying what a message holds: its text, else its tool calls, else its part types."""
     text = " ".join(message.text().split())
@@ -101,11 +152,63 @@ def message_label(context: Context, index: int) -> str:
     return f"#{index}  {message_preview(context.messages[index])}"
 
 
-def default_message(indices: Sequence[int], wanted: str | None) -> int | None:
-    """The index of ``?message=`` when it names one of ``indices``, else the last one."""
-    if wanted is not None and wanted.strip().lstrip("-").isdigit() and int(wanted) in indices:
-        return int(wanted)
-    return indices[-1] if indices else None
+def named_message(indices: Sequence[int], wanted: str | None) -> int | None:
+    """The index ``?message=`` names when it is one of ``indices``, else None."""
+    digits = (wanted or "").strip().lstrip("-")
+    if digits.isascii() and digits.isdigit() and int(wanted or "") in indices:  # "²" is a digit, no int
+        return int(wanted or "")
+    return None
+
+
+REPLAYABLE_TRIES = 8
+"""How many assistant messages, from the last one back, the page tries to rebuild before
+it opens on one it cannot replay (each try materializes a request)."""
+
+
+@dataclass(frozen=True)
+class Opening:
+    """The message a page opens on when the URL names none: the last one that can be
+    replayed, its request, and the later ones that cannot (with why)."""
+
+    index: int
+    found: Materialized | None
+    """None when none of the messages tried can be replayed."""
+    failures: tuple[tuple[int, str], ...] = ()
+
+
+def replayable_default(
+    indices: Sequence[int],
+    materialize_at: Callable[[int], Materialized],
+    tries: int = REPLAYABLE_TRIES,
+) -> Opening:
+    """The last of ``indices`` (not empty) whose request ``materialize_at`` rebuilds, trying
+    at most ``tries`` from the end; the last index itself when none of those can be."""
+    failures: list[tuple[int, str]] = []
+    for index in list(reversed(indices))[:tries]:
+        try:
+            return Opening(index, materialize_at(index), tuple(failures))
+        except SoapError as exc:
+            failures.append((index, str(exc)))
+    return Opening(indices[-1], None, tuple(failures))
+
+
+def opening_note(opening: Opening) -> str | None:
+    """What the page says when it did not open on the last assistant message."""
+    if not opening.failures or opening.found is None:
+        return None
+    skipped = ", ".join(f"#{i}" for i, _ in opening.failures)
+    return (
+        f"Opened on message #{opening.index}, the last one whose request can be rebuilt: "
+        f"{skipped} cannot be replayed ({opening.failures[0][1]})."
+    )
+
+
+def nothing_replayable(opening: Opening) -> str:
+    """What the page says when none of the messages it tried can be replayed."""
+    tried = len(opening.failures)
+    last = opening.failures[0][1] if opening.failures else "no message was tried"
+    which = "the last assistant message" if tried == 1 else f"the last {tried} assistant messages"
+    return f"None of {which} of this context can be replayed; message #{opening.index}: {last}"
 
 
 # ── verification ────────────────────────────────────────────────────────────────────
@@ -228,12 +331,6 @@ def run_output(run: ReplayRun) -> Output:
     return Output.of(run.output, run.usage, run.latency_s)
 
 
-def marked_words(words: Sequence[tuple[str, str]]) -> str:
-    """A word diff as plain text: ``[-deleted-]`` and ``{+inserted+}``, as git's word diff."""
-    marks = {"equal": "{}", "delete": "[-{}-]", "insert": "{{+{}+}}"}
-    return " ".join(marks[op].format(text) for op, text in words)
-
-
 def word_table(words: Sequence[tuple[str, str]]) -> pd.DataFrame:
     return pd.DataFrame.from_records(list(words), columns=list(WORD_COLUMNS))
 
@@ -294,9 +391,118 @@ def run_table(batch: Batch, original: Output) -> pd.DataFrame:
     return pd.DataFrame.from_records(rows, columns=list(RUN_COLUMNS))
 
 
-def batch_key(root: str, session_uuid: str, found: Materialized) -> str:
-    """Where the page keeps the batches of one message between reruns."""
-    return f"{root}|{session_uuid}|{found.context_id}|{found.index}"
+# ── batches rebuilt from the store ─────────────────────────────────────────────────
+
+MOST_BATCHES_SHOWN = 10
+"""The page shows the newest batches of a message; older ones stay in the fork tree."""
+
+
+def batches_from_saved(saved: Sequence[SavedRun]) -> list[Batch]:
+    """The batches the saved runs of one message came in, oldest first.
+
+    :func:`replay.replay_batches` splits the runs into the replay calls that made them;
+    the page runs its unchanged samples (label ``noise band``) right after a batch's
+    runs, so such a call joins the plain batch before it as that batch's noise runs."""
+    batches: list[Batch] = []
+    for group in replay_batches(saved):
+        first = group[0]
+        runs = [s.run for s in group]
+        previous = batches[-1] if batches else None
+        if (
+            first.label == NOISE_LABEL
+            and previous is not None
+            and previous.label is None
+            and not previous.noise_runs
+        ):
+            previous.noise_runs.extend(runs)
+            continue
+        batches.append(Batch(first.base_url, first.overrides, runs, [], first.label, first.started_at))
+    return batches
+
+
+def saved_line(batches: int, reruns: int) -> str | None:
+    """Under the request: what the store keeps of this message, listed below the form."""
+    kept = [_count(n, noun) for n, noun in ((batches, "run"), (reruns, "re-run")) if n]
+    if not kept:
+        return None
+    return f"The store keeps {' and '.join(kept)} of this message, listed below the form."
+
+
+def _messages(indices: Sequence[int]) -> str:
+    listed = ", ".join(f"#{i}" for i in indices)
+    return f"message {listed}" if len(indices) == 1 else f"messages {listed}"
+
+
+def overrides_summary(overrides: Overrides) -> str:
+    """What a batch changed, in a few words (model names come from files: quote the
+    result through escape_markdown wherever it could be read as Markdown)."""
+    changes: list[str] = []
+    if overrides.edits:
+        changes.append(f"{_messages(sorted(overrides.edits))} edited")
+    if overrides.drops:
+        changes.append(f"{_messages(sorted(overrides.drops))} dropped")
+    if overrides.system_prompt is not None:
+        changes.append("system prompt replaced")
+    for key, name in (("model", "model"), ("temperature", "temperature"), ("seed", "seed")):
+        if getattr(overrides, key) is not None:
+            changes.append(f"{name} {getattr(overrides, key)}")
+    if overrides.max_tokens is not None:
+        changes.append(f"max tokens {overrides.max_tokens}")
+    return "; ".join(changes) or "nothing changed (the original request)"
+
+
+def when_text(started_at: str) -> str:
+    """An ISO 8601 time as a person reads it (UTC, to the second); "" when unknown."""
+    try:
+        moment = datetime.fromisoformat(started_at)
+    except ValueError:
+        return started_at
+    if moment.tzinfo is None:
+        return moment.strftime("%Y-%m-%d %H:%M:%S")
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def batch_title(number: int, batch: Batch) -> str:
+    """The heading of a batch: its number, what it changed, and its label when it has one."""
+    label = f" ({batch.label})" if batch.label else ""
+    return f"Run {number}{label}: {overrides_summary(batch.overrides)}"
+
+
+def batch_line(batch: Batch) -> str:
+    """When, where and how many: the line under a batch's heading."""
+    samples = _count(len(batch.runs), "sample")
+    noise = f" and {len(batch.noise_runs)} unchanged" if batch.noise_runs else ""
+    when = when_text(batch.started_at)
+    endpoint = f" against {batch.base_url}" if batch.base_url else ""
+    return f"{samples}{noise}{endpoint}" + (f", started {when}" if when else "")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+# ── which settings apply ─────────────────────────────────────────────────────────────
+
+
+@dataclass(frozen=True)
+class SettingStates:
+    """Why each setting of the run form does not apply now (None: it applies)."""
+
+    concurrency: str | None
+    unchanged: str | None
+    run: str | None
+
+
+def setting_states(samples: int, measure_noise: bool, base_url: str) -> SettingStates:
+    """Concurrency applies to several calls, K to a noise band being measured, Run to an
+    endpoint being known."""
+    return SettingStates(
+        concurrency=None
+        if samples > 1 or measure_noise
+        else "One sample makes one call: concurrency applies to several samples.",
+        unchanged=None if measure_noise else "Check 'Measure the noise band' to run unchanged samples.",
+        run=None if base_url.strip() else "Enter the endpoint's base URL above to run.",
+    )
 
 
 # ── diffing two references ─────────────────────────────────────────────────────────
@@ -314,6 +520,26 @@ def output_of_reference(reference: Reference) -> Output:
     return Output.of(message, usage, latency)
 
 
+def _row_output(row: dict[str, Any] | None) -> Output:
+    if row is None:
+        return Output("")
+    return Output(str(row["text"]), tuple((str(name), args) for name, args in row["tool_calls"]))
+
+
+def row_changes(a: dict[str, Any] | None, b: dict[str, Any] | None) -> str:
+    """How one differing row of a context diff differs, in sentences (text and tool
+    calls; a message on one side only says so)."""
+    if a is None or b is None:
+        return "only in B" if a is None else "only in A"
+    left, right = _row_output(a), _row_output(b)
+    changes = [f"role changed from {a['role']} to {b['role']}"] if a["role"] != b["role"] else []
+    if left.key() != right.key():
+        changes += output_sentences(left, right, ("A", "B"))
+    elif not changes:
+        changes.append("same text and tool calls; other parts differ (a tool result, thinking or media)")
+    return "; ".join(changes)
+
+
 def divergence_text(diff: ContextDiff) -> str:
     if diff.first_divergence is None:
         return "The two contexts are the same, message by message."
@@ -324,12 +550,17 @@ def context_diff_table(diff: ContextDiff) -> pd.DataFrame:
     """The rows of a context diff, flat: roles, texts and the word diff where they differ."""
 
     def side(row: dict[str, Any] | None, key: str) -> str:
-        return "" if row is None else str(row[key])
+        if row is None:
+            return ""
+        if key == "text" and not row["text"] and row["tool_calls"]:  # a call reads as its call
+            return ", ".join(inline_call(str(name), args) for name, args in row["tool_calls"])
+        return str(row[key])
 
     rows = [
         (
             r["index"],
             r["same"],
+            "" if r["same"] else row_changes(r["a"], r["b"]),
             side(r["a"], "role"),
             side(r["a"], "text"),
             side(r["b"], "role"),
@@ -399,12 +630,30 @@ def rerun_pairs_table(diff: BranchDiff) -> pd.DataFrame:
     return pd.DataFrame.from_records(rows, columns=list(RERUN_PAIR_COLUMNS))
 
 
-def rerun_lines(result: RerunResult, diff: BranchDiff) -> list[str]:
-    """What a re-run came to, in sentences."""
+def tool_modes_text(modes: Mapping[str, Any]) -> str:
+    """A re-run's saved tool modes (``ToolModes.as_dict()``) in a few words."""
+    default = modes.get("default", "recorded")
+    parts = [f"{default} by default"]
+    per_tool = modes.get("per_tool")
+    if isinstance(per_tool, Mapping) and per_tool:
+        parts.append(", ".join(f"{name} {mode}" for name, mode in per_tool.items()))
+    injected = modes.get("injected")
+    if isinstance(injected, Mapping) and injected:
+        parts.append("injected " + ", ".join(str(name) for name in injected))
+    if default != "live":
+        parts.append(f"calls the record cannot serve: {modes.get('unserved', 'stop')}")
+    return "; ".join(parts)
+
+
+def rerun_lines(result: RerunResult, diff: BranchDiff, modes: Mapping[str, Any] | None = None) -> list[str]:
+    """What a re-run came to, in sentences. ``modes`` are the saved tool modes of a re-run
+    rebuilt from the store, which does not keep how each call was served."""
     outcome = (
         f"answer: {json.dumps(result.answer, ensure_ascii=False)}" if result.ok else f"failed: {result.error}"
     )
-    served = ", ".join(f"{t['tool']} {t['how']}" for t in result.tools) or "no tool calls"
+    served = ", ".join(f"{t['tool']} {t['how']}" for t in result.tools) or (
+        f"answered {tool_modes_text(modes)}" if modes else "no tool calls"
+    )
     divergence = (
         f"first divergence: {diff.divergence}" if diff.first_divergence is not None else diff.divergence
     )

@@ -1,0 +1,306 @@
+"""The replay runs and re-runs a store keeps: rebuilt from their forks, so that they
+outlast a process.
+
+:func:`replay.replay` saves every sample as a fork whose ``soapwb_replay`` record names
+the message it re-ran (``of_context``, ``of_index``, ``of_message_id``), the overrides,
+the sample number, an optional label and the id of its call record; the call record in
+``calls/`` holds the request, the endpoint, usage and latency, and the answer is the
+fork's message that call produced. Everything needed to show a run again is in those
+two files: this module reads them back, and writes nothing.
+
+Which samples one :func:`replay.replay` call made is not recorded as such, but it can
+be told: a call makes its forks one after another, numbering the samples from 0 and
+giving each a call id that sorts by creation time (:func:`soap_core.new_record_id`),
+and two calls never interleave. So runs in call-id order split into batches where the
+sample number starts again, or the overrides or the label change.
+
+A re-run (:func:`replay.rerun`) is a fork too, its record of kind ``rerun``; the branch
+goes on in the compaction forks the re-run made of it, and its answer is in the re-run's
+invocation record (or, for a session whose code is not here, its last message).
+
+Records come from files, which anyone may have edited: a value of the wrong type is
+taken as absent, never raised on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from replay._branch import BranchDiff, branch_turns, diff_branches
+from replay._rerun import RERUN_KIND, RerunResult
+from replay._run import Overrides, ReplayRun
+from soap_core import (
+    REPLAY_KEY,
+    CallRecord,
+    Context,
+    Message,
+    Session,
+    canonical_json,
+    read_calls,
+    read_invocation,
+)
+
+INTERRUPTED_RUN = "the run saved no answer and no error (its process may have been stopped)"
+
+
+@dataclass(frozen=True)
+class SavedRun:
+    """One replay sample as the store keeps it: the run, and what the page groups it by."""
+
+    run: ReplayRun
+    label: str | None
+    """The experiment's name (``noise band``, a compaction drift run), None for a plain run."""
+    base_url: str
+    """The endpoint its call went to ("" when its call record is missing)."""
+    started_at: str
+    """When its call started (ISO 8601, UTC; "" when its call record is missing)."""
+
+    @property
+    def overrides(self) -> Overrides:
+        return overrides_from_record(self.run.overrides)
+
+
+def replay_record(context: Context) -> dict[str, Any] | None:
+    """The record of a replay fork (not of a re-run or a continued branch), else None."""
+    record = context.extra.get(REPLAY_KEY)
+    if not isinstance(record, dict) or record.get("kind") is not None:
+        return None
+    return record
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _number(value: Any) -> int | float | None:
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _integer(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def overrides_from_record(data: Any) -> Overrides:
+    """The :class:`Overrides` a record's ``overrides`` dict (``Overrides.as_dict()``) holds.
+
+    Keys of the wrong type are left out, so a hand-edited record still shows."""
+    if not isinstance(data, Mapping):
+        return Overrides()
+    edits = data.get("edits")
+    drops = data.get("drops")
+    temperature = _number(data.get("temperature"))
+    return Overrides(
+        model=_text(data.get("model")),
+        temperature=float(temperature) if temperature is not None else None,
+        seed=_integer(data.get("seed")),
+        max_tokens=_integer(data.get("max_tokens")),
+        system_prompt=_text(data.get("system_prompt")),
+        edits={
+            int(k): v
+            for k, v in (edits.items() if isinstance(edits, Mapping) else ())
+            if isinstance(k, str) and k.isascii() and k.isdigit() and isinstance(v, str)
+        },
+        drops=tuple(sorted(d for d in drops if _integer(d) is not None)) if isinstance(drops, list) else (),
+    )
+
+
+def _answer(fork: Context, call: CallRecord | None) -> Message | None:
+    """The message the run's call produced: by the call's message id, else (no call
+    record) the fork's last message when it is an assistant's."""
+    messages = fork.messages
+    if call is not None:
+        if call.message_id is None:
+            return None
+        if messages and messages[-1].id == call.message_id:
+            return messages[-1]
+        return next((m for m in reversed(messages) if m.id == call.message_id), None)
+    last = messages[-1] if messages else None
+    return last if last is not None and last.role == "assistant" else None
+
+
+def saved_run(fork: Context, record: Mapping[str, Any], call: CallRecord | None) -> SavedRun:
+    """The run ``fork`` holds, with its call record when there is one."""
+    call_id = _text(record.get("call_id")) or ""
+    output = _answer(fork, call)
+    error = _text(record.get("error")) or (call.error if call else None)
+    if output is None and error is None:
+        error = INTERRUPTED_RUN
+    overrides = record.get("overrides")
+    run = ReplayRun(
+        fork_id=fork.id,
+        call_id=call_id,
+        sample=_integer(record.get("sample")) or 0,
+        request=call.request if call else {},
+        request_hash=call.request_hash if call else "",
+        overrides=overrides_from_record(overrides).as_dict(),
+        output=output if error is None else None,
+        response=call.response if call else None,
+        usage=call.usage if call else None,
+        latency_s=call.latency_s if call else None,
+        error=error,
+    )
+    return SavedRun(
+        run, _text(record.get("label")), call.base_url if call else "", call.started_at if call else ""
+    )
+
+
+def saved_runs(
+    session: Session,
+    context_id: str,
+    index: int,
+    *,
+    message_id: str | None = None,
+    calls: Iterable[CallRecord] | None = None,
+) -> list[SavedRun]:
+    """Every saved replay run of message ``index`` of ``context_id`` (the call site, as
+    :attr:`Materialized.context_id` and ``index`` name it), oldest first.
+
+    ``message_id``, when given, must match the record's too (a record made before the
+    context file was changed does not count as a run of the message now there).
+    ``calls`` is the session's call log when the caller has read it already.
+    """
+    forks: list[tuple[Context, dict[str, Any]]] = []
+    for context in session.contexts.values():
+        record = replay_record(context)
+        if record is None or record.get("of_context") != context_id or record.get("of_index") != index:
+            continue
+        recorded_message = record.get("of_message_id")
+        if message_id is not None and recorded_message is not None and recorded_message != message_id:
+            continue
+        forks.append((context, record))
+    if not forks:
+        return []
+    log = calls if calls is not None else (read_calls(session.directory) if session.directory else [])
+    wanted = {_text(r.get("call_id")) for _, r in forks}
+    by_id = {c.id: c for c in log if c.id in wanted}
+    runs = [saved_run(fork, record, by_id.get(_text(record.get("call_id")) or "")) for fork, record in forks]
+    return sorted(runs, key=lambda s: (s.run.call_id, s.run.sample))
+
+
+def replay_batches(runs: Sequence[SavedRun]) -> list[list[SavedRun]]:
+    """``runs`` (oldest first) split into the :func:`replay.replay` calls that made them:
+    a new batch starts where the sample number does not follow on from the one before,
+    or the overrides or the label change (see the module)."""
+    batches: list[list[SavedRun]] = []
+    for saved in runs:
+        last = batches[-1][-1] if batches else None
+        follows = (
+            last is not None
+            and saved.run.sample == last.run.sample + 1
+            and saved.label == last.label
+            and canonical_json(saved.run.overrides) == canonical_json(last.run.overrides)
+        )
+        if follows:
+            batches[-1].append(saved)
+        else:
+            batches.append([saved])
+    return batches
+
+
+# ── re-runs of the agent ─────────────────────────────────────────────────────────────
+
+
+@dataclass(frozen=True)
+class SavedRerun:
+    """One re-run of the agent as the store keeps it (:func:`replay.rerun`'s branch)."""
+
+    result: RerunResult
+    """The branch, how it ended and its calls; ``tools`` is empty: which result answered
+    each tool call is not saved (:attr:`tools` says the modes it ran with)."""
+    overrides: Overrides
+    tools: dict[str, Any]
+    """The tool modes of the re-run (``ToolModes.as_dict()``), as saved."""
+    label: str | None
+    started_at: str
+    """When its first call started ("" when it made none)."""
+
+
+def rerun_record(context: Context) -> dict[str, Any] | None:
+    """The record of a re-run's fork, else None."""
+    record = context.extra.get(REPLAY_KEY)
+    if not isinstance(record, dict) or record.get("kind") != RERUN_KIND:
+        return None
+    return record
+
+
+def branch_contexts(session: Session, fork: Context) -> list[str]:
+    """The fork and the contexts the re-run went on in (compaction forks of it, each the
+    last child of the one before), in order; the last is where the branch ended."""
+    branch = [fork.id]
+    current = fork
+    while True:
+        children = [c for c in current.children if c in session.contexts and c not in branch]
+        if not children:
+            return branch
+        current = session.contexts[children[-1]]
+        branch.append(current.id)
+
+
+def _ending(session: Session, end: Context, made: Sequence[CallRecord]) -> tuple[Any, str | None]:
+    """The answer and error of a re-run: from its invocation record (our runtime's
+    re-runs), else from its last call and the branch's last message."""
+    invocation_id = next((c.invocation_id for c in made if c.invocation_id), None)
+    if invocation_id is not None and session.directory is not None:
+        record = read_invocation(session.directory, invocation_id)
+        if record is not None and record.rerun is not None:
+            if record.outcome == "ok":
+                return record.result, None
+            return None, record.error or f"the re-run ended {record.outcome}"
+    if made and made[-1].error:
+        return None, made[-1].error
+    last = end.messages[-1] if end.messages else None
+    if last is not None and last.role == "assistant" and not last.tool_uses():
+        return last.text(), None
+    return None, "the branch ends without an answer (the re-run stopped or was interrupted)"
+
+
+def saved_reruns(
+    session: Session,
+    context_id: str,
+    index: int,
+    *,
+    message_id: str | None = None,
+    calls: Iterable[CallRecord] | None = None,
+) -> list[SavedRerun]:
+    """Every saved re-run of the agent from message ``index`` of ``context_id``, oldest
+    first; as :func:`saved_runs` finds replays."""
+    forks = [
+        (context, record)
+        for context in session.contexts.values()
+        if (record := rerun_record(context)) is not None
+        and record.get("of_context") == context_id
+        and record.get("of_index") == index
+        and (message_id is None or record.get("of_message_id") in (None, message_id))
+    ]
+    if not forks:
+        return []
+    log = list(calls if calls is not None else (read_calls(session.directory) if session.directory else []))
+    reruns: list[SavedRerun] = []
+    for fork, record in forks:
+        branch = branch_contexts(session, fork)
+        made = sorted((c for c in log if c.context_id in branch), key=lambda c: c.id)
+        answer, error = _ending(session, session.contexts[branch[-1]], made)
+        result = RerunResult(branch[-1], fork.id, context_id, index, answer, error, [c.id for c in made])
+        tools = record.get("tools")
+        reruns.append(
+            SavedRerun(
+                result,
+                overrides_from_record(record.get("overrides")),
+                tools if isinstance(tools, dict) else {},
+                _text(record.get("label")),
+                made[0].started_at if made else "",
+            )
+        )
+    return sorted(reruns, key=lambda r: (r.result.calls[:1], r.result.fork_id))
+
+
+def diff_saved_rerun(session: Session, result: RerunResult, calls: Iterable[CallRecord]) -> BranchDiff:
+    """:func:`replay.diff_rerun` with the call log the caller has read already (it
+    would read it again for every re-run shown)."""
+    log = list(calls)
+    origin, branch = session.contexts[result.of_context], session.contexts[result.branch_id]
+    prefix = {m.id for m in origin.messages[: result.of_index]}
+    start = next((i for i, m in enumerate(branch.messages) if m.id not in prefix), len(branch.messages))
+    return diff_branches(branch_turns(origin, result.of_index, log), branch_turns(branch, start, log))
