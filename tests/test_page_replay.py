@@ -58,6 +58,7 @@ from workbench.replay_views import (
     setting_states,
     tool_modes_text,
 )
+from workbench.views import short_id
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
 OPENPOKE_SHORT = Path(__file__).parent / "fixtures" / "openpoke" / "short"
@@ -356,7 +357,7 @@ class TestRunningAgainstTheLocalModel:
         assert shows_output(at, Output.of(output))
         assert f"run sample 0  fork {fork.id}" in texts(at)
         picker = at.selectbox(key="context_picker").options
-        assert any(label.startswith(fork.id) for label in picker)  # the cache did not hide the fork
+        assert any(label.endswith(short_id(fork.id)) for label in picker)  # the cache did not hide the fork
         now = snapshot(writable_store)
         assert {name: now[name] for name in before} == before  # every original file to the byte
 
