@@ -63,6 +63,7 @@ from workbench.replay_views import (
     NOISE_LABEL,
     Batch,
     RunSettings,
+    answer_after,
     batch_line,
     batch_noise_band,
     batch_title,
@@ -141,9 +142,17 @@ def pick_message(session: Session, context: Context, calls: CallLog) -> tuple[in
     wanted = st.query_params.get("message")
     named = named_message(indices, wanted)
     opening = None
-    if named is None:
-        if wanted is not None:
+    if named is None and wanted is not None:
+        named = answer_after(indices, wanted)
+        if named is not None:
+            st.caption(
+                escape_markdown(
+                    f"Message {wanted} is no model output: showing #{named}, the model's answer to it."
+                )
+            )
+        else:
             st.warning(escape_markdown(f"message {wanted} is not an assistant message of this context"))
+    if named is None:
         opening = replayable_default(indices, lambda i: materialize(session, context, i, calls=calls))
     default = named if named is not None else opening.index if opening else indices[-1]
     chosen = int(

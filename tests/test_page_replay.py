@@ -156,8 +156,20 @@ class TestTheRequest:
         ]
         assert at.selectbox(key=f"message_picker:{PARENT_ID}").value == 3
 
-    def test_a_message_that_is_no_model_output_is_reported_and_the_last_one_shown(self) -> None:
-        at = open_replay(SOAP_FIXTURE, session=SESSION_UUID, message="2")
+    def test_a_message_that_is_no_model_output_opens_the_models_answer_to_it(self) -> None:
+        """A user message or tool result carried from the Context page (or a search hit)
+        opens the first model output after it, saying so; no warning."""
+        for carried, answer in (("2", 3), ("4", 5)):
+            at = open_replay(SOAP_FIXTURE, session=SESSION_UUID, message=carried)
+            assert not at.warning and not at.error
+            assert at.selectbox(key=f"message_picker:{ACTIVE}").value == answer
+            assert at.query_params["message"] == str(answer)
+            assert any(
+                f"Message {carried} is no model output" in c.value.replace("\\", "") for c in at.caption
+            )
+
+    def test_a_message_past_the_last_model_output_is_reported_and_the_last_one_shown(self) -> None:
+        at = open_replay(SOAP_FIXTURE, session=SESSION_UUID, message="99")
         assert at.warning
         assert at.selectbox(key=f"message_picker:{ACTIVE}").value == 5
 

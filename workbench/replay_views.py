@@ -8,6 +8,7 @@ exactly what the page should show from the same inputs.
 
 from __future__ import annotations
 
+import bisect
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -158,6 +159,17 @@ def named_message(indices: Sequence[int], wanted: str | None) -> int | None:
     if digits.isascii() and digits.isdigit() and int(wanted or "") in indices:  # "²" is a digit, no int
         return int(wanted or "")
     return None
+
+
+def answer_after(indices: Sequence[int], wanted: str | None) -> int | None:
+    """For a ``?message=`` that names a message which is no model output (a user message
+    or a tool result, carried from the Context page or a search hit): the first of
+    ``indices`` after it, the model's answer to it; None when it names no index or none follows."""
+    digits = (wanted or "").strip()
+    if not (digits.isascii() and digits.isdigit()):
+        return None
+    at = bisect.bisect_right(indices, int(digits))
+    return indices[at] if at < len(indices) else None
 
 
 REPLAYABLE_TRIES = 8
