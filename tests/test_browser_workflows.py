@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +18,8 @@ from playwright.sync_api import Browser, Page, sync_playwright
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from demo.build import ANALYZER_STEPS
-from soap_core import Session, Store, TextPart
+from replay import REPLAY_KEY, materialize
+from soap_core import Context, Session, Store, TextPart
 from soap_core.runtime.local_model import LocalModelServer
 from tests.test_browser import CHROMIUM, FLAGS, SHOTS, settle, streamlit_app
 from tests.test_page_context_long import long_store
@@ -29,6 +31,7 @@ IN_VIEW = (
     "(key) => { const r = document.querySelector('.st-key-' + key).getBoundingClientRect();"
     " return r.top >= 0 && r.top < window.innerHeight; }"
 )
+EDIT = "Which lines mention db-2? Call grep to look for db-2."
 WAIT_MS = 90_000
 """A step's patience: the machine is shared, and a first page view parses the store."""
 
@@ -174,7 +177,83 @@ def test_find_open_jump_budget_replay_edit_diff_reload_and_hide_on_the_demo_stor
         assert page.locator('[data-testid="stAlertContentError"]').count() == 0, text[:2000]
         assert page.locator('[data-testid="stAlertContentWarning"]').count() == 0, text[:2000]
         walk.shot("replay")
+
+    found = materialize(session, context_id, answer)
+    edited = max(i for i, m in enumerate(found.messages) if m.role == "user" and m.text())
+    before = set(session.contexts)
+    with walk.step("edit the question in the request and run it on the local model") as page:
+        page.get_by_text("Messages of the request").click()
+        area = page.locator(f'textarea[aria-label="Message {edited}"]')
+        area.wait_for(timeout=WAIT_MS)
+        area.fill(EDIT)
+        samples = page.get_by_role("spinbutton", name="Samples", exact=True)
+        samples.fill("2")
+        samples.press("Tab")  # the settings outside the form apply on change; the edit stays
+        settle(page)
+        assert page.locator(f'textarea[aria-label="Message {edited}"]').input_value() == EDIT
+        page.get_by_role("button", name="Run", exact=True).click()
+        forks = new_replay_forks(store, analyzer.uuid, before, 2)
+        fork = forks[0]
+        assert all(f.messages[edited].text() == EDIT for f in forks)
+        page.get_by_text(f"fork {fork.id}", exact=False).first.wait_for(timeout=WAIT_MS)
+        settle(page)
+
+    def shows_the_run(page: Page) -> None:
+        text = walk.main_text()
+        assert "Runs of this message" in text and f"message #{edited} edited" in text, text[-3000:]
+        box = page.locator('[data-testid="stVerticalBlock"]', has_text=f"fork {fork.id}").last
+        shown = box.inner_text()
+        assert "• " in shown, "the diff is said in sentences"
+        assert "root[" not in shown, "no raw DeepDiff paths"
+        left = box.get_by_text("Original", exact=True).first.bounding_box()
+        right = box.get_by_text("This run (sample 0)", exact=True).first.bounding_box()
+        assert left is not None and right is not None
+        assert left["x"] < right["x"] and abs(left["y"] - right["y"]) < 5, "side by side"
+
+    with walk.step("see the run beside the original, and the diff") as page:
+        shows_the_run(page)
+        walk.shot("replay-run")
+
+    with walk.step("reload the page: the run and its diff are still there") as page:
+        page.reload()
+        page.get_by_text(f"fork {fork.id}", exact=False).first.wait_for(timeout=WAIT_MS)
+        settle(page)
+        shows_the_run(page)
+
+    with walk.step("the Fork tree: the run is one node named by its edit, and can be unfolded") as page:
+        walk.sidebar("Fork tree", "fork_tree")
+        assert query(page)["session"] == analyzer.uuid
+        page.locator('[data-testid="stPlotlyChart"] .main-svg').first.wait_for(timeout=WAIT_MS)
+        chart = page.locator('[data-testid="stPlotlyChart"]').first
+        drawn = chart.inner_text()
+        assert f"edit of message {edited} (2 samples)" in drawn, drawn
+        assert "sample 1 of 2" not in drawn, "the run's forks are folded into one node"
+        walk.shot("fork-tree")
+        page.get_by_text("Show replay forks").click()
+        page.wait_for_url("**forks=all**", timeout=WAIT_MS)
+        settle(page)
+        drawn = chart.inner_text()
+        assert "sample 1 of 2" in drawn and "sample 2 of 2" in drawn, drawn
+        page.get_by_text("Show replay forks").click()
+        page.wait_for_url(lambda address: "forks=all" not in address, timeout=WAIT_MS)
+        settle(page)
+        assert "sample 1 of 2" not in chart.inner_text(), "hidden again"
     walk.close()
+
+
+def new_replay_forks(
+    store: Path, session: str, before: set[str], count: int, timeout_s: float = 300
+) -> list[Context]:
+    """The ``count`` replay forks a click made (in sample order), once their answers are saved."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        contexts = Store(store).load_session(session).contexts
+        new = [c for cid, c in contexts.items() if cid not in before and REPLAY_KEY in c.extra]
+        answered = [c for c in new if c.messages and c.messages[-1].role == "assistant"]
+        if len(answered) >= count:
+            return sorted(answered, key=lambda c: int(c.extra[REPLAY_KEY].get("sample", 0)))
+        time.sleep(0.5)
+    raise AssertionError(f"no {count} replay forks with an answer appeared")
 
 
 def test_find_open_jump_and_go_on_in_a_20000_message_context(chromium: Browser, tmp_path: Path) -> None:
