@@ -60,11 +60,18 @@ class Walk:
         assert "Traceback (most recent call last)" not in self.page.inner_text("body"), what
 
     def shot(self, label: str) -> None:
+        """The whole page: Streamlit scrolls inside its main block, so through a viewport
+        as tall as the page (at most 6,000 px), put back afterwards."""
         self.shots += 1
         SHOTS.mkdir(parents=True, exist_ok=True)
-        self.page.screenshot(
-            path=str(SHOTS / f"workflow-{self.name}-{self.shots}-{label}.png"), full_page=True
+        height = self.page.evaluate(
+            "() => Math.max(...[...document.querySelectorAll('[data-testid=stMain] *')]"
+            ".map(e => e.scrollHeight), document.body.scrollHeight)"
         )
+        self.page.set_viewport_size({"width": 1400, "height": min(int(height) + 100, 6_000)})
+        time.sleep(1.0)
+        self.page.screenshot(path=str(SHOTS / f"workflow-{self.name}-{self.shots}-{label}.png"))
+        self.page.set_viewport_size({"width": 1400, "height": 1000})
 
     def main_text(self) -> str:
         return self.page.inner_text('[data-testid="stMain"]')
