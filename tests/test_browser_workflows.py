@@ -245,6 +245,17 @@ def test_find_open_jump_budget_replay_edit_diff_reload_and_hide_on_the_demo_stor
         page.wait_for_url(lambda address: "forks=all" not in address, timeout=WAIT_MS)
         settle(page)
         assert "sample 1 of 2" not in chart.inner_text(), "hidden again"
+
+    for link, slug in (
+        ("Traceback", "traceback"),
+        ("Compaction", "compaction"),
+        ("Object state", "object_state"),
+    ):
+        with walk.step(f"the {link} page from the sidebar, on the same session") as page:
+            walk.sidebar(link, slug)
+            assert query(page)["session"] == analyzer.uuid
+            assert "Pick a session" not in walk.main_text()
+            walk.shot(slug.replace("_", "-"))
     walk.close()
 
 
