@@ -15,7 +15,6 @@ workbench.compaction_views over the analysis library.
 from __future__ import annotations
 
 import os
-import time
 
 import streamlit as st
 
@@ -56,6 +55,7 @@ from workbench.compaction_views import (
     numbers_of,
     outcome_note,
     parse_strategies_param,
+    paused_note,
     plan_note,
     progress_text,
     ran_with_note,
@@ -175,9 +175,9 @@ def ask_to_confirm(job: DriftJob) -> None:
     box = st.empty()
     with box.container():
         st.warning(escape_markdown(plan_note(job.steps)))
-        left, right, _ = st.columns([2, 1, 3])
-        run = left.button(f"Run {job.total_calls} model calls", type="primary", key="drift_confirm")
-        cancel = right.button("Cancel", key="drift_cancel")
+        buttons = st.container(horizontal=True)
+        run = buttons.button(f"Run {job.total_calls} model calls", type="primary", key="drift_confirm")
+        cancel = buttons.button("Cancel", key="drift_cancel")
     if run:
         job.status = "running"
         box.empty()
@@ -186,18 +186,37 @@ def ask_to_confirm(job: DriftJob) -> None:
         box.empty()
 
 
+CALL_WAIT_S = 600.0
+"""The longest a Stop waits for the model call under way (its retries included)."""
+
+
 def run_job(root: str, session: Session, job: DriftJob) -> None:
     """The runs still to make, one at a time, with a running count and a Stop button.
 
-    A click anywhere stops this script run at the next count update (Streamlit reruns
-    the page); each run is recorded in the job before that update, and its fork is
-    already saved, so the next script run goes on from there, or, if the click was
-    Stop, reports how many were made."""
+    A click anywhere starts a new script run (Streamlit's own Stop ends this one); the
+    call under way still returns and is recorded (its fork is saved), and this script
+    run, no longer the job's owner, makes no other. The new one stops the measurement
+    if the click was on Stop measuring, and otherwise asks whether to go on: nothing
+    runs behind the user's back."""
+    me = job.take_over()
     if st.button(
-        "Stop", key="drift_stop", help="Stops after the model call under way; the runs made stay saved."
+        "Stop measuring",
+        key="drift_stop",
+        help="Stops after the model call under way; the runs made stay saved.",
     ):
         job.status = "stopped"
-        return
+        with st.spinner("Waiting for the model call under way to return…"):
+            job.wait_for_call_under_way(CALL_WAIT_S)
+        st.rerun()  # drawn again without the Stop button, with the runs counted
+    if job.started:  # an earlier script run was interrupted while it ran
+        with st.spinner("Waiting for the model call under way to return…"):
+            job.wait_for_call_under_way(CALL_WAIT_S)
+        if job.status != "running":
+            return
+        st.info(escape_markdown(paused_note(job)))
+        left = job.total_calls - job.made_calls
+        if not st.button(f"Continue: {left} model calls left", key="drift_continue"):
+            return
     st.text(plan_note(job.steps))
     bar = st.progress(job.made_calls / job.total_calls, text=progress_text(job))
     try:
@@ -209,16 +228,15 @@ def run_job(root: str, session: Session, job: DriftJob) -> None:
             endpoint,
             model_summarizer(endpoint),
         )
-        for step in job.pending():
-            started = time.monotonic()
-            run = runner.run(step)
-            job.record(step, run, time.monotonic() - started)
-            bar.progress(job.made_calls / job.total_calls, text=progress_text(job))
+        job.run_pending(
+            me, runner.run, lambda: bar.progress(job.made_calls / job.total_calls, text=progress_text(job))
+        )
     except (SoapError, ValueError) as exc:
         job.status = "stopped"
         st.error(escape_markdown(f"drift measurement stopped: {exc}"))
         return
-    st.rerun()  # draw the finished table without the Stop button
+    if job.owner == me:
+        st.rerun()  # draw the finished table without the Stop button
 
 
 def show_drift_controls(root: str, session: Session, history: History, specs: list[str]) -> DriftJob | None:

@@ -5,6 +5,7 @@ and sentences the Compaction page shows, and a job that stops between two calls.
 from __future__ import annotations
 
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,7 @@ from workbench.compaction_views import (
     judged,
     new_job,
     outcome_note,
+    paused_note,
     plan_note,
     progress_text,
 )
@@ -266,3 +268,53 @@ def test_a_measurement_with_noise_samples_on_the_local_model_saves_every_run(
         f"drift none at call {last}",
         f"drift rolling-messages:3 at call {last}",
     ]
+
+
+def test_an_interrupted_job_says_where_it_paused() -> None:
+    job = DriftJob(("s", ()), "u", [DriftStep("none", call) for call in range(5)], started=True)
+    job.record(job.steps[0], run("none", 0, 0.1), 1.0)
+    assert paused_note(job) == (
+        "Paused after 1 of 5 model calls: the page was interrupted while they ran (a click elsewhere, or "
+        "Streamlit's Stop). The 1 run made are saved; continue, or stop here."
+    )
+
+
+def test_a_newer_script_run_takes_over_and_a_stop_counts_the_call_under_way() -> None:
+    """Streamlit starts the script run of a click without waiting for the one making a
+    call: the older loop records its call, then makes no other; a Stop waits for it."""
+    job = DriftJob(("s", ()), "u", [DriftStep("none", call) for call in range(5)])
+    in_flight, release = threading.Event(), threading.Event()
+    made: list[int] = []
+
+    def slow(step: DriftStep) -> DriftRun:
+        made.append(step.call)
+        in_flight.set()
+        release.wait(10)
+        return run("none", step.call, 0.0)
+
+    older = threading.Thread(target=job.run_pending, args=(job.take_over(), slow, lambda: None))
+    older.start()
+    assert in_flight.wait(10)
+    job.take_over()  # the Stop's script run
+    job.status = "stopped"
+    assert not job.wait_for_call_under_way(0.2)  # the call is still under way
+    release.set()
+    assert job.wait_for_call_under_way(10)
+    older.join(10)
+    assert made == [0] and len(job.results) == 1 and job.made_calls == 1
+    assert outcome_note(job).startswith("Stopped after 1 of 5 model calls")
+
+
+def test_a_loop_that_lost_the_job_makes_no_further_call_even_if_it_still_runs() -> None:
+    job = DriftJob(("s", ()), "u", [DriftStep("none", call) for call in range(3)])
+    older = job.take_over()
+    calls: list[int] = []
+
+    def take_over_after_the_first(step: DriftStep) -> DriftRun:
+        calls.append(step.call)
+        job.take_over()  # a click: a newer script run owns the job now
+        return run("none", step.call, 0.0)
+
+    job.run_pending(older, take_over_after_the_first, lambda: None)
+    assert calls == [0] and job.status == "running" and job.started
+    assert paused_note(job).startswith("Paused after 1 of 3 model calls")

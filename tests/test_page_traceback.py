@@ -63,8 +63,17 @@ def spans(at: AppTest) -> dict[str, dict[str, Any]]:
 
 
 def figure_data(at: AppTest) -> list[dict[str, Any]]:
+    return figure(at)["data"]
+
+
+def figure(at: AppTest) -> dict[str, Any]:
     [chart] = at.get("plotly_chart")
-    return json.loads(chart.proto.spec)["data"]
+    return json.loads(chart.proto.spec)
+
+
+def bar_labels(at: AppTest) -> list[str]:
+    """The labels written on the frames' bars, in stack order."""
+    return [a["text"] for a in figure(at)["layout"]["annotations"]]
 
 
 def context_links(at: AppTest) -> list[str]:
@@ -203,12 +212,17 @@ class TestTheTimeline:
 
     def test_each_bar_names_its_object_how_it_was_called_and_what_it_did(self, workbench_store: Path) -> None:
         at = open_page(workbench_store, session=uuid_of(workbench_store, "Archivist"))
-        assert [text for data in timeline(at) for text in data["text"]] == [
+        assert bar_labels(at) == [
             "Analyst.invoke from Python · 2 LLM calls, 1 tool call",
             "Researcher.invoke via ask_researcher · 2 LLM calls, 1 tool call",
             "Archivist.invoke via ask_archivist · 2 LLM calls, 1 tool call",
         ]
-        assert all(data["textposition"] == "inside" for data in timeline(at))
+        [trace] = chain(workbench_store, "Archivist")
+        annotations = figure(at)["layout"]["annotations"]
+        assert [(a["y"], pd.Timestamp(a["x"])) for a in annotations] == [
+            (f"{f.role} / {short_session(f.session)}", pd.Timestamp(f.started_at).tz_convert(None))
+            for f in trace_frames(trace)
+        ]
         hovers = [hover for data in timeline(at) for hover in data["hovertext"]]
         assert hovers[1].startswith("Researcher.invoke via ask_researcher")
 
@@ -224,7 +238,10 @@ class TestTheTimeline:
         assert sorted(llm["y"]) == sorted([*frames] * 2)  # two calls in each frame
         assert sorted(tools["y"]) == sorted(frames)
         for data in (llm, tools):
-            assert data["width"] < timeline(at)[0]["width"]  # thinner: drawn inside the bar
+            assert (
+                data["width"] + data["offset"] < timeline(at)[0]["width"] / 2
+            )  # inside the bar's lower half
+            assert data["offset"] > 0
             for row, base in zip(data["y"], data["base"], strict=True):
                 frame = frames[row]
                 start = pd.Timestamp(base)
@@ -252,8 +269,10 @@ class TestTheTimeline:
             session=uuid_of(workbench_store, "Analyst"),
             invocation=trace.invocation.invocation_id,
         )
-        texts = [text for data in timeline(at) for text in data["text"]]
-        assert texts[-1] == "Analyst.invoke via ask_myself · 0 LLM calls"
+        assert bar_labels(at)[-1] == "Analyst.invoke via ask_myself · 0 LLM calls · refused"
+        assert all(
+            row == data["y"][0] for data in spans(at).values() for row in data["y"]
+        )  # the caller's only
 
 
 def llm_ids(store: Path, invocation_id: str) -> list[str]:

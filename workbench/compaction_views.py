@@ -9,7 +9,9 @@ analysis library's simulations, so a test can compare them with the library dire
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
 
@@ -314,11 +316,15 @@ def confirm_above(environ: Mapping[str, str]) -> int:
 @dataclass
 class DriftJob:
     """One click of "Measure drift": its plan, the runs made so far, and where it stands.
-    Kept between script runs, so a run interrupted by a click goes on where it stopped,
-    and the runs made before a Stop stay counted (their forks are already saved)."""
+
+    Kept between script runs. Streamlit starts a new script run on every click without
+    waiting for the one under way, which goes on until its call returns: so the calls
+    are made under a lock, each is recorded as soon as it returns (its fork is already
+    saved), and the newest script run owns the job, an older loop stopping after the
+    call it was making. A Stop then waits for that call and counts it."""
 
     key: tuple[str, tuple[str, ...]]
-    """(session uuid, strategy specs): the drift is shown only for these."""
+    """(session uuid, strategy specs) of the measurement."""
     base_url: str
     steps: list[DriftStep]
     results: list[tuple[DriftStep, DriftRun]] = field(default_factory=list)
@@ -326,6 +332,12 @@ class DriftJob:
     """``confirm`` (waiting for the go-ahead), ``running``, ``stopped``, ``cancelled`` or ``done``."""
     seconds: float = 0.0
     """Time spent on the model calls so far."""
+    started: bool = False
+    """Whether a script run has begun making the calls (one that finds it set and the
+    job unfinished was interrupted, and asks before it goes on)."""
+    owner: int = 0
+    """Which script run may make the next call (the newest that took the job over)."""
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @property
     def total_calls(self) -> int:
@@ -343,6 +355,35 @@ class DriftJob:
         self.seconds += seconds
         if not self.pending():
             self.status = "done"
+
+    def take_over(self) -> int:
+        """Make the calling script run the owner; returns its token for :meth:`run_pending`."""
+        self.owner += 1
+        return self.owner
+
+    def wait_for_call_under_way(self, timeout_s: float) -> bool:
+        """Wait until no call is being made (one that was is recorded by then); False if
+        it is still going after ``timeout_s``."""
+        if not self._lock.acquire(timeout=timeout_s):
+            return False
+        self._lock.release()
+        return True
+
+    def run_pending(
+        self, owner: int, run_step: Callable[[DriftStep], DriftRun], after_each: Callable[[], object]
+    ) -> None:
+        """Make the pending runs one at a time, recording each, while ``owner`` owns the
+        job and it is running; ``after_each`` (the page's count) runs after each."""
+        self.started = True
+        while True:
+            with self._lock:
+                if self.owner != owner or self.status != "running" or not self.pending():
+                    return
+                step = self.pending()[0]
+                began = time.monotonic()
+                run = run_step(step)
+                self.record(step, run, time.monotonic() - began)
+            after_each()
 
 
 def new_job(key: tuple[str, tuple[str, ...]], base_url: str, steps: list[DriftStep], limit: int) -> DriftJob:
@@ -377,6 +418,16 @@ def progress_text(job: DriftJob) -> str:
     step = pending[0]
     what = f"noise sample {step.sample}" if step.noise else step.strategy
     return f"{count} · next: {what} at call {step.call}"
+
+
+def paused_note(job: DriftJob) -> str:
+    """What a measurement interrupted mid-way says before it goes on."""
+    runs = len(job.results)
+    return (
+        f"Paused after {job.made_calls} of {job.total_calls} model calls: the page was interrupted while "
+        f"they ran (a click elsewhere, or Streamlit's Stop). The {runs} run{_s(runs)} made are saved; "
+        "continue, or stop here."
+    )
 
 
 def outcome_note(job: DriftJob) -> str:

@@ -294,7 +294,8 @@ def frame_label(frame: TraceFrame, methods: dict[str, str], spans: dict[str, lis
         f", {tools} tool call{'' if tools == 1 else 's'}" if tools else ""
     )
     method = methods.get(frame.invocation_id, "")
-    return f"{frame.role}.invoke {method} · {inside}".replace("  ", " ")
+    ended = "" if frame.outcome == "ok" else f" · {frame.outcome}"
+    return f"{frame.role}.invoke {method} · {inside}{ended}".replace("  ", " ")
 
 
 def timeline_rows(
@@ -350,6 +351,10 @@ def _utc(timestamp: str) -> pd.Timestamp:
 FRAME_META = "frame"
 SPAN_META = "span"
 SPAN_COLOURS = {"LLM call": "#1f3a93", "tool calls": "#f2c14e"}
+SPAN_WIDTH = 0.3
+SPAN_OFFSET = 0.05
+"""Spans sit in the lower half of their frame's bar (the y axis runs downwards), under
+the label written in the upper half."""
 
 
 def timeline_figure(
@@ -359,11 +364,12 @@ def timeline_figure(
     spans: dict[str, list[Span]] | None = None,
 ) -> go.Figure:
     """The stack as a timeline across objects: one row per object, a bar per invocation
-    from its start to its end, coloured by outcome and labelled with its object, how it
-    was called and what it did; its LLM calls and tool runs drawn as thinner bars inside.
+        from its start to its end, coloured by outcome and labelled with its object, how it
+        was called and what it did (in its upper half); its LLM calls and tool runs drawn as
+    thinner bars in its lower half.
 
-    Bars shorter than 1% of the whole span are drawn at that width (spans at half of
-    it), so that an instant refusal stays visible; the hover tells the true duration.
+        Bars shorter than 1% of the whole span are drawn at that width (spans at half of
+        it), so that an instant refusal stays visible; the hover tells the true duration.
     """
     rows = timeline_rows(trace, methods, spans)
     span_ms = (rows["end"].max() - rows["start"].min()).total_seconds() * 1000 if len(rows) else 0.0
@@ -381,9 +387,6 @@ def timeline_figure(
                 marker={"color": OUTCOME_COLOURS.get(str(outcome), "#1f77b4"), "opacity": 0.55},
                 name=_escaped(str(outcome)),
                 meta=FRAME_META,
-                text=[_escaped(label) for label in group["label"]],
-                textposition="inside",
-                insidetextanchor="start",
                 customdata=[[i] for i in group["invocation"]],
                 hovertext=[_bar_hover(r, prompts) for r in group.itertuples()],
                 hoverinfo="text",
@@ -397,7 +400,8 @@ def timeline_figure(
                 x=[max(d, minimum / 2) for d in group["duration_ms"]],
                 base=[s.isoformat() for s in group["start"]],
                 orientation="h",
-                width=0.35,
+                width=SPAN_WIDTH,
+                offset=SPAN_OFFSET,
                 marker_color=SPAN_COLOURS.get(str(kind), "#333333"),
                 name=_escaped(str(kind)),
                 meta=SPAN_META,
@@ -412,9 +416,25 @@ def timeline_figure(
         xaxis={"type": "date", "title": "time (UTC)"},
         yaxis={"categoryorder": "array", "categoryarray": order, "autorange": "reversed"},
         legend={"title": "outcome / inside", "orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
-        uniformtext={"minsize": 9, "mode": "show"},
+        annotations=[_bar_label(row) for row in rows.itertuples()],
     )
     return figure
+
+
+def _bar_label(row: Any) -> dict[str, Any]:
+    """The label of a frame's bar, written over its upper half from its start (the spans
+    take the lower half); it may run past a short bar, which the row leaves room for."""
+    return {
+        "x": row.start.isoformat(),
+        "y": _escaped(row.object),
+        "text": _escaped(row.label),
+        "showarrow": False,
+        "xanchor": "left",
+        "yanchor": "bottom",
+        "xshift": 4,
+        "yshift": -2,
+        "font": {"size": 12, "color": "#1b1b1b"},
+    }
 
 
 def _bar_hover(row: Any, prompts: dict[str, str]) -> str:
