@@ -68,8 +68,7 @@ from workbench.selection import selected_session
 from workbench.views import StoreSignature, escape_markdown, store_signature
 
 DRIFT_JOB = "compaction_drift_job"
-NOISE_SAMPLES = 2
-"""Unchanged re-runs per call by default: with the none strategy's, three samples."""
+NOISE_SAMPLES = 2  # unchanged re-runs per call by default: with the none strategy's, three samples
 
 
 @st.cache_data(show_spinner="Reading the session's history…", max_entries=16)
@@ -186,8 +185,7 @@ def ask_to_confirm(job: DriftJob) -> None:
         box.empty()
 
 
-CALL_WAIT_S = 600.0
-"""The longest a Stop waits for the model call under way (its retries included)."""
+CALL_WAIT_S = 600.0  # the longest a Stop waits for the model call under way, retries included
 
 
 def run_job(root: str, session: Session, job: DriftJob) -> None:

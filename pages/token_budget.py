@@ -39,8 +39,7 @@ from workbench.token_budget_views import (
 )
 from workbench.views import StoreSignature, escape_markdown, store_signature
 
-THRESHOLD_FOR = "threshold_session"
-"""The session the threshold field was last set up for."""
+THRESHOLD_FOR = "threshold_session"  # the session the threshold field was last set up for
 
 
 @st.cache_data(show_spinner="Counting the calls' tokens…", max_entries=16)
