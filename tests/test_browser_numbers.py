@@ -63,6 +63,7 @@ def pick_calls(page: Page, *labels: str) -> None:
     picker = page.locator('[data-testid="stMultiSelect"]').filter(has_text="Calls to re-run")
     for label in labels:
         picker.locator("input").click()
+        picker.locator("input").fill(label.split(" (")[0])  # typed, as a person would in a long list
         page.locator('[role="option"]', has_text=label).first.click()
         settle(page)
     page.keyboard.press("Escape")

@@ -178,6 +178,8 @@ class TestWhatThePageSays:
         assert list(table["noise band"]) == ["0.35–0.48", "0.35–0.48"]
         assert list(table["vs noise"]) == ["within noise", "beyond noise"]
         assert "3 unchanged re-runs" in band_note(band, measured=True)
+        assert "no width" not in band_note(band, measured=True)
+        assert "The band has no width" in band_note(DriftBand((0.5, 0.5)), measured=True)
 
     def test_a_value_just_outside_the_band_never_prints_as_its_edge(self) -> None:
         band = DriftBand((0.35, 0.48))

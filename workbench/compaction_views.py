@@ -261,6 +261,12 @@ def band_note(band: DriftBand | None, measured: bool) -> str:
         f"Noise band {band.low:.2f}–{band.high:.2f}: the mean distance from the original answers of each of "
         f"{band.samples} unchanged re-runs of the same calls (the none strategy and the noise samples). "
         "A drift inside it is what the model does by itself; beyond it, the strategy changed the answers."
+        + (
+            " The band has no width: the unchanged runs all landed at the same distance (the model "
+            "answered the unchanged calls alike each time, as it does at temperature 0)."
+            if band.low == band.high
+            else ""
+        )
     )
 
 
