@@ -15,17 +15,18 @@ from typing import Any
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from analysis import history_of, simulate
+from analysis import DriftRun, DriftStep, history_of, simulate
 from soap_core import REPLAY_KEY, Store
 from soap_core.runtime.local_model import LocalModelServer
 from tests.apptest import open_app_page
 from tests.conftest import snapshot
-from workbench.compaction_views import default_specs
+from workbench.compaction_views import DriftJob, default_specs
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "soap"
 SESSION = "20250611-3f0c2b6e-8a41-4d8e-9c1a-5b7d2e9f4a10"
 ACTIVE = "e7c40f19-2a6b-4d35-8e91-7b03a5c6d2f4"
+DRIFT_JOB = "compaction_drift_job"  # where the page keeps its measurement
 SPECS = ["rolling-tokens:400:0.5", "rolling-messages:3", "summarize:300:2", "strip-thinking"]
 DROPPED_LINE = re.compile(r"^(.+): (\d+) messages? dropped by call \d+$")
 EVIL = "<script>alert(1)</script><img src=x onerror=alert(2)>"
@@ -313,6 +314,29 @@ class TestDrift:
         assert "Not run: the 8 model calls were cancelled" in plain(at.info)
         assert drift_forks(store, uuid) == []
         assert not tables_with(at, "distance")
+
+    def test_a_run_interrupted_mid_way_asks_before_it_goes_on_and_stop_ends_it(
+        self, workbench_store: Path, tmp_path: Path
+    ) -> None:
+        """A click elsewhere (or Streamlit's own Stop) ends the script run that was making
+        the calls; the next one makes none until told to."""
+        store = tmp_path / "store"
+        shutil.copytree(workbench_store, store)
+        uuid = analyst(store)
+        at = open_page(store, session=uuid, strategies="rolling-messages:3")
+        steps = [DriftStep("none", 1), DriftStep("rolling-messages:3", 1)]
+        job = DriftJob((uuid, ("none", "rolling-messages:3")), "http://127.0.0.1:9/v1", steps, started=True)
+        job.record(steps[0], DriftRun("none", 1, 0.25, False, "fork-1"), 3.0)
+        at.session_state[DRIFT_JOB] = job
+        at.run()
+        assert "Paused after 1 of 2 model calls" in plain(at.info)
+        assert at.button(key="drift_continue").label == "Continue: 1 model calls left"
+        assert len(job.results) == 1 and drift_forks(store, uuid) == []
+        at.button(key="drift_stop").click().run()
+        assert not at.exception
+        assert "Stopped after 1 of 2 model calls" in plain(at.info)
+        assert not [b for b in at.button if b.key in ("drift_stop", "drift_continue")]
+        assert [r["strategy"] for r in drift_runs(at)] == ["none"]
 
     def test_a_confirmed_measurement_runs_on_the_local_model(
         self,
