@@ -7,9 +7,11 @@ Drift is judged against a noise band of unchanged re-runs measured the same way.
 measurement of more than 10 model calls (``$SOAPWB_CONFIRM_ABOVE``) asks first, says
 how many it has made as it goes, and can be stopped between two calls; the runs made
 before a Stop stay saved and counted.
-The strategies are kept in ``?strategies=`` and the inspected call in ``?call=``, so a
-copied link reproduces the view. Figures and tables come from
-workbench.compaction_views over the analysis library.
+
+The strategies are kept in ``?strategies=`` (without one, the strategy the session ran
+with comes first, from its call log) and the inspected call in ``?call=``, so a copied
+link reproduces the view. Figures and tables come from workbench.compaction_views over
+the analysis library.
 """
 
 from __future__ import annotations
