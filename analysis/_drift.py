@@ -3,6 +3,13 @@
 At chosen calls, the history each strategy would have kept is sent to the model again
 (through replay, so every run is saved as a labelled fork) and its answer compared
 with the answer the model really gave. Summaries are written by a real agentic object.
+
+A distance alone says little: a model at a temperature above 0 answers an unchanged
+request differently too. The noise band (:func:`drift_band`) is measured the same way
+as drift, from unchanged re-runs, so a strategy's drift can be called within the noise
+or beyond it. A measurement is a plan of steps (:func:`drift_plan`), run one at a time
+by a :class:`DriftRunner`, so that a page can say how many model calls it will make,
+count them as they go, and stop between two.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from typing import Any
 
 from analysis._lab import (
     History,
+    NoCompaction,
     Simulation,
     Strategy,
     StripThinking,
@@ -25,7 +33,7 @@ from analysis._lab import (
     simulate_items,
 )
 from replay import Endpoint, Output, diff_outputs, materialize, replay
-from soap_core import Message, Session, SoapError, Store, TextPart, ThinkingPart
+from soap_core import REPLAY_KEY, Context, Message, Session, SoapError, Store, TextPart, ThinkingPart
 from soap_core.runtime import AgenticObject, LLMEndpoint, ModelSettings, Runtime
 from soap_core.runtime._compaction import SUMMARY_PREFIX, render_for_summary
 
@@ -106,6 +114,183 @@ def view_messages(
     return kept
 
 
+BASELINE = "none"
+
+
+@dataclass(frozen=True)
+class DriftStep:
+    """One run of a drift measurement: a strategy's view of the history sent at one call,
+    or (``sample`` 1 and up) the unchanged history sent again, for the noise band."""
+
+    strategy: str
+    call: int
+    sample: int = 0
+    """0: the strategy's own run; 1 and up: an unchanged re-run measuring the noise."""
+    model_calls: int = 1
+    """The model calls the run makes: 2 when a summary has to be written first."""
+
+    @property
+    def noise(self) -> bool:
+        return self.sample > 0
+
+    @property
+    def label(self) -> str:
+        """The label of the fork the run is saved as."""
+        if self.noise:
+            return f"drift noise sample {self.sample} at call {self.call}"
+        return f"drift {self.strategy} at call {self.call}"
+
+
+def drift_plan(
+    history: History,
+    strategies: Sequence[Strategy],
+    simulations: Sequence[Simulation],
+    calls: Sequence[int],
+    noise_samples: int = 0,
+) -> list[DriftStep]:
+    """Every run a measurement makes, call by call (so a measurement stopped early has
+    whole calls, each with its noise samples): each strategy, then ``noise_samples``
+    unchanged re-runs. A summarizing strategy that dropped messages by a call asks the
+    model for the summary too, which the steps count."""
+    steps: list[DriftStep] = []
+    for call in calls:
+        if not 0 <= call < len(history.calls):
+            raise ValueError(f"call {call} does not exist: the session has {len(history.calls)} calls")
+        for strategy, simulation in zip(strategies, simulations, strict=True):
+            summary = isinstance(strategy, SummarizeOlder) and bool(simulation.dropped_at(call))
+            steps.append(DriftStep(strategy.name, call, 0, 2 if summary else 1))
+        steps += [DriftStep(BASELINE, call, sample) for sample in range(1, noise_samples + 1)]
+    return steps
+
+
+def model_calls(steps: Sequence[DriftStep]) -> int:
+    """How many model calls the steps make (runs plus the summaries they need)."""
+    return sum(step.model_calls for step in steps)
+
+
+class DriftRunner:
+    """Runs the steps of a drift measurement one at a time, so that a caller can count
+    them, show how far it got and stop between two of them; every run is saved as a
+    replay fork as soon as it is made."""
+
+    def __init__(
+        self,
+        store: Store,
+        session: Session,
+        strategies: Sequence[Strategy],
+        endpoint: Endpoint,
+        summarizer: Summarizer | None = None,
+    ) -> None:
+        self.store, self.session, self.endpoint, self.summarizer = store, session, endpoint, summarizer
+        self.history = history_of(session)
+        chosen = {s.name: s for s in strategies}
+        chosen.setdefault(BASELINE, NoCompaction())  # the noise samples send the unchanged history
+        self.strategies = chosen
+        simulated = simulate_items(self.history.items, self.history.calls, list(chosen.values()))
+        self.simulations = {s.strategy: s for s in simulated}
+
+    def run(self, step: DriftStep) -> DriftRun:
+        strategy = self.strategies[step.strategy]
+        return _drift_run(
+            self.store,
+            self.session,
+            self.history,
+            self.simulations[step.strategy],
+            strategy,
+            step.call,
+            self.endpoint,
+            self.summarizer,
+            step.label,
+        )
+
+
+def drift_rows(
+    simulations: Sequence[Simulation], results: Sequence[tuple[DriftStep, DriftRun]]
+) -> list[DriftRow]:
+    """The comparison table from the runs made so far (the noise samples left out): each
+    strategy's drift is the mean distance of its answers from the original ones."""
+    rows = []
+    for simulation in simulations:
+        runs = [run for step, run in results if not step.noise and step.strategy == simulation.strategy]
+        measured = [r.distance for r in runs if r.distance is not None]
+        rows.append(
+            DriftRow(**simulation.summary(), drift=statistics.mean(measured) if measured else None, runs=runs)
+        )
+    return rows
+
+
+MIN_DRIFT_SAMPLES = 2
+"""A band needs two unchanged samples: one alone would pass for a band of width zero."""
+
+
+@dataclass(frozen=True)
+class DriftBand:
+    """How far unchanged re-runs land from the original answers, measured the way drift
+    is: each unchanged sample's mean distance from the original answers over the calls
+    it ran at. (The replay page's noise band is the spread between unchanged re-runs;
+    drift is a distance from the original answer, so its band is one too.)"""
+
+    sample_drifts: tuple[float, ...]
+    """One per unchanged sample: the "none" strategy's run and every noise sample."""
+    per_call: dict[int, tuple[float, ...]] = field(default_factory=dict)
+    """The distances of the unchanged runs at each call."""
+
+    @property
+    def samples(self) -> int:
+        return len(self.sample_drifts)
+
+    @property
+    def low(self) -> float:
+        return min(self.sample_drifts)
+
+    @property
+    def high(self) -> float:
+        return max(self.sample_drifts)
+
+    def verdict(self, drift: float) -> str:
+        """``within noise``, ``beyond noise`` (further from the original than any unchanged
+        sample) or ``below noise`` (closer to it than any unchanged sample)."""
+        return verdict_in(drift, self.low, self.high)
+
+    def call_range(self, call: int) -> tuple[float, float] | None:
+        """The spread of the unchanged runs at one call (None below two of them)."""
+        found = self.per_call.get(call, ())
+        return (min(found), max(found)) if len(found) >= MIN_DRIFT_SAMPLES else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "samples": self.samples,
+            "low": self.low,
+            "high": self.high,
+            "sample_drifts": list(self.sample_drifts),
+            "per_call": {str(k): list(v) for k, v in self.per_call.items()},
+        }
+
+
+def verdict_in(value: float, low: float, high: float) -> str:
+    if value > high:
+        return "beyond noise"
+    if value < low:
+        return "below noise"
+    return "within noise"
+
+
+def drift_band(results: Sequence[tuple[DriftStep, DriftRun]]) -> DriftBand | None:
+    """The noise band of the unchanged runs made so far (the "none" strategy's own runs
+    and the noise samples); None with fewer than two samples that have a distance."""
+    by_sample: dict[int, list[float]] = {}
+    per_call: dict[int, list[float]] = {}
+    for step, run in results:
+        if step.strategy != BASELINE or run.distance is None:
+            continue
+        by_sample.setdefault(step.sample, []).append(run.distance)
+        per_call.setdefault(step.call, []).append(run.distance)
+    drifts = tuple(round(statistics.mean(d), 6) for _, d in sorted(by_sample.items()))
+    if len(drifts) < MIN_DRIFT_SAMPLES:
+        return None
+    return DriftBand(drifts, {call: tuple(d) for call, d in per_call.items()})
+
+
 def compare(
     store: Store,
     session: Session,
@@ -117,18 +302,19 @@ def compare(
     """The comparison table; with ``drift_at`` and an endpoint, answers are re-run."""
     history = history_of(session)
     simulations = simulate_items(history.items, history.calls, strategies)
-    rows = []
-    for strategy, simulation in zip(strategies, simulations, strict=True):
-        runs = [
-            _drift_run(store, session, history, simulation, strategy, call, endpoint, summarizer)
-            for call in drift_at
-            if endpoint is not None
-        ]
-        measured = [r.distance for r in runs if r.distance is not None]
-        rows.append(
-            DriftRow(**simulation.summary(), drift=statistics.mean(measured) if measured else None, runs=runs)
-        )
-    return rows
+    if endpoint is None or not drift_at:
+        return drift_rows(simulations, [])
+    runner = DriftRunner(store, session, strategies, endpoint, summarizer)
+    steps = drift_plan(history, strategies, simulations, drift_at)
+    by_strategy = sorted(steps, key=lambda s: [x.name for x in strategies].index(s.strategy))
+    return drift_rows(simulations, [(step, runner.run(step)) for step in by_strategy])
+
+
+def _origin_context(session: Session, produced: str) -> Context:
+    """The context the message was produced in: never a replay fork (a drift run at a
+    later call copies the earlier messages, and a store read back may list it first)."""
+    holding = [c for c in session.contexts.values() if any(m.id == produced for m in c.messages)]
+    return next((c for c in holding if REPLAY_KEY not in c.extra), holding[0])
 
 
 def _drift_run(
@@ -138,21 +324,20 @@ def _drift_run(
     simulation: Simulation,
     strategy: Strategy,
     call: int,
-    endpoint: Endpoint | None,
+    endpoint: Endpoint,
     summarizer: Summarizer | None,
+    label: str,
 ) -> DriftRun:
-    assert endpoint is not None
     if not 0 <= call < len(history.calls):
         raise ValueError(f"call {call} does not exist: the session has {len(history.calls)} calls")
     produced = history.items[history.calls[call]].id
-    context = next(c for c in session.contexts.values() if any(m.id == produced for m in c.messages))
-    found = materialize(session, context, produced)
+    found = materialize(session, _origin_context(session, produced), produced)
     try:
         messages = view_messages(history, simulation, strategy, call, summarizer)
     except SoapError as exc:  # the summary could not be written: this run fails, not the table
         return DriftRun(strategy.name, call, None, None, "", f"summary not written: {exc}")
     variant = dataclasses.replace(found, messages=messages, notes=[*found.notes, f"strategy {strategy.name}"])
-    [run] = replay(store, session, variant, endpoint, label=f"drift {strategy.name} at call {call}")
+    [run] = replay(store, session, variant, endpoint, label=label)
     if not run.ok:
         return DriftRun(strategy.name, call, None, None, run.fork_id, run.error)
     original = session.contexts[found.context_id].messages[found.index]

@@ -3,9 +3,15 @@ side, see what each dropped by a given call, and measure how far the answers dri
 
 The simulation never touches the store; only "Measure drift" writes, and what it writes
 is one labelled replay fork per run (the session's own contexts stay as they were).
-The strategies are kept in ``?strategies=`` and the inspected call in ``?call=``, so a
-copied link reproduces the view. Figures and tables come from
-workbench.compaction_views over the analysis library.
+Drift is judged against a noise band of unchanged re-runs measured the same way. A
+measurement of more than 10 model calls (``$SOAPWB_CONFIRM_ABOVE``) asks first, says
+how many it has made as it goes, and can be stopped between two calls; the runs made
+before a Stop stay saved and counted.
+
+The strategies are kept in ``?strategies=`` (without one, the strategy the session ran
+with comes first, from its call log) and the inspected call in ``?call=``, so a copied
+link reproduces the view. Figures and tables come from workbench.compaction_views over
+the analysis library.
 """
 
 from __future__ import annotations
@@ -15,32 +21,46 @@ import os
 import streamlit as st
 
 from analysis import (
-    DriftRow,
+    DriftRunner,
     History,
+    RanWith,
     Simulation,
     call_budgets,
-    compare,
+    drift_band,
+    drift_plan,
+    drift_rows,
     history_of,
     model_summarizer,
     parse_strategy,
+    ran_with,
     simulate_items,
 )
 from soap_core import Session, SoapError, Store
 from soap_core.runtime import LLMEndpoint
 from workbench.compaction_views import (
     KINDS,
+    DriftJob,
     StrategyChoice,
+    band_note,
     call_from_param,
     call_labels,
     comparison_table,
+    confirm_above,
     curves_figure,
     default_specs,
     drift_errors,
+    drift_line,
     drift_runs_table,
     dropped_rows,
     dropped_table,
+    new_job,
     numbers_of,
+    outcome_note,
     parse_strategies_param,
+    paused_note,
+    plan_note,
+    progress_text,
+    ran_with_note,
     strategy_spec,
     suggested_numbers,
     with_baseline,
@@ -49,7 +69,8 @@ from workbench.loading import chosen_store, load_session, show_error_and_stop
 from workbench.selection import selected_session
 from workbench.views import StoreSignature, escape_markdown, store_signature
 
-DRIFT_STATE = "compaction_drift"
+DRIFT_JOB = "compaction_drift_job"
+NOISE_SAMPLES = 2  # unchanged re-runs per call by default: with the none strategy's, three samples
 
 
 @st.cache_data(show_spinner="Reading the session's history…", max_entries=16)
@@ -61,6 +82,14 @@ def _history(root: str, uuid: str, signature: StoreSignature) -> History:
 def _simulations(root: str, uuid: str, specs: tuple[str, ...], signature: StoreSignature) -> list[Simulation]:
     history = _history(root, uuid, signature)
     return simulate_items(history.items, history.calls, [parse_strategy(s) for s in specs])
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _ran_with(root: str, uuid: str, signature: StoreSignature) -> RanWith | None:
+    try:
+        return ran_with(load_session(root, uuid))
+    except SoapError:  # an unreadable call log: the counts below say so
+        return None
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
@@ -90,16 +119,22 @@ def pick_numbers(kind: str, start: list[float | int]) -> str:
     return kind
 
 
-def pick_strategies(history: History) -> list[str]:
+def pick_strategies(root: str, uuid: str, history: History) -> list[str]:
     """The strategies from ``?strategies=`` (else a default sized to this session), as
     pickers; the choice is written back to the URL. Returns the specs, baseline first."""
     given = st.query_params.get("strategies")
-    choice = parse_strategies_param(given) if given is not None else StrategyChoice(default_specs(history))
+    ran = _ran_with(root, uuid, store_signature(root))
+    choice = (
+        parse_strategies_param(given) if given is not None else StrategyChoice(default_specs(history, ran))
+    )
     for error in choice.errors:
         st.error(escape_markdown(f"?strategies=: {error}"))
     if choice.ignored:
         st.warning(escape_markdown("one strategy of each kind; left out: " + ", ".join(choice.ignored)))
-    suggested = suggested_numbers(history)
+    suggested = suggested_numbers(history, ran)
+    note = ran_with_note(ran)
+    if note:
+        st.text(note)
     kinds = st.multiselect("Strategies", KINDS, default=choice.kinds, key="strategy_kinds")
     specs = []
     for kind in kinds:
@@ -109,49 +144,161 @@ def pick_strategies(history: History) -> list[str]:
     return with_baseline(specs)
 
 
-def measure_drift(root: str, uuid: str, specs: list[str], calls: list[int], base_url: str) -> list[DriftRow]:
-    """Re-run the chosen calls under every strategy on the endpoint (each run is saved
-    as a replay fork labelled "drift …"). A failed model call inside a run is that
-    run's error; one that stops the whole comparison (a summary that cannot be written)
-    is shown here, and the rest of the page stays."""
+def current_job(uuid: str) -> DriftJob | None:
+    """The drift measurement of this session, if one was started here; one left running
+    for another session (the user moved on) is stopped, its runs kept."""
+    job: DriftJob | None = st.session_state.get(DRIFT_JOB)
+    if job is None:
+        return None
+    if job.key[0] != uuid:
+        if job.status in ("confirm", "running"):
+            job.status = "stopped"
+        return None
+    return job
+
+
+def start_job(root: str, session: Session, history: History, specs: list[str], calls: list[int]) -> None:
+    """Plan the measurement; above the confirmation limit it waits for a go-ahead."""
+    noise = int(st.session_state.get("drift_noise", NOISE_SAMPLES))
+    simulations = _simulations(root, session.uuid, tuple(specs), store_signature(root))
+    strategies = [parse_strategy(s) for s in specs]
+    steps = drift_plan(history, strategies, simulations, sorted(calls), noise)
+    limit = confirm_above(os.environ)
+    st.session_state[DRIFT_JOB] = new_job((session.uuid, tuple(specs)), endpoint_url(), steps, limit)
+
+
+def endpoint_url() -> str:
+    return str(st.session_state.get("drift_endpoint", "")).strip()
+
+
+def ask_to_confirm(job: DriftJob) -> None:
+    """The confirmation of a large measurement: how many model calls, run or cancel."""
+    box = st.empty()
+    with box.container():
+        st.warning(escape_markdown(plan_note(job.steps)))
+        buttons = st.container(horizontal=True)
+        run = buttons.button(f"Run {job.total_calls} model calls", type="primary", key="drift_confirm")
+        cancel = buttons.button("Cancel", key="drift_cancel")
+    if run:
+        job.status = "running"
+        box.empty()
+    elif cancel:
+        job.status = "cancelled"
+        box.empty()
+
+
+CALL_WAIT_S = 600.0  # the longest a Stop waits for the model call under way, retries included
+
+
+def run_job(root: str, session: Session, job: DriftJob) -> None:
+    """The runs still to make, one at a time, with a running count and a Stop button.
+
+    A click anywhere starts a new script run (Streamlit's own Stop ends this one); the
+    call under way still returns and is recorded (its fork is saved), and this script
+    run, no longer the job's owner, makes no other. The new one stops the measurement
+    if the click was on Stop measuring, and otherwise asks whether to go on: nothing
+    runs behind the user's back."""
+    me = job.take_over()
+    if st.button(
+        "Stop measuring",
+        key="drift_stop",
+        help="Stops after the model call under way; the runs made stay saved.",
+    ):
+        job.status = "stopped"
+        with st.spinner("Waiting for the model call under way to return…"):
+            job.wait_for_call_under_way(CALL_WAIT_S)
+        st.rerun()  # drawn again without the Stop button, with the runs counted
+    if job.started:  # an earlier script run was interrupted while it ran
+        with st.spinner("Waiting for the model call under way to return…"):
+            job.wait_for_call_under_way(CALL_WAIT_S)
+        if job.status != "running":
+            return
+        st.info(escape_markdown(paused_note(job)))
+        left = job.total_calls - job.made_calls
+        if not st.button(f"Continue: {left} model calls left", key="drift_continue"):
+            return
+    st.text(plan_note(job.steps))
+    bar = st.progress(job.made_calls / job.total_calls, text=progress_text(job))
     try:
-        endpoint = LLMEndpoint(base_url)
-        session = load_session(root, uuid)  # a copy: replay adds its forks to it
-        strategies = [parse_strategy(s) for s in specs]
-        return compare(Store(root), session, strategies, calls, endpoint, model_summarizer(endpoint))
+        endpoint = LLMEndpoint(job.base_url)
+        runner = DriftRunner(
+            Store(root),
+            load_session(root, session.uuid),  # a copy: replay adds its forks to it
+            [parse_strategy(s) for s in job.key[1]],
+            endpoint,
+            model_summarizer(endpoint),
+        )
+        job.run_pending(
+            me, runner.run, lambda: bar.progress(job.made_calls / job.total_calls, text=progress_text(job))
+        )
     except (SoapError, ValueError) as exc:
-        st.error(escape_markdown(f"drift not measured: {exc}"))
-        return []
+        job.status = "stopped"
+        st.error(escape_markdown(f"drift measurement stopped: {exc}"))
+        return
+    if job.owner == me:
+        st.rerun()  # draw the finished table without the Stop button
 
 
-def drift_for(uuid: str, specs: list[str]) -> list[DriftRow]:
-    """The drift measured on this page for exactly this session and these strategies."""
-    kept = st.session_state.get(DRIFT_STATE)
-    return kept["rows"] if kept and kept["key"] == (uuid, tuple(specs)) else []
-
-
-def show_drift_controls(root: str, session: Session, history: History, specs: list[str]) -> None:
-    """Endpoint, calls and the button that measures drift."""
+def show_drift_controls(root: str, session: Session, history: History, specs: list[str]) -> DriftJob | None:
+    """Endpoint, calls, noise samples, the button that measures drift, and the
+    measurement under way (confirmation, count, Stop). Returns this session's job."""
     st.subheader("Answer drift")
     st.text(
         "Drift re-runs the chosen calls on a model with what each strategy would have kept, and compares "
-        "the answers with the original ones (0 = same answer, 1 = nothing in common). Every run is saved "
-        "in the store as a replay fork labelled 'drift …'; the session's own contexts are not changed."
+        "the answers with the original ones (0 = same answer, 1 = nothing in common). The none strategy "
+        "and the noise samples send the calls unchanged: how far their answers land from the original "
+        "ones is the noise band a strategy's drift is judged against. Every run is saved in the store as "
+        "a replay fork labelled 'drift …'; the session's own contexts are not changed."
     )
     base_url = st.text_input(
         "Endpoint base URL", value=os.environ.get("OPENAI_BASE_URL", ""), key="drift_endpoint"
     ).strip()
     labels = call_labels(history)
-    calls = st.multiselect("Calls to re-run", list(labels), format_func=labels.__getitem__, key="drift_calls")
+    left, right = st.columns([3, 1])
+    calls = left.multiselect(
+        "Calls to re-run", list(labels), format_func=labels.__getitem__, key="drift_calls"
+    )
+    right.number_input(
+        "Noise samples per call",
+        0,
+        10,
+        NOISE_SAMPLES,
+        key="drift_noise",
+        help="Unchanged re-runs of each call besides the none strategy's; 1 or more gives a noise band.",
+    )
+    job = current_job(session.uuid)
+    busy = job is not None and job.status in ("confirm", "running")
     if not base_url:
         st.info("Drift needs a model: enter an OpenAI-compatible endpoint base URL (or set OPENAI_BASE_URL).")
     elif not calls:
         st.info("Pick the calls to re-run.")
-    if st.button("Measure drift", disabled=not base_url or not calls, key="measure_drift"):
-        runs = len(calls) * len(specs)
-        with st.spinner(f"Re-running {runs} call{'s' if runs > 1 else ''} on {base_url}…"):
-            rows = measure_drift(root, session.uuid, specs, calls, base_url)
-        st.session_state[DRIFT_STATE] = {"key": (session.uuid, tuple(specs)), "rows": rows}
+    clicked = st.button("Measure drift", disabled=not base_url or not calls or busy, key="measure_drift")
+    if clicked and not busy:  # a click sent while a measurement ran does not start another
+        start_job(root, session, history, specs, calls)
+        st.rerun()  # drawn again with the button disabled while it asks or runs
+    if job is not None and job.status == "confirm":
+        ask_to_confirm(job)
+    if job is not None and job.status == "running":
+        run_job(root, session, job)
+    note = outcome_note(job) if job is not None else ""
+    if note:
+        (st.success if job is not None and job.status == "done" else st.info)(escape_markdown(note))
+    return job
+
+
+def show_drift(simulations: list[Simulation], job: DriftJob | None) -> None:
+    """The comparison table, with drift against the noise band where it was measured."""
+    results = job.results if job is not None else []
+    drift = drift_rows(simulations, results) if results else []
+    band = drift_band(results)
+    st.dataframe(comparison_table(simulations, drift, band), hide_index=True, key="comparison_table")
+    if not results:
+        return
+    note = band_note(band, measured=True)
+    st.text("\n".join([note, *(drift_line(row, band) for row in drift if row.runs)]))
+    for line in drift_errors(results):
+        st.error(escape_markdown(line))
+    st.dataframe(drift_runs_table(results, band), hide_index=True, key="drift_runs")
 
 
 def show_dropped(history: History, simulations: list[Simulation]) -> None:
@@ -188,16 +335,11 @@ def show_session(root: str, session: Session) -> None:
     )
     if not _calls_recorded(root, session.uuid, store_signature(root)):
         st.text("No call log: the calls are reconstructed from the contexts (one per assistant message).")
-    specs = pick_strategies(history)
+    specs = pick_strategies(root, session.uuid, history)
     simulations = _simulations(root, session.uuid, tuple(specs), store_signature(root))
     st.plotly_chart(curves_figure(simulations), key="curves_chart")
-    show_drift_controls(root, session, history, specs)
-    drift = drift_for(session.uuid, specs)
-    st.dataframe(comparison_table(simulations, drift), hide_index=True, key="comparison_table")
-    for line in drift_errors(drift):
-        st.error(escape_markdown(line))
-    if drift:
-        st.dataframe(drift_runs_table(drift), hide_index=True, key="drift_runs")
+    job = show_drift_controls(root, session, history, specs)
+    show_drift(simulations, job)
     show_dropped(history, simulations)
 
 

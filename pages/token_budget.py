@@ -2,15 +2,24 @@
 compaction cut it; then every message of one context, and the whole invocation chain.
 
 The figure and tables come from workbench.token_budget_views over the analysis
-library's budgets; this page only lays them out. ``?threshold=`` keeps the typed
-compaction threshold in the URL, so a shared link draws the same line.
+library's budgets; this page only lays them out. The compaction threshold starts at
+the one the session ran with (its call log records it); ``?threshold=`` keeps one typed
+instead in the URL, so a shared link draws the same line.
 """
 
 from __future__ import annotations
 
 import streamlit as st
 
-from analysis import CallBudget, SessionSpend, call_budgets, chain_budget, message_budgets
+from analysis import (
+    CallBudget,
+    SessionSpend,
+    ThresholdStart,
+    call_budgets,
+    chain_budget,
+    message_budgets,
+    threshold_start,
+)
 from soap_core import Context, Session, SoapError, Store
 from workbench.loading import chosen_store, load_session, show_error_and_stop
 from workbench.selection import selected_context, selected_session
@@ -24,10 +33,13 @@ from workbench.token_budget_views import (
     message_table,
     stale_note,
     threshold_from_param,
+    threshold_note,
     window_choice_note,
     window_choice_table,
 )
 from workbench.views import StoreSignature, escape_markdown, store_signature
+
+THRESHOLD_FOR = "threshold_session"  # the session the threshold field was last set up for
 
 
 @st.cache_data(show_spinner="Counting the calls' tokens…", max_entries=16)
@@ -40,22 +52,40 @@ def _chain_budget(root: str, uuid: str, signature: StoreSignature) -> list[Sessi
     return chain_budget(Store(root), uuid)
 
 
-def pick_threshold() -> int | None:
-    """The compaction threshold typed here (kept in ``?threshold=``); empty draws no line."""
+@st.cache_data(show_spinner=False, max_entries=16)
+def _threshold_start(root: str, uuid: str, signature: StoreSignature) -> ThresholdStart:
+    return threshold_start(load_session(root, uuid))
+
+
+def pick_threshold(root: str, session: Session) -> int | None:
+    """The compaction threshold: from ``?threshold=`` when a link gives one, else the one
+    the session ran with (its call log's compaction setting, else the model's context
+    window, the note says which); a typed one goes into the URL. Empty draws no line."""
+    try:
+        start = _threshold_start(root, session.uuid, store_signature(root))
+    except SoapError as exc:
+        start = ThresholdStart(None, "none", f"The compaction setting could not be read: {exc}")
+    if st.session_state.get(THRESHOLD_FOR) != session.uuid:  # a new session starts afresh
+        st.session_state.pop("threshold_input", None)
+        if THRESHOLD_FOR in st.session_state:
+            st.query_params.pop("threshold", None)
+        st.session_state[THRESHOLD_FOR] = session.uuid
+    given = threshold_from_param(st.query_params.get("threshold"))
     typed = st.number_input(
         "Compaction threshold (tokens)",
         min_value=1,
-        value=threshold_from_param(st.query_params.get("threshold")),
+        value=given if given is not None else start.tokens,
         step=1000,
         placeholder="none",
         key="threshold_input",
-        help="The runtime does not record a session's compaction settings; type a threshold to draw it.",
+        help="Starts at the threshold the session ran with, where its call log records one.",
     )
-    if typed is None:
+    st.text(threshold_note(start, given, None if typed is None else int(typed)))
+    if typed is None or int(typed) == start.tokens:
         st.query_params.pop("threshold", None)
-        return None
-    st.query_params["threshold"] = str(int(typed))
-    return int(typed)
+    else:
+        st.query_params["threshold"] = str(int(typed))
+    return None if typed is None else int(typed)
 
 
 def show_calls(root: str, session: Session) -> None:
@@ -66,7 +96,7 @@ def show_calls(root: str, session: Session) -> None:
         show_error_and_stop(exc)
     st.subheader("Context size per call")
     st.text(calls_source_note(budgets))
-    threshold = pick_threshold()
+    threshold = pick_threshold(root, session)
     if budgets:
         st.plotly_chart(budget_figure(budgets, threshold), key="budget_chart")
         st.dataframe(call_table(budgets), hide_index=True, key="call_table")

@@ -3,8 +3,9 @@
 The chain is walked from the invocation records alone (peteos writes none, so its
 sessions have no traceback). It is shown as a call stack, outermost first, and as a
 timeline across objects; each frame links to the message that made its call, and
-refused (no-circle) or failed invocations stand out. The chosen invocation lives in
-``?invocation=``.
+refused (no-circle) or failed invocations stand out; each bar of the timeline names its
+object and the tool that called it, with its LLM calls and tool calls drawn inside. The
+chosen invocation lives in ``?invocation=``.
 """
 
 from __future__ import annotations
@@ -79,8 +80,9 @@ def show_call_sites(root: str, trace: InvocationTrace) -> None:
         )
 
 
-def show_trace(root: str, trace: InvocationTrace, prompts: dict[str, str]) -> None:
+def show_trace(root: str, trace: InvocationTrace, traced: SessionTraces) -> None:
     """The stack (table, problems, call sites) and the timeline of one trace."""
+    prompts = traced.prompts
     for frame in problem_frames(trace):
         st.error(escape_markdown(problem_message(frame)))
     st.subheader("Call stack (outermost first)")
@@ -88,7 +90,11 @@ def show_trace(root: str, trace: InvocationTrace, prompts: dict[str, str]) -> No
     st.subheader("Call sites")
     show_call_sites(root, trace)
     st.subheader("Timeline across objects")
-    st.plotly_chart(timeline_figure(trace, prompts), key="traceback_timeline")
+    st.text(
+        "One bar per invocation, labelled with its object, the tool that called it and what it did; "
+        "inside it, its LLM calls (dark) and the tool calls each answer asked for (yellow)."
+    )
+    st.plotly_chart(timeline_figure(trace, prompts, traced.methods, traced.spans), key="traceback_timeline")
 
 
 st.title("Traceback")
@@ -109,4 +115,4 @@ if not traced.traces:
     st.stop()
 st.subheader("Invocations of this session")
 st.dataframe(invocations_table(traced.traces, traced.prompts), hide_index=True)
-show_trace(root, pick_invocation(traced), traced.prompts)
+show_trace(root, pick_invocation(traced), traced)

@@ -1,7 +1,8 @@
 """The Compaction page, run headless with AppTest: the curves, the comparison table and
 the dropped lists carry the analysis library's simulations for the strategies in the
 URL; simulating never writes to the store; "Measure drift" re-runs calls on a real
-local model and saves its runs as drift forks."""
+local model, the unchanged noise samples too, saves every run as a drift fork and judges
+each strategy's drift against the noise band; a large measurement asks first."""
 
 from __future__ import annotations
 
@@ -14,17 +15,18 @@ from typing import Any
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from analysis import history_of, simulate
+from analysis import DriftRun, DriftStep, history_of, simulate
 from soap_core import REPLAY_KEY, Store
 from soap_core.runtime.local_model import LocalModelServer
 from tests.apptest import open_app_page
 from tests.conftest import snapshot
-from workbench.compaction_views import default_specs
+from workbench.compaction_views import DriftJob, default_specs
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "soap"
 SESSION = "20250611-3f0c2b6e-8a41-4d8e-9c1a-5b7d2e9f4a10"
 ACTIVE = "e7c40f19-2a6b-4d35-8e91-7b03a5c6d2f4"
+DRIFT_JOB = "compaction_drift_job"  # where the page keeps its measurement
 SPECS = ["rolling-tokens:400:0.5", "rolling-messages:3", "summarize:300:2", "strip-thinking"]
 DROPPED_LINE = re.compile(r"^(.+): (\d+) messages? dropped by call \d+$")
 EVIL = "<script>alert(1)</script><img src=x onerror=alert(2)>"
@@ -61,6 +63,11 @@ def dropped_lists(at: AppTest) -> dict[str, list[dict[str, Any]]]:
     counted = [DROPPED_LINE.match(element.value) for element in at.text]
     with_rows = [m.group(1) for m in counted if m and int(m.group(2))]
     return dict(zip(with_rows, tables_with(at, "history index"), strict=True))
+
+
+def plain(elements: Any) -> str:
+    """The values of message elements (success, info, warning), Markdown escapes undone."""
+    return "\n".join(element.value.replace("\\", "") for element in elements)
 
 
 def texts(at: AppTest) -> str:
@@ -127,6 +134,17 @@ class TestSimulation:
         expected = default_specs(history_of(Store(FIXTURE).load_session(SESSION)))
         assert at.query_params["strategies"] == ",".join(expected)
         assert [r["strategy"] for r in comparison(at)] == ["none", *expected]
+
+    def test_without_strategies_it_starts_with_the_one_the_session_ran_with(
+        self, workbench_store: Path
+    ) -> None:
+        at = open_page(workbench_store, session=analyst(workbench_store))
+        assert at.query_params["strategies"].split(",")[0] == "rolling-messages:6"
+        assert at.number_input(key="rolling-messages_n").value == 6
+        assert (
+            "The session ran with RollingSequenceWindow(n=6) (its call log): rolling-messages:6 here."
+            in texts(at)
+        )
 
     def test_changing_a_number_changes_the_url_and_the_simulation(self) -> None:
         at = open_page(FIXTURE, session=SESSION, strategies="rolling-messages:3")
@@ -209,8 +227,10 @@ class TestDrift:
         at.button(key="measure_drift").click().run(timeout=120)
         assert not at.exception
         failures = [e.value for e in at.error]
-        assert len(failures) == 2 and all("failed" in f and "connection" in f for f in failures)
+        assert len(failures) == 4 and all("failed" in f and "connection" in f for f in failures)
+        assert any("noise sample 2 at call 0" in f for f in failures)
         assert [r["drift"] for r in comparison(at)] == [None, None]
+        assert "No noise band" in texts(at)
 
     def test_a_summary_that_cannot_be_written_is_an_error_not_an_exception(
         self, workbench_store: Path, tmp_path: Path
@@ -248,9 +268,96 @@ class TestDrift:
         assert [r["strategy"] for r in shown] == ["none", "rolling-messages:3"]
         assert all(isinstance(r["drift"], float) and 0 <= r["drift"] <= 1 for r in shown)
         runs = drift_runs(at)
-        assert [(r["strategy"], r["call"]) for r in runs] == [("none", last), ("rolling-messages:3", last)]
-        assert [r["drift"] for r in shown] == [r["distance"] for r in runs]
+        assert [(r["run"], r["strategy"], r["call"]) for r in runs] == [
+            ("strategy", "none", last),
+            ("strategy", "rolling-messages:3", last),
+            ("noise sample 1", "none", last),
+            ("noise sample 2", "none", last),
+        ]
+        assert [r["drift"] for r in shown] == [r["distance"] for r in runs[:2]]
         assert drift_forks(store, uuid) == [
+            f"drift noise sample 1 at call {last}",
+            f"drift noise sample 2 at call {last}",
             f"drift none at call {last}",
             f"drift rolling-messages:3 at call {last}",
         ]
+        # the deterministic model answers the unchanged calls alike: a band of width zero
+        noise = [r["distance"] for r in runs if r["strategy"] == "none"]
+        assert len(set(noise)) == 1
+        band = f"{noise[0]:.2f}–{noise[0]:.2f}"
+        assert [r["noise band"] for r in shown] == [band, band]
+        assert shown[0]["vs noise"] == "within noise"
+        assert f"none: drift {noise[0]:.2f}, noise band {band}: within noise" in texts(at)
+        assert "Drift measured: 4 model calls" in plain(at.success)
+        assert not at.button(key="measure_drift").disabled  # finished: it can be measured again
+
+    def test_a_large_measurement_asks_first_and_cancel_runs_nothing(
+        self, workbench_store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setenv("SOAPWB_CONFIRM_ABOVE", "3")
+        store = tmp_path / "store"
+        shutil.copytree(workbench_store, store)
+        uuid = analyst(store)
+        at = open_page(store, session=uuid, strategies="rolling-messages:3")
+        at.text_input(key="drift_endpoint").input("http://127.0.0.1:9/v1").run()
+        at.multiselect(key="drift_calls").select(0).select(1).run()
+        at.button(key="measure_drift").click().run()
+        assert not at.exception
+        assert len(at.warning) == 1
+        warning = plain(at.warning)
+        assert "makes 8 model calls: 2 calls × 2 strategies (none, rolling-messages:3) = 4 runs" in warning
+        assert "2 × 2 unchanged re-runs for the noise band = 4" in warning
+        assert at.button(key="drift_confirm").label == "Run 8 model calls"
+        assert at.button(key="measure_drift").disabled  # one measurement at a time
+        at.button(key="drift_cancel").click().run()
+        assert not at.warning and not at.error
+        assert "Not run: the 8 model calls were cancelled" in plain(at.info)
+        assert drift_forks(store, uuid) == []
+        assert not tables_with(at, "distance")
+
+    def test_a_run_interrupted_mid_way_asks_before_it_goes_on_and_stop_ends_it(
+        self, workbench_store: Path, tmp_path: Path
+    ) -> None:
+        """A click elsewhere (or Streamlit's own Stop) ends the script run that was making
+        the calls; the next one makes none until told to."""
+        store = tmp_path / "store"
+        shutil.copytree(workbench_store, store)
+        uuid = analyst(store)
+        at = open_page(store, session=uuid, strategies="rolling-messages:3")
+        steps = [DriftStep("none", 1), DriftStep("rolling-messages:3", 1)]
+        job = DriftJob((uuid, ("none", "rolling-messages:3")), "http://127.0.0.1:9/v1", steps, started=True)
+        job.record(steps[0], DriftRun("none", 1, 0.25, False, "fork-1"), 3.0)
+        at.session_state[DRIFT_JOB] = job
+        at.run()
+        assert "Paused after 1 of 2 model calls" in plain(at.info)
+        assert at.button(key="drift_continue").label == "Continue: 1 model calls left"
+        assert len(job.results) == 1 and drift_forks(store, uuid) == []
+        at.button(key="drift_stop").click().run()
+        assert not at.exception
+        assert "Stopped after 1 of 2 model calls" in plain(at.info)
+        assert not [b for b in at.button if b.key in ("drift_stop", "drift_continue")]
+        assert [r["strategy"] for r in drift_runs(at)] == ["none"]
+
+    def test_a_confirmed_measurement_runs_on_the_local_model(
+        self,
+        workbench_store: Path,
+        tmp_path: Path,
+        llm_server: LocalModelServer,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        monkeypatch.setenv("SOAPWB_CONFIRM_ABOVE", "2")
+        store = tmp_path / "store"
+        shutil.copytree(workbench_store, store)
+        uuid = analyst(store)
+        at = open_page(store, session=uuid, strategies="rolling-messages:3")
+        at.text_input(key="drift_endpoint").input(llm_server.base_url).run()
+        at.number_input(key="drift_noise").set_value(1).run()
+        at.multiselect(key="drift_calls").select(1).run()
+        at.button(key="measure_drift").click().run()
+        assert at.button(key="drift_confirm").label == "Run 3 model calls"
+        assert drift_forks(store, uuid) == []
+        at.button(key="drift_confirm").click().run(timeout=300)
+        assert not at.exception and not at.error
+        assert len(drift_forks(store, uuid)) == 3
+        assert "Drift measured: 3 model calls" in plain(at.success)
+        assert [r["strategy"] for r in drift_runs(at)] == ["none", "rolling-messages:3", "none"]

@@ -10,15 +10,24 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
-from analysis import CATEGORIES, call_budgets, chain_budget, message_budgets
+from analysis import (
+    CATEGORIES,
+    call_budgets,
+    chain_budget,
+    message_budgets,
+)
 from soap_core import Store
+from soap_core.runtime import AgenticObject, ModelSettings, RollingTokenWindow, Runtime
 from tests.apptest import open_app_page
+from tests.scripted import ScriptedEndpoint, says
 from workbench.token_budget_views import (
     COMPACTION_TRACE,
     CONTEXT_LIMIT_TRACE,
     THRESHOLD_TRACE,
+    TOTAL_TRACE,
     budget_figure,
     chain_label,
 )
@@ -105,10 +114,31 @@ class TestOnThePeteosFixture:
         assert "430 → 379" in table[2]["compactions before"]
         assert [row["compactions before"] for row in table[:2]] == ["", ""]
 
+    def test_hovering_a_call_shows_its_whole_makeup_with_shares(self) -> None:
+        at = open_page(FIXTURE, session=SESSION)
+        budgets = call_budgets(Store(FIXTURE).load_session(SESSION))
+        spec = chart(at, 0)
+        assert spec["layout"]["hovermode"] == "x unified"
+        shown = traces(spec)
+        layers = [name for name in shown if name in CATEGORIES]
+        for name in layers:
+            assert shown[name]["hovertemplate"].startswith(f"{name}: %{{customdata[0]:,}} tokens")
+            assert "%{customdata[1]:.1%}" in shown[name]["hovertemplate"]
+            assert [c[0] for c in shown[name]["customdata"]] == [b.makeup[name] for b in budgets]
+        for index, budget in enumerate(budgets):
+            split = [shown[name]["customdata"][index][1] for name in layers]
+            assert sum(split) == pytest.approx(1.0, abs=1e-5)
+            assert split == pytest.approx([budget.makeup[name] / budget.tokens for name in layers], abs=1e-6)
+        total = shown[TOTAL_TRACE]
+        assert total["y"] == [b.tokens for b in budgets] and total["showlegend"] is False
+        assert "call %{x}: %{y:,} tokens" in total["hovertemplate"]
+        assert [c[0] for c in total["customdata"]] == [b.timestamp for b in budgets]
+
     def test_no_threshold_line_until_one_is_typed(self) -> None:
         at = open_page(FIXTURE, session=SESSION)
         assert THRESHOLD_TRACE not in traces(chart(at, 0))
         assert at.number_input(key="threshold_input").value is None
+        assert "No compaction setting is recorded for this session" in texts(at)
         at.number_input(key="threshold_input").set_value(400).run()
         assert not at.exception
         assert traces(chart(at, 0))[THRESHOLD_TRACE]["y"] == [400, 400, 400]
@@ -231,3 +261,70 @@ class TestOnTheWorkbenchStore:
         uuid = role_session(workbench_store, "Analyst")
         at = open_page(workbench_store, session=uuid)
         assert not any("<script" in element.value for element in at.markdown)
+
+
+class Windowed(AgenticObject):
+    settings = ModelSettings(max_tokens=32, context_limit=4096)
+    compaction = RollingTokenWindow(threshold=900, keep=0.5)
+
+
+class Wider(Windowed):
+    compaction = RollingTokenWindow(threshold=1500, keep=0.5)
+
+
+@pytest.fixture(scope="module")
+def windowed_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two sessions the runtime ran with rolling token windows of 900 and 1,500 tokens."""
+    root = tmp_path_factory.mktemp("windowed") / "store"
+    runtime = Runtime(root, ScriptedEndpoint(says("One."), says("Two."), says("Three.")))  # type: ignore[arg-type]
+    windowed = Windowed(runtime=runtime, object_id="windowed")
+    windowed.invoke("First question.", thread="t")
+    windowed.invoke("Second question.", thread="t")
+    Wider(runtime=runtime, object_id="wider").invoke("A question.")
+    return root
+
+
+class TestTheThresholdTheSessionRanWith:
+    def test_the_field_starts_at_the_recorded_threshold_and_draws_it(self, windowed_store: Path) -> None:
+        at = open_page(windowed_store, session=role_session(windowed_store, "Windowed"))
+        assert at.number_input(key="threshold_input").value == 900
+        assert traces(chart(at, 0))[THRESHOLD_TRACE]["y"] == [900, 900]
+        assert (
+            "Starts at 900 tokens, the threshold the session ran with: "
+            "RollingTokenWindow(threshold=900, keep=0.5) (from its call log)."
+        ) in texts(at)
+        assert "threshold" not in at.query_params  # the session's own value needs no parameter
+
+    def test_a_typed_threshold_goes_into_the_url_and_says_so(self, windowed_store: Path) -> None:
+        at = open_page(windowed_store, session=role_session(windowed_store, "Windowed"))
+        at.number_input(key="threshold_input").set_value(1200).run()
+        assert at.query_params["threshold"] == "1200"
+        assert traces(chart(at, 0))[THRESHOLD_TRACE]["y"] == [1200, 1200]
+        assert "Threshold 1,200 tokens typed here; the session ran with a threshold of 900 tokens." in texts(
+            at
+        )
+
+    def test_a_threshold_in_the_link_wins_over_the_recorded_one(self, windowed_store: Path) -> None:
+        at = open_page(windowed_store, session=role_session(windowed_store, "Windowed"), threshold="700")
+        assert at.number_input(key="threshold_input").value == 700
+        assert "Threshold 700 tokens from the link (?threshold=)" in texts(at)
+
+    def test_a_message_window_falls_back_to_the_context_window_and_says_so(
+        self, workbench_store: Path
+    ) -> None:
+        at = open_page(workbench_store, session=role_session(workbench_store, "Analyst"))
+        assert at.number_input(key="threshold_input").value == 2048
+        assert traces(chart(at, 0))[THRESHOLD_TRACE]["y"][0] == 2048
+        assert (
+            "Starts at the model's context window, 2,048 tokens (from the call log): the session "
+            "compacted with RollingSequenceWindow(n=6), which has no token threshold."
+        ) in texts(at)
+
+    def test_another_session_starts_at_its_own_threshold(self, windowed_store: Path) -> None:
+        at = open_page(windowed_store, session=role_session(windowed_store, "Windowed"))
+        at.number_input(key="threshold_input").set_value(1200).run()
+        assert at.query_params["threshold"] == "1200"
+        at.selectbox(key="session_picker").set_value(role_session(windowed_store, "Wider")).run()
+        assert not at.exception
+        assert at.number_input(key="threshold_input").value == 1500
+        assert "threshold" not in at.query_params

@@ -12,10 +12,18 @@ from typing import Any
 import pandas as pd
 from streamlit.testing.v1 import AppTest
 
-from soap_core import Store
-from soap_core.runtime import InvocationTrace, invocation_chain, read_invocations
+from soap_core import CallRecord, Store
+from soap_core.runtime import InvocationTrace, Party, invocation_chain, read_calls, read_invocations
 from tests.apptest import open_app_page
-from workbench.traceback_views import one_line, short_session, trace_frames
+from workbench.traceback_views import (
+    FRAME_META,
+    SPAN_META,
+    call_tools,
+    frame_method,
+    one_line,
+    short_session,
+    trace_frames,
+)
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "soap"
@@ -45,8 +53,27 @@ def stack(at: AppTest) -> list[dict[str, Any]]:
 
 
 def timeline(at: AppTest) -> list[dict[str, Any]]:
+    """The timeline's frame bars, one trace per outcome."""
+    return [t for t in figure_data(at) if t.get("meta") == FRAME_META]
+
+
+def spans(at: AppTest) -> dict[str, dict[str, Any]]:
+    """The timeline's spans inside the bars, by kind (LLM call, tool calls)."""
+    return {t["name"]: t for t in figure_data(at) if t.get("meta") == SPAN_META}
+
+
+def figure_data(at: AppTest) -> list[dict[str, Any]]:
+    return figure(at)["data"]
+
+
+def figure(at: AppTest) -> dict[str, Any]:
     [chart] = at.get("plotly_chart")
-    return json.loads(chart.proto.spec)["data"]
+    return json.loads(chart.proto.spec)
+
+
+def bar_labels(at: AppTest) -> list[str]:
+    """The labels written on the frames' bars, in stack order."""
+    return [a["text"] for a in figure(at)["layout"]["annotations"]]
 
 
 def context_links(at: AppTest) -> list[str]:
@@ -182,6 +209,121 @@ class TestTheTimeline:
             assert frame.ended_at is not None
             real = (pd.Timestamp(frame.ended_at) - pd.Timestamp(frame.started_at)).total_seconds() * 1000
             assert width >= real
+
+    def test_each_bar_names_its_object_how_it_was_called_and_what_it_did(self, workbench_store: Path) -> None:
+        at = open_page(workbench_store, session=uuid_of(workbench_store, "Archivist"))
+        assert bar_labels(at) == [
+            "Analyst.invoke from Python · 2 LLM calls, 1 tool call",
+            "Researcher.invoke via ask_researcher · 2 LLM calls, 1 tool call",
+            "Archivist.invoke via ask_archivist · 2 LLM calls, 1 tool call",
+        ]
+        [trace] = chain(workbench_store, "Archivist")
+        annotations = figure(at)["layout"]["annotations"]
+        assert [(a["y"], pd.Timestamp(a["x"])) for a in annotations] == [
+            (f"{f.role} / {short_session(f.session)}", pd.Timestamp(f.started_at).tz_convert(None))
+            for f in trace_frames(trace)
+        ]
+        hovers = [hover for data in timeline(at) for hover in data["hovertext"]]
+        assert hovers[1].startswith("Researcher.invoke via ask_researcher")
+
+    def test_the_llm_calls_and_tool_calls_are_spans_inside_their_frames_bar(
+        self, workbench_store: Path
+    ) -> None:
+        at = open_page(workbench_store, session=uuid_of(workbench_store, "Archivist"))
+        [trace] = chain(workbench_store, "Archivist")
+        frames = {f"{f.role} / {short_session(f.session)}": f for f in trace_frames(trace)}
+        shown = spans(at)
+        assert set(shown) == {"LLM call", "tool calls"}
+        llm, tools = shown["LLM call"], shown["tool calls"]
+        assert sorted(llm["y"]) == sorted([*frames] * 2)  # two calls in each frame
+        assert sorted(tools["y"]) == sorted(frames)
+        for data in (llm, tools):
+            assert (
+                data["width"] + data["offset"] < timeline(at)[0]["width"] / 2
+            )  # inside the bar's lower half
+            assert data["offset"] > 0
+            for row, base in zip(data["y"], data["base"], strict=True):
+                frame = frames[row]
+                start = pd.Timestamp(base)
+                assert pd.Timestamp(frame.started_at).tz_convert(None) <= start
+                assert frame.ended_at is not None and start <= pd.Timestamp(frame.ended_at).tz_convert(None)
+        researcher = [h for h in llm["hovertext"] if h.startswith("Researcher:")]
+        assert [h.split("<br>")[0] for h in researcher] == [
+            "Researcher: LLM call 1 → ask_archivist",
+            "Researcher: LLM call 2 → answer",
+        ]
+        assert any(h.startswith("Archivist: tool calls: file_note<br>") for h in tools["hovertext"])
+        analyst_calls = read_calls(Store(workbench_store).find(uuid_of(workbench_store, "Analyst")).path)
+        first = next(
+            c for c in analyst_calls if c.id in llm_ids(workbench_store, trace.callers[0].invocation_id)
+        )
+        [analyst_row] = [r for r in frames if r.startswith("Analyst")]
+        analyst_bases = [b for r, b in zip(llm["y"], llm["base"], strict=True) if r == analyst_row]
+        assert pd.Timestamp(analyst_bases[0]) == pd.Timestamp(first.started_at).tz_convert(None)
+
+    def test_a_refused_frame_has_no_spans_and_says_so(self, workbench_store: Path) -> None:
+        trace = refused_trace(workbench_store)
+        assert trace.invocation is not None
+        at = open_page(
+            workbench_store,
+            session=uuid_of(workbench_store, "Analyst"),
+            invocation=trace.invocation.invocation_id,
+        )
+        assert bar_labels(at)[-1] == "Analyst.invoke via ask_myself · 0 LLM calls · refused"
+        assert all(
+            row == data["y"][0] for data in spans(at).values() for row in data["y"]
+        )  # the caller's only
+
+
+def llm_ids(store: Path, invocation_id: str) -> list[str]:
+    analyst_dir = Store(store).find(uuid_of(store, "Analyst")).path
+    [record] = [r for r in read_invocations(analyst_dir) if r.id == invocation_id]
+    return record.calls
+
+
+def record_call(response: Any, message_id: str = "m1") -> CallRecord:
+    return CallRecord(
+        id="20250101T000000000000-00000000",
+        session="s",
+        role="r",
+        context_id="c",
+        message_index=1,
+        request={},
+        request_hash="h",
+        message_id=message_id,
+        response=response,
+    )
+
+
+class TestReadingTheCallRecords:
+    def test_the_tools_an_answer_asked_for_are_read_from_its_response(self) -> None:
+        answer = {
+            "choices": [
+                {"message": {"tool_calls": [{"function": {"name": "grep"}}, {"function": {"name": "tail"}}]}}
+            ]
+        }
+        assert call_tools(record_call(answer)) == ["grep", "tail"]
+        assert call_tools(record_call({"choices": [{"message": {"content": "hi"}}]})) == []
+
+    def test_a_strange_response_counts_as_no_tool_call(self) -> None:
+        for response in (
+            None,
+            {},
+            {"choices": []},
+            {"choices": ["x"]},
+            {"choices": [{"message": {"tool_calls": [1]}}]},
+        ):
+            assert call_tools(record_call(response)) == []
+
+    def test_how_a_frame_was_called(self, workbench_store: Path) -> None:
+        [trace] = chain(workbench_store, "Archivist")
+        analyst_dir = Store(workbench_store).find(uuid_of(workbench_store, "Analyst")).path
+        [record] = [r for r in read_invocations(analyst_dir) if r.id == trace.callers[0].invocation_id]
+        assert frame_method(record, {}) == "from Python"
+        asked = {"choices": [{"message": {"tool_calls": [{"function": {"name": "ask_x"}}]}}]}
+        record.caller = Party("Caller", "o", "s", "c", 3, "m1")
+        assert frame_method(record, {"m1": record_call(asked)}) == "via ask_x"
+        assert frame_method(record, {}) == "called by Caller"
 
 
 class TestSelection:

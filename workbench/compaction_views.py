@@ -9,7 +9,9 @@ analysis library's simulations, so a test can compare them with the library dire
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
 
@@ -17,13 +19,19 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from analysis import (
+    DriftBand,
     DriftRow,
+    DriftRun,
+    DriftStep,
     History,
+    RanWith,
     RollingMessages,
     RollingTokens,
     Simulation,
     SummarizeOlder,
+    model_calls,
     parse_strategy,
+    verdict_in,
 )
 from soap_core import preview
 
@@ -31,8 +39,27 @@ BASELINE = "none"
 KINDS = ("rolling-tokens", "rolling-messages", "strip-thinking", "summarize")
 """The strategies a user can pick (the baseline ``none`` is always simulated)."""
 
-TABLE_COLUMNS = ("strategy", "peak tokens", "tokens sent", "compactions", "tokens saved", "drift")
-RUN_COLUMNS = ("strategy", "call", "distance", "identical", "fork", "error")
+TABLE_COLUMNS = (
+    "strategy",
+    "peak tokens",
+    "tokens sent",
+    "compactions",
+    "tokens saved",
+    "drift",
+    "noise band",
+    "vs noise",
+)
+RUN_COLUMNS = (
+    "run",
+    "strategy",
+    "call",
+    "distance",
+    "identical",
+    "noise at this call",
+    "vs noise",
+    "fork",
+    "error",
+)
 DROPPED_COLUMNS = ("history index", "role", "preview", "tokens", "dropped at call")
 
 
@@ -99,25 +126,38 @@ def with_baseline(specs: Sequence[str]) -> list[str]:
     return [BASELINE, *(s for s in specs if s != BASELINE)]
 
 
-def suggested_numbers(history: History) -> dict[str, list[float | int]]:
+def suggested_numbers(history: History, ran: RanWith | None = None) -> dict[str, list[float | int]]:
     """Numbers that make each strategy act on this session: the library's defaults
-    (60,000 tokens, 40 messages) never fire on a small session, which shows nothing."""
+    (60,000 tokens, 40 messages) never fire on a small session, which shows nothing.
+    The strategy the session ran with (``ran``, from its call log) keeps its own numbers."""
     peak = max(call_sizes(history), default=0)
     threshold = max(100, round(peak * 0.6, -2)) if peak else 60_000
     ordinary = sum(1 for item in history.items if not item.special)
     messages = max(2, ordinary // 2)
-    return {
+    numbers: dict[str, list[float | int]] = {
         "rolling-tokens": [int(threshold), 0.5],
         "rolling-messages": [messages],
         "strip-thinking": [],
         "summarize": [int(threshold), 4],
     }
+    if ran is not None:
+        numbers[kind_of(ran.spec)] = numbers_of(ran.spec)
+    return numbers
 
 
-def default_specs(history: History) -> list[str]:
-    """What the page simulates when the link names no strategies."""
-    numbers = suggested_numbers(history)
-    return [strategy_spec(kind, numbers[kind]) for kind in ("rolling-tokens", "rolling-messages")]
+def default_specs(history: History, ran: RanWith | None = None) -> list[str]:
+    """What the page simulates when the link names no strategies: the one the session
+    ran with first, where its call log records one, then windows sized to the session."""
+    numbers = suggested_numbers(history, ran)
+    kinds = list(dict.fromkeys([*([kind_of(ran.spec)] if ran else []), "rolling-tokens", "rolling-messages"]))
+    return [strategy_spec(kind, numbers[kind]) for kind in kinds]
+
+
+def ran_with_note(ran: RanWith | None) -> str | None:
+    """A line naming the strategy the session ran with, as the lab's spec."""
+    if ran is None:
+        return None
+    return f"The session ran with {ran.recorded} (its call log): {ran.spec} here."
 
 
 def curves_figure(simulations: Sequence[Simulation]) -> go.Figure:
@@ -158,46 +198,264 @@ def curves_figure(simulations: Sequence[Simulation]) -> go.Figure:
     return figure
 
 
-def comparison_table(simulations: Sequence[Simulation], drift: Sequence[DriftRow] = ()) -> pd.DataFrame:
+def comparison_table(
+    simulations: Sequence[Simulation], drift: Sequence[DriftRow] = (), band: DriftBand | None = None
+) -> pd.DataFrame:
     """One row per strategy; drift (the mean distance of the re-run answers from the
-    original ones) only where it was measured for exactly these strategies."""
+    original ones) only where it was measured for exactly these strategies, with the
+    noise band it is judged against and the verdict."""
     measured: Mapping[str, float | None] = {row.strategy: row.drift for row in drift}
-    rows = [
-        (
-            s.strategy,
-            s.peak_tokens,
-            s.tokens_sent,
-            s.compactions,
-            s.tokens_saved,
-            measured.get(s.strategy),
+    rows = []
+    for s in simulations:
+        value = measured.get(s.strategy)
+        shown = judged(value, band) if value is not None and band is not None else None
+        rows.append(
+            (
+                s.strategy,
+                s.peak_tokens,
+                s.tokens_sent,
+                s.compactions,
+                s.tokens_saved,
+                value,
+                f"{shown[1]}–{shown[2]}" if shown else None,
+                shown[3] if shown else None,
+            )
         )
-        for s in simulations
-    ]
     table = pd.DataFrame.from_records(rows, columns=list(TABLE_COLUMNS))
     return table.astype({"drift": "Float64"})
 
 
-def drift_runs_table(drift: Sequence[DriftRow]) -> pd.DataFrame:
-    """Every drift run: which strategy at which call, how far its answer moved, the fork
-    it was saved as, and its error if the model call failed."""
-    rows = [
-        (run.strategy, run.call, run.distance, run.identical, run.fork_id, run.error)
-        for row in drift
-        for run in row.runs
-    ]
+def judged(value: float, band: DriftBand) -> tuple[str, str, str, str]:
+    """(value, low, high, verdict) as text, with as many decimals (2 to 4) as it takes
+    for a value outside the band not to print as one of its edges."""
+    verdict = band.verdict(value)
+    for digits in (2, 3, 4):
+        low, high, text = (f"{x:.{digits}f}" for x in (band.low, band.high, value))
+        if verdict == "within noise" or text not in (low, high):
+            break
+    return text, low, high, verdict
+
+
+def drift_line(row: DriftRow, band: DriftBand | None) -> str:
+    """One sentence per strategy: its drift against the noise band, for example
+    ``rolling-tokens:600:0.5: drift 0.42, noise band 0.35–0.48: within noise``."""
+    if row.drift is None:
+        return f"{row.strategy}: drift not measured (no run succeeded)"
+    if band is None:
+        return f"{row.strategy}: drift {row.drift:.2f}, no noise band to judge it against"
+    value, low, high, verdict = judged(row.drift, band)
+    return f"{row.strategy}: drift {value}, noise band {low}–{high}: {verdict}"
+
+
+def band_note(band: DriftBand | None, measured: bool) -> str:
+    """What the noise band is, or why there is none."""
+    if not measured:
+        return ""
+    if band is None:
+        return (
+            "No noise band: it needs two unchanged runs with an answer (the none strategy's run and at "
+            "least one noise sample), so the drift figures below cannot be told from the model's own "
+            "variation."
+        )
+    return (
+        f"Noise band {band.low:.2f}–{band.high:.2f}: the mean distance from the original answers of each of "
+        f"{band.samples} unchanged re-runs of the same calls (the none strategy and the noise samples). "
+        "A drift inside it is what the model does by itself; beyond it, the strategy changed the answers."
+        + (
+            " The band has no width: the unchanged runs all landed at the same distance (the model "
+            "answered the unchanged calls alike each time, as it does at temperature 0)."
+            if band.low == band.high
+            else ""
+        )
+    )
+
+
+def drift_runs_table(
+    results: Sequence[tuple[DriftStep, DriftRun]], band: DriftBand | None = None
+) -> pd.DataFrame:
+    """Every drift run, the noise samples too: which strategy at which call, how far its
+    answer moved, the spread of the unchanged runs at that call, the fork it was saved
+    as, and its error if the model call failed."""
+    rows = []
+    for step, run in results:
+        spread = band.call_range(step.call) if band else None
+        verdict = verdict_in(run.distance, *spread) if spread and run.distance is not None else None
+        rows.append(
+            (
+                f"noise sample {step.sample}" if step.noise else "strategy",
+                run.strategy,
+                run.call,
+                run.distance,
+                run.identical,
+                f"{spread[0]:.2f}–{spread[1]:.2f}" if spread else None,
+                "" if step.noise else verdict,
+                run.fork_id,
+                run.error,
+            )
+        )
     return pd.DataFrame.from_records(rows, columns=list(RUN_COLUMNS)).astype(
         {"distance": "Float64", "identical": "boolean"}
     )
 
 
-def drift_errors(drift: Sequence[DriftRow]) -> list[str]:
+def drift_errors(results: Sequence[tuple[DriftStep, DriftRun]]) -> list[str]:
     """One line per failed drift run, to be shown as an error."""
     return [
-        f"drift run {run.strategy} at call {run.call} failed: {run.error}"
-        for row in drift
-        for run in row.runs
+        f"drift run {step.label.removeprefix('drift ')} failed: {run.error}"
+        for step, run in results
         if run.error
     ]
+
+
+# ── a measurement: how many model calls, how far it got, stopping it ──────────────
+
+CONFIRM_ABOVE = 10
+"""More model calls than this are asked about first (``$SOAPWB_CONFIRM_ABOVE`` sets it)."""
+
+
+def confirm_above(environ: Mapping[str, str]) -> int:
+    """The confirmation limit: ``$SOAPWB_CONFIRM_ABOVE`` when it is a count, else 10."""
+    text = environ.get("SOAPWB_CONFIRM_ABOVE", "")
+    return int(text) if text.strip().isdigit() else CONFIRM_ABOVE
+
+
+@dataclass
+class DriftJob:
+    """One click of "Measure drift": its plan, the runs made so far, and where it stands.
+
+    Kept between script runs. Streamlit starts a new script run on every click without
+    waiting for the one under way, which goes on until its call returns: so the calls
+    are made under a lock, each is recorded as soon as it returns (its fork is already
+    saved), and the newest script run owns the job, an older loop stopping after the
+    call it was making. A Stop then waits for that call and counts it."""
+
+    key: tuple[str, tuple[str, ...]]
+    """(session uuid, strategy specs) of the measurement."""
+    base_url: str
+    steps: list[DriftStep]
+    results: list[tuple[DriftStep, DriftRun]] = field(default_factory=list)
+    status: str = "running"
+    """``confirm`` (waiting for the go-ahead), ``running``, ``stopped``, ``cancelled`` or ``done``."""
+    seconds: float = 0.0
+    """Time spent on the model calls so far."""
+    started: bool = False
+    """Whether a script run has begun making the calls (one that finds it set and the
+    job unfinished was interrupted, and asks before it goes on)."""
+    owner: int = 0
+    """Which script run may make the next call (the newest that took the job over)."""
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    @property
+    def total_calls(self) -> int:
+        return model_calls(self.steps)
+
+    @property
+    def made_calls(self) -> int:
+        return model_calls([step for step, _ in self.results])
+
+    def pending(self) -> list[DriftStep]:
+        return self.steps[len(self.results) :]
+
+    def record(self, step: DriftStep, run: DriftRun, seconds: float) -> None:
+        self.results.append((step, run))
+        self.seconds += seconds
+        if not self.pending():
+            self.status = "done"
+
+    def take_over(self) -> int:
+        """Make the calling script run the owner; returns its token for :meth:`run_pending`."""
+        self.owner += 1
+        return self.owner
+
+    def wait_for_call_under_way(self, timeout_s: float) -> bool:
+        """Wait until no call is being made (one that was is recorded by then); False if
+        it is still going after ``timeout_s``."""
+        if not self._lock.acquire(timeout=timeout_s):
+            return False
+        self._lock.release()
+        return True
+
+    def run_pending(
+        self, owner: int, run_step: Callable[[DriftStep], DriftRun], after_each: Callable[[], object]
+    ) -> None:
+        """Make the pending runs one at a time, recording each, while ``owner`` owns the
+        job and it is running; ``after_each`` (the page's count) runs after each."""
+        self.started = True
+        while True:
+            with self._lock:
+                if self.owner != owner or self.status != "running" or not self.pending():
+                    return
+                step = self.pending()[0]
+                began = time.monotonic()
+                run = run_step(step)
+                self.record(step, run, time.monotonic() - began)
+            after_each()
+
+
+def new_job(key: tuple[str, tuple[str, ...]], base_url: str, steps: list[DriftStep], limit: int) -> DriftJob:
+    """A job that runs at once, or waits for a confirmation above ``limit`` model calls."""
+    return DriftJob(key, base_url, steps, status="confirm" if model_calls(steps) > limit else "running")
+
+
+def plan_note(steps: Sequence[DriftStep]) -> str:
+    """How many model calls a plan makes, and where they come from."""
+    calls = len(dict.fromkeys(s.call for s in steps))
+    strategies = list(dict.fromkeys(s.strategy for s in steps if not s.noise))
+    noise = sum(1 for s in steps if s.noise)
+    summaries = sum(s.model_calls - 1 for s in steps)
+    parts = [
+        f"{calls} call{_s(calls)} × {len(strategies)} strateg{'y' if len(strategies) == 1 else 'ies'} "
+        f"({', '.join(strategies)}) = {calls * len(strategies)} runs"
+    ]
+    if noise:
+        parts.append(f"{calls} × {noise // max(calls, 1)} unchanged re-runs for the noise band = {noise}")
+    if summaries:
+        parts.append(f"{summaries} summar{'y' if summaries == 1 else 'ies'} written by the model")
+    total = model_calls(steps)
+    return f"Measuring drift makes {total} model call{_s(total)}: " + ", plus ".join(parts) + "."
+
+
+def progress_text(job: DriftJob) -> str:
+    """The running count, e.g. ``12 of 36 model calls``, and what runs next."""
+    pending = job.pending()
+    count = f"{job.made_calls} of {job.total_calls} model calls"
+    if not pending:
+        return count
+    step = pending[0]
+    what = f"noise sample {step.sample}" if step.noise else step.strategy
+    return f"{count} · next: {what} at call {step.call}"
+
+
+def paused_note(job: DriftJob) -> str:
+    """What a measurement interrupted mid-way says before it goes on."""
+    runs = len(job.results)
+    return (
+        f"Paused after {job.made_calls} of {job.total_calls} model calls: the page was interrupted while "
+        f"they ran (a click elsewhere, or Streamlit's Stop). The {runs} run{_s(runs)} made are saved; "
+        "continue, or stop here."
+    )
+
+
+def outcome_note(job: DriftJob) -> str:
+    """How a measurement ended, with its counts (empty while it runs)."""
+    made, total = job.made_calls, job.total_calls
+    if job.status == "done":
+        return f"Drift measured: {total} model call{_s(total)} in {job.seconds:.0f} s."
+    if job.status == "cancelled":
+        return f"Not run: the {total} model calls were cancelled before any was made."
+    if job.status != "stopped":
+        return ""
+    if not job.results:
+        return f"Stopped before any model call: none of the {total} was made."
+    return (
+        f"Stopped after {made} of {total} model calls ({job.seconds:.0f} s): the {len(job.results)} "
+        f"run{_s(len(job.results))} made are saved in the store as drift forks and counted below; "
+        f"{total - made} model call{_s(total - made)} were not made."
+    )
+
+
+def _s(count: int) -> str:
+    return "" if count == 1 else "s"
 
 
 def dropped_rows(history: History, simulation: Simulation, call: int) -> list[dict[str, object]]:

@@ -8,18 +8,20 @@ browser, number for number.
 
 from __future__ import annotations
 
+import html
 from collections.abc import Sequence
 
 import pandas as pd
 import plotly.graph_objects as go
 
-from analysis import CATEGORIES, CallBudget, CompactionEvent, MessageBudget, SessionSpend
+from analysis import CATEGORIES, CallBudget, CompactionEvent, MessageBudget, SessionSpend, ThresholdStart
 from soap_core import Context, WindowDisagreement
 from workbench.views import short_id
 
 CONTEXT_LIMIT_TRACE = "context limit"
 THRESHOLD_TRACE = "compaction threshold"
 COMPACTION_TRACE = "compaction"
+TOTAL_TRACE = "total"
 
 CALL_COLUMNS = (
     "call",
@@ -69,24 +71,49 @@ def context_limits(budgets: Sequence[CallBudget]) -> list[int | None]:
     return [b.context_limit for b in budgets]
 
 
+def shares(budget: CallBudget, categories: Sequence[str]) -> list[float]:
+    """Each category's share of the call's tokens (0 for an empty call)."""
+    return [budget.makeup.get(c, 0) / budget.tokens if budget.tokens else 0.0 for c in categories]
+
+
 def _makeup_traces(budgets: Sequence[CallBudget]) -> list[go.Scatter]:
-    numbers = [b.number for b in budgets]
-    hover = [[b.timestamp or "unknown time", b.context_id, b.tokens] for b in budgets]
+    """One stacked layer per category. The chart's hover is unified over a call, so
+    each layer gives one line of the whole make-up: its tokens and its share."""
+    shown = shown_categories(budgets)
+    split = [shares(b, shown) for b in budgets]
     return [
         go.Scatter(
-            x=numbers,
+            x=[b.number for b in budgets],
             y=[b.makeup.get(category, 0) for b in budgets],
             name=category,
             mode="lines",
             stackgroup="makeup",
-            customdata=hover,
-            hovertemplate=(
-                f"call %{{x}}<br>{category}: %{{y}} tokens<br>total %{{customdata[2]}}"
-                "<br>%{customdata[0]}<br>context %{customdata[1]}<extra></extra>"
-            ),
+            customdata=[
+                [b.makeup.get(category, 0), round(s[index], 6)] for b, s in zip(budgets, split, strict=True)
+            ],
+            hovertemplate=f"{category}: %{{customdata[0]:,}} tokens (%{{customdata[1]:.1%}})<extra></extra>",
         )
-        for category in shown_categories(budgets)
+        for index, category in enumerate(shown)
     ]
+
+
+def _total_trace(budgets: Sequence[CallBudget]) -> go.Scatter:
+    """An invisible line along the top of the stack whose hover line heads the make-up:
+    the call's total, its time and its context."""
+    return go.Scatter(
+        x=[b.number for b in budgets],
+        y=[b.tokens for b in budgets],
+        name=TOTAL_TRACE,
+        mode="lines",
+        line={"width": 0},
+        showlegend=False,
+        customdata=[
+            [html.escape(b.timestamp or "unknown time"), html.escape(short_id(b.context_id))] for b in budgets
+        ],
+        hovertemplate=(
+            "<b>call %{x}: %{y:,} tokens</b> · %{customdata[0]} · context %{customdata[1]}<extra></extra>"
+        ),
+    )
 
 
 def _compaction_trace(budgets: Sequence[CallBudget]) -> go.Scatter:
@@ -97,37 +124,35 @@ def _compaction_trace(budgets: Sequence[CallBudget]) -> go.Scatter:
         name=COMPACTION_TRACE,
         mode="markers",
         marker={"symbol": "x", "size": 12, "color": "black"},
-        text=["<br>".join(compaction_label(e) for e in b.compactions_before) for b in compacted],
-        hovertemplate="compaction before call %{x}<br>%{text}<extra></extra>",
+        text=["<br>".join(html.escape(compaction_label(e)) for e in b.compactions_before) for b in compacted],
+        hovertemplate="compaction before call %{x}: %{text}<extra></extra>",
+    )
+
+
+def _line(name: str, numbers: list[int], values: Sequence[int | None], line: dict[str, str]) -> go.Scatter:
+    return go.Scatter(
+        x=numbers,
+        y=list(values),
+        name=name,
+        mode="lines",
+        line=line,
+        hovertemplate=f"{name}: %{{y:,}} tokens<extra></extra>",
     )
 
 
 def budget_figure(budgets: Sequence[CallBudget], threshold: int | None = None) -> go.Figure:
     """The context of every call, its make-up stacked; the context limit (where the call
-    log recorded it) and the typed compaction threshold as lines; each call that followed
-    a compaction marked, with the sizes before and after in its hover."""
-    figure = go.Figure(_makeup_traces(budgets))
+    log recorded it) and the compaction threshold as lines; each call that followed a
+    compaction marked, with the sizes before and after. Hovering a call shows its whole
+    make-up at once (``x unified``): the total, then every layer with its share."""
+    figure = go.Figure([_total_trace(budgets), *_makeup_traces(budgets)] if budgets else [])
     numbers = [b.number for b in budgets]
     limits = context_limits(budgets)
     if any(limit is not None for limit in limits):
-        figure.add_trace(
-            go.Scatter(
-                x=numbers,
-                y=limits,
-                name=CONTEXT_LIMIT_TRACE,
-                mode="lines",
-                line={"dash": "dash", "color": "red"},
-            )
-        )
+        figure.add_trace(_line(CONTEXT_LIMIT_TRACE, numbers, limits, {"dash": "dash", "color": "red"}))
     if threshold is not None and numbers:
         figure.add_trace(
-            go.Scatter(
-                x=numbers,
-                y=[threshold] * len(numbers),
-                name=THRESHOLD_TRACE,
-                mode="lines",
-                line={"dash": "dot", "color": "orange"},
-            )
+            _line(THRESHOLD_TRACE, numbers, [threshold] * len(numbers), {"dash": "dot", "color": "orange"})
         )
     compaction = _compaction_trace(budgets)
     figure.add_trace(compaction)
@@ -136,7 +161,7 @@ def budget_figure(budgets: Sequence[CallBudget], threshold: int | None = None) -
     figure.update_layout(
         xaxis_title="call number",
         yaxis_title="tokens (cl100k_base)",
-        hovermode="closest",
+        hovermode="x unified",
         legend_traceorder="normal",
     )
     return figure
@@ -226,6 +251,25 @@ def chain_note(chain: Sequence[SessionSpend]) -> str:
             "or no invocation records exist (peteos writes none)."
         )
     return f"{len(chain)} sessions along the invocation chains through this session (depth 0 is this one)."
+
+
+def threshold_note(start: ThresholdStart, given: int | None, typed: int | None) -> str:
+    """Where the threshold drawn comes from: the link, the session's own setting, or the user."""
+    if typed is None:
+        if start.tokens is None:
+            return start.note
+        return f"No threshold drawn (the field is empty); {_recorded(start)}."
+    if typed == start.tokens:
+        return start.note
+    origin = "from the link (?threshold=)" if typed == given else "typed here"
+    recorded = f"; {_recorded(start)}" if start.tokens is not None else ""
+    return f"Threshold {typed:,} tokens {origin}{recorded}."
+
+
+def _recorded(start: ThresholdStart) -> str:
+    if start.source == "compaction":
+        return f"the session ran with a threshold of {start.tokens:,} tokens"
+    return f"the session's calls had a context window of {start.tokens:,} tokens"
 
 
 def threshold_from_param(text: str | None) -> int | None:

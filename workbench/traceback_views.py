@@ -9,15 +9,23 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
 from pandas.io.formats.style import Styler
 
-from soap_core import Store
-from soap_core.runtime import InvocationTrace, TraceFrame, invocation_chain, read_invocation, read_invocations
+from soap_core import CallRecord, Store
+from soap_core.runtime import (
+    InvocationRecord,
+    InvocationTrace,
+    TraceFrame,
+    invocation_chain,
+    read_calls,
+    read_invocation,
+    read_invocations,
+)
 from workbench.views import short_id
 
 OUTCOME_ICONS = {"ok": "✅", "refused": "⛔", "error": "❌", "running": "⏳", "interrupted": "💥"}
@@ -53,6 +61,20 @@ _PROBLEM_STYLE = {"error": "background-color: #f8d7da", "refused": "background-c
 
 
 @dataclass(frozen=True)
+class Span:
+    """Something a frame did inside its bar: one LLM call, or the tool calls its answer
+    asked for (from the call's end to the next call's start, or the frame's end)."""
+
+    kind: str
+    """``LLM call`` or ``tool calls``."""
+    start: str
+    end: str
+    label: str
+    tools: int = 0
+    """For tool calls: how many the answer asked for."""
+
+
+@dataclass(frozen=True)
 class SessionTraces:
     """What the page needs about one session's invocations, read once and cached."""
 
@@ -62,26 +84,88 @@ class SessionTraces:
     """Invocation id → prompt, for every frame of every trace (TraceFrame has none)."""
     has_records: bool
     """Whether the session folder holds any invocation record at all (peteos writes none)."""
+    spans: dict[str, list[Span]] = field(default_factory=dict)
+    """Invocation id → its LLM calls and tool runs, in time order."""
+    methods: dict[str, str] = field(default_factory=dict)
+    """Invocation id → how it was called: the caller's tool, or ``from Python``."""
 
 
 def load_traces(root: str, session_uuid: str) -> SessionTraces:
-    """The chains through every invocation of the session, with the prompt of each frame.
+    """The chains through every invocation of the session, with the prompt, the LLM
+    calls and tool runs, and the calling tool of each frame.
 
-    Prompts come from the records themselves, each read from the session it ran in,
+    Records come from the sessions themselves, each read from the session it ran in,
     because a frame of a deeper callee is recorded only in its own and its caller's
-    sessions. Raises SoapError for a broken store or record.
+    sessions; call records are read once per session of the chain. Raises SoapError
+    for a broken store or record.
     """
     store = Store(root)
     directories = {s.uuid: s.path for s in store.sessions()}
     own = read_invocations(store.find(session_uuid).path)
     traces = invocation_chain(store, session_uuid)
-    prompts = {r.id: r.prompt for r in own}
-    for frame in (f for trace in traces for f in trace_frames(trace)):
-        if frame.invocation_id not in prompts and frame.session in directories:
+    records = {r.id: r for r in own}
+    frames = [f for trace in traces for f in trace_frames(trace)]
+    for frame in frames:
+        if frame.invocation_id not in records and frame.session in directories:
             record = read_invocation(directories[frame.session], frame.invocation_id)
             if record is not None:
-                prompts[frame.invocation_id] = record.prompt
-    return SessionTraces(traces, prompts, bool(own))
+                records[frame.invocation_id] = record
+    sessions = {f.session for f in frames} | {f.caller_session for f in frames if f.caller_session}
+    calls = {c.id: c for uuid in sessions if uuid in directories for c in read_calls(directories[uuid])}
+    by_message = {c.message_id: c for c in calls.values() if c.message_id}
+    return SessionTraces(
+        traces,
+        {i: r.prompt for i, r in records.items()},
+        bool(own),
+        {i: frame_spans(r, calls) for i, r in records.items()},
+        {i: frame_method(r, by_message) for i, r in records.items()},
+    )
+
+
+def call_tools(call: CallRecord) -> list[str]:
+    """The names of the tools a call's answer asked for (none for a plain answer; the
+    response is read from a file, so anything unexpected in it counts as none)."""
+    try:
+        message = (call.response or {})["choices"][0]["message"]
+        names = [str(c["function"]["name"]) for c in message.get("tool_calls") or []]
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return []
+    return names
+
+
+def _answer(call: CallRecord) -> str:
+    if call.error:
+        return "failed"
+    tools = call_tools(call)
+    return "→ " + ", ".join(tools) if tools else "→ answer"
+
+
+def frame_spans(record: InvocationRecord, calls: dict[str, CallRecord]) -> list[Span]:
+    """The LLM calls of one invocation, each followed by the tool calls its answer asked
+    for (until the next call, or the end of the invocation)."""
+    made = sorted(
+        (calls[i] for i in record.calls if i in calls and calls[i].started_at), key=lambda c: c.started_at
+    )
+    spans: list[Span] = []
+    for number, call in enumerate(made, 1):
+        end = call.ended_at or call.started_at
+        spans.append(Span("LLM call", call.started_at, end, f"LLM call {number} {_answer(call)}"))
+        tools = call_tools(call)
+        following = made[number].started_at if number < len(made) else record.ended_at
+        if tools and following:
+            spans.append(Span("tool calls", end, following, "tool calls: " + ", ".join(tools), len(tools)))
+    return spans
+
+
+def frame_method(record: InvocationRecord, calls_by_message: dict[str, CallRecord]) -> str:
+    """How an invocation was called: the tool of the caller's answer that made the call
+    (``via ask_researcher``), or ``from Python``."""
+    caller = record.caller
+    if caller is None or caller.session is None:
+        return "from Python"
+    call = calls_by_message.get(caller.message_id or "")
+    tools = list(dict.fromkeys(call_tools(call))) if call is not None else []
+    return "via " + " / ".join(tools) if tools else f"called by {caller.role}"
 
 
 def trace_frames(trace: InvocationTrace) -> list[TraceFrame]:
@@ -201,26 +285,60 @@ def call_site_label(frame: TraceFrame) -> str:
     return f"{frame.role} ({short_session(frame.session)}) was called from {frame.caller_role}{where}"
 
 
-def timeline_rows(trace: InvocationTrace) -> pd.DataFrame:
-    """One bar per frame: its object (role / session) as the row, start, end, duration
-    and outcome. A frame still running, or without an end, ends where it started."""
+def frame_label(frame: TraceFrame, methods: dict[str, str], spans: dict[str, list[Span]]) -> str:
+    """The text on a frame's bar: object and method, and what it did inside."""
+    made = spans.get(frame.invocation_id, [])
+    llm = sum(1 for s in made if s.kind == "LLM call")
+    tools = sum(s.tools for s in made)
+    inside = f"{llm} LLM call{'' if llm == 1 else 's'}" + (
+        f", {tools} tool call{'' if tools == 1 else 's'}" if tools else ""
+    )
+    method = methods.get(frame.invocation_id, "")
+    ended = "" if frame.outcome == "ok" else f" · {frame.outcome}"
+    return f"{frame.role}.invoke {method} · {inside}{ended}".replace("  ", " ")
+
+
+def timeline_rows(
+    trace: InvocationTrace, methods: dict[str, str] | None = None, spans: dict[str, list[Span]] | None = None
+) -> pd.DataFrame:
+    """One bar per frame: its object (role / session) as the row, start, end, duration,
+    outcome and the label on its bar. A frame still running, or without an end, ends
+    where it started."""
     rows = []
     for f in trace_frames(trace):
         start = _utc(f.started_at)
         end = _utc(f.ended_at) if f.ended_at else start
-        branch = " (re-run)" if f.rerun else ""
         rows.append(
             (
-                f"{f.role} / {short_session(f.session)}{branch}",
+                row_name(f),
                 start,
                 end,
                 (end - start).total_seconds() * 1000,
                 f.outcome,
                 f.invocation_id,
+                frame_label(f, methods or {}, spans or {}),
             )
         )
     return pd.DataFrame.from_records(
-        rows, columns=["object", "start", "end", "duration_ms", "outcome", "invocation"]
+        rows, columns=["object", "start", "end", "duration_ms", "outcome", "invocation", "label"]
+    )
+
+
+def row_name(frame: TraceFrame) -> str:
+    """The timeline row of a frame's object: role / session (re-runs apart)."""
+    return f"{frame.role} / {short_session(frame.session)}{' (re-run)' if frame.rerun else ''}"
+
+
+def span_rows(trace: InvocationTrace, spans: dict[str, list[Span]]) -> pd.DataFrame:
+    """One row per LLM call and tool run of every frame, on its frame's row."""
+    rows = []
+    for f in trace_frames(trace):
+        for span in spans.get(f.invocation_id, []):
+            start, end = _utc(span.start), _utc(span.end)
+            duration = max((end - start).total_seconds() * 1000, 0.0)
+            rows.append((row_name(f), start, end, duration, span.kind, span.label, f.role))
+    return pd.DataFrame.from_records(
+        rows, columns=["object", "start", "end", "duration_ms", "kind", "label", "role"]
     )
 
 
@@ -230,14 +348,30 @@ def _utc(timestamp: str) -> pd.Timestamp:
     return value.tz_convert("UTC").tz_localize(None) if value.tzinfo is not None else value
 
 
-def timeline_figure(trace: InvocationTrace, prompts: dict[str, str]) -> go.Figure:
-    """The stack as a timeline across objects: one row per object, a bar per invocation
-    from its start to its end, coloured by outcome.
+FRAME_META = "frame"
+SPAN_META = "span"
+SPAN_COLOURS = {"LLM call": "#1f3a93", "tool calls": "#f2c14e"}
+SPAN_WIDTH = 0.3
+SPAN_OFFSET = 0.05
+"""Spans sit in the lower half of their frame's bar (the y axis runs downwards), under
+the label written in the upper half."""
 
-    Bars shorter than 1% of the whole span are drawn at that width, so that an instant
-    refusal stays visible; the hover tells the true duration.
+
+def timeline_figure(
+    trace: InvocationTrace,
+    prompts: dict[str, str],
+    methods: dict[str, str] | None = None,
+    spans: dict[str, list[Span]] | None = None,
+) -> go.Figure:
+    """The stack as a timeline across objects: one row per object, a bar per invocation
+        from its start to its end, coloured by outcome and labelled with its object, how it
+        was called and what it did (in its upper half); its LLM calls and tool runs drawn as
+    thinner bars in its lower half.
+
+        Bars shorter than 1% of the whole span are drawn at that width (spans at half of
+        it), so that an instant refusal stays visible; the hover tells the true duration.
     """
-    rows = timeline_rows(trace)
+    rows = timeline_rows(trace, methods, spans)
     span_ms = (rows["end"].max() - rows["start"].min()).total_seconds() * 1000 if len(rows) else 0.0
     minimum = max(span_ms / 100, 0.01)
     order = [_escaped(o) for o in dict.fromkeys(rows["object"])]
@@ -249,31 +383,74 @@ def timeline_figure(trace: InvocationTrace, prompts: dict[str, str]) -> go.Figur
                 x=[max(d, minimum) for d in group["duration_ms"]],
                 base=[s.isoformat() for s in group["start"]],
                 orientation="h",
-                marker_color=OUTCOME_COLOURS.get(str(outcome), "#1f77b4"),
+                width=0.8,
+                marker={"color": OUTCOME_COLOURS.get(str(outcome), "#1f77b4"), "opacity": 0.55},
                 name=_escaped(str(outcome)),
+                meta=FRAME_META,
                 customdata=[[i] for i in group["invocation"]],
                 hovertext=[_bar_hover(r, prompts) for r in group.itertuples()],
                 hoverinfo="text",
             )
         )
+    inside = span_rows(trace, spans or {})
+    for kind, group in inside.groupby("kind", sort=False):
+        figure.add_trace(
+            go.Bar(
+                y=[_escaped(o) for o in group["object"]],
+                x=[max(d, minimum / 2) for d in group["duration_ms"]],
+                base=[s.isoformat() for s in group["start"]],
+                orientation="h",
+                width=SPAN_WIDTH,
+                offset=SPAN_OFFSET,
+                marker_color=SPAN_COLOURS.get(str(kind), "#333333"),
+                name=_escaped(str(kind)),
+                meta=SPAN_META,
+                hovertext=[_span_hover(r) for r in group.itertuples()],
+                hoverinfo="text",
+            )
+        )
     figure.update_layout(
         barmode="overlay",
-        height=max(200, 60 * len(order) + 100),
+        height=max(200, 70 * len(order) + 100),
         margin={"l": 20, "r": 20, "t": 40, "b": 20},
         xaxis={"type": "date", "title": "time (UTC)"},
         yaxis={"categoryorder": "array", "categoryarray": order, "autorange": "reversed"},
-        legend={"title": "outcome", "orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
+        legend={"title": "outcome / inside", "orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
+        annotations=[_bar_label(row) for row in rows.itertuples()],
     )
     return figure
+
+
+def _bar_label(row: Any) -> dict[str, Any]:
+    """The label of a frame's bar, written over its upper half from its start (the spans
+    take the lower half); it may run past a short bar, which the row leaves room for."""
+    return {
+        "x": row.start.isoformat(),
+        "y": _escaped(row.object),
+        "text": _escaped(row.label),
+        "showarrow": False,
+        "xanchor": "left",
+        "yanchor": "bottom",
+        "xshift": 4,
+        "yshift": -2,
+        "font": {"size": 12, "color": "#1b1b1b"},
+    }
 
 
 def _bar_hover(row: Any, prompts: dict[str, str]) -> str:
     """Hover text of a bar; the prompt is escaped, since plotly reads some HTML."""
     lines = [
+        f"{row.label}",
         f"{row.object}  {row.outcome}",
         f"{row.duration_ms:.1f} ms from {row.start.isoformat()}",
         one_line(prompts.get(row.invocation, "")),
     ]
+    return "<br>".join(_escaped(line) for line in lines)
+
+
+def _span_hover(row: Any) -> str:
+    """Hover text of an LLM call or tool run: which, of which object, how long."""
+    lines = [f"{row.role}: {row.label}", f"{row.duration_ms:.1f} ms from {row.start.isoformat()}"]
     return "<br>".join(_escaped(line) for line in lines)
 
 
