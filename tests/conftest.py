@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import Browser
 
 from soap_core import Context, Store
 from soap_core._catalog import CATALOG_FILE, is_catalog_file
@@ -70,3 +71,18 @@ def edit_json(path: Path, change: Callable[[Any], object]) -> None:
     data = json.loads(path.read_text())
     change(data)
     path.write_text(json.dumps(data, indent=2))
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """Headless Chromium for a module's browser tests (the flags of tests/test_browser.py).
+    Module-scoped: some tests start a Playwright of their own, which cannot run while
+    another is open in the same thread."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.test_browser import CHROMIUM, FLAGS
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        yield chromium
+        chromium.close()

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from soap_core import Store
@@ -98,14 +98,6 @@ def served(
     log = tmp_path_factory.mktemp("streamlit") / "streamlit.log"
     with streamlit_app(store, log, OPENAI_BASE_URL=llm_server.base_url) as url:
         yield url, store
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        yield chromium
-        chromium.close()
 
 
 def open_page(browser: Browser, url: str) -> Page:

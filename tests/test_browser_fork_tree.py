@@ -12,13 +12,13 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from soap_core import Store
 from soap_core.runtime.local_model import LocalModelServer
 from tests.replayed_store import ReplayedStore, replayed_store
-from tests.test_browser import CHROMIUM, FLAGS, SHOTS, settle, streamlit_app
+from tests.test_browser import SHOTS, settle, streamlit_app
 from workbench.context_names import replay_runs
 
 
@@ -30,14 +30,6 @@ def replayed_app(
     log = tmp_path_factory.mktemp("streamlit-tree") / "streamlit.log"
     with streamlit_app(replayed.root, log, OPENAI_BASE_URL=llm_server.base_url) as url:
         yield url, replayed
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        yield chromium
-        chromium.close()
 
 
 def chart_text(page: Page) -> str:

@@ -11,13 +11,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page
 
 from replay import REPLAY_KEY, materialize, replay
 from soap_core import Context, Store
 from soap_core.runtime import LLMEndpoint
 from soap_core.runtime.local_model import LocalModelServer
-from tests.test_browser import CHROMIUM, FLAGS, SHOTS, analyst, open_page, settle, streamlit_app
+from tests.test_browser import SHOTS, analyst, open_page, settle, streamlit_app
 
 EDIT = "Say hello to the team."
 
@@ -32,14 +32,6 @@ def served(
     log = tmp_path_factory.mktemp("streamlit-replay") / "streamlit.log"
     with streamlit_app(store, log, OPENAI_BASE_URL=llm_server.base_url) as url:
         yield url, store
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        yield chromium
-        chromium.close()
 
 
 def new_run(store: Path, session: str, before: set[str], timeout_s: float = 180) -> Context:

@@ -14,14 +14,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from demo.build import ANALYZER_STEPS
 from replay import REPLAY_KEY, materialize
 from soap_core import Context, Session, Store, TextPart
 from soap_core.runtime.local_model import LocalModelServer
-from tests.test_browser import CHROMIUM, FLAGS, SHOTS, settle, streamlit_app
+from tests.test_browser import CHROMIUM, SHOTS, settle, streamlit_app
 from tests.test_page_context_long import long_store
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no chromium at {CHROMIUM}")
@@ -106,14 +106,6 @@ def query(page: Page) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def chromium() -> Iterator[Browser]:
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        yield launched
-        launched.close()
-
-
-@pytest.fixture(scope="module")
 def demo_served(
     tmp_path_factory: pytest.TempPathFactory, demo_store: Path, llm_server: LocalModelServer
 ) -> Iterator[tuple[str, Path]]:
@@ -136,7 +128,7 @@ def the_message_asking(session: Session, question: str) -> tuple[str, int]:
 
 
 def test_find_open_jump_budget_replay_edit_diff_reload_and_hide_on_the_demo_store(
-    demo_served: tuple[str, Path], chromium: Browser
+    demo_served: tuple[str, Path], browser: Browser
 ) -> None:
     url, store = demo_served
     question = next(q for q, _tool in ANALYZER_STEPS if "db-1" in q)
@@ -146,7 +138,7 @@ def test_find_open_jump_budget_replay_edit_diff_reload_and_hide_on_the_demo_stor
     answer = next(
         i for i, m in enumerate(session.contexts[context_id].messages) if i > asked and m.role == "assistant"
     )
-    walk = Walk(chromium, "demo")
+    walk = Walk(browser, "demo")
 
     with walk.step("open the Sessions page") as page:
         page.goto(f"{url}/?store={store}")
@@ -274,7 +266,7 @@ def new_replay_forks(
     raise AssertionError(f"no {count} replay forks with an answer appeared")
 
 
-def test_find_open_jump_and_go_on_in_a_20000_message_context(chromium: Browser, tmp_path: Path) -> None:
+def test_find_open_jump_and_go_on_in_a_20000_message_context(browser: Browser, tmp_path: Path) -> None:
     """The same walk on a generated long context: the hit lands on its page of 50, marked,
     and the other pages take the selection along."""
     root = tmp_path / "store"
@@ -286,7 +278,7 @@ def test_find_open_jump_and_go_on_in_a_20000_message_context(chromium: Browser, 
     [first] = [p for p in context.messages[asked].content if isinstance(p, TextPart)]
     needle = first.text.split(":", 1)[0] + ":"  # "question 15003:", one message's own words
     answer = next(i for i in range(asked, len(context.messages)) if context.messages[i].role == "assistant")
-    walk = Walk(chromium, "long")
+    walk = Walk(browser, "long")
     with streamlit_app(root, tmp_path / "streamlit.log") as url:
         with walk.step("open the Sessions page of the long store") as page:
             page.goto(f"{url}/?store={root}")
