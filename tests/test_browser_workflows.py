@@ -266,9 +266,13 @@ def new_replay_forks(
     raise AssertionError(f"no {count} replay forks with an answer appeared")
 
 
-def test_find_open_jump_and_go_on_in_a_20000_message_context(browser: Browser, tmp_path: Path) -> None:
+def test_find_open_jump_replay_edit_and_reload_in_a_20000_message_context(
+    browser: Browser, tmp_path: Path, llm_server: LocalModelServer
+) -> None:
     """The same walk on a generated long context: the hit lands on its page of 50, marked,
-    and the other pages take the selection along."""
+    the other pages take the selection along, and an early answer, opened from its page
+    of the transcript, is replayed with an edit that a reload keeps. (A late one would
+    send 15,000 messages to a model of 2,048 tokens.)"""
     root = tmp_path / "store"
     session = long_store(root, 20_000)
     context = session.active_context
@@ -278,8 +282,11 @@ def test_find_open_jump_and_go_on_in_a_20000_message_context(browser: Browser, t
     [first] = [p for p in context.messages[asked].content if isinstance(p, TextPart)]
     needle = first.text.split(":", 1)[0] + ":"  # "question 15003:", one message's own words
     answer = next(i for i in range(asked, len(context.messages)) if context.messages[i].role == "assistant")
+    early = next(
+        i for i, m in enumerate(context.messages) if m.role == "assistant" and not m.tool_uses() and i > 2
+    )
     walk = Walk(browser, "long")
-    with streamlit_app(root, tmp_path / "streamlit.log") as url:
+    with streamlit_app(root, tmp_path / "streamlit.log", OPENAI_BASE_URL=llm_server.base_url) as url:
         with walk.step("open the Sessions page of the long store") as page:
             page.goto(f"{url}/?store={root}")
             page.get_by_text("1 session").first.wait_for(timeout=WAIT_MS)
@@ -308,5 +315,38 @@ def test_find_open_jump_and_go_on_in_a_20000_message_context(browser: Browser, t
             assert query(page)["session"] == session.uuid
             assert query(page)["message"] == str(answer), "Replay opens on the model's answer to the message"
             assert "Materialized request" in walk.main_text()
+
+        with walk.step("back to the transcript's first page, and Replay on an early answer") as page:
+            walk.sidebar("Context", "context")
+            page.get_by_role("button", name="First").first.click()
+            page.wait_for_url("**page=1**", timeout=WAIT_MS)
+            settle(page)
+            box = page.locator(f".st-key-message-{early}")
+            box.get_by_role("link", name="Replay it, or re-run the agent from here").click()
+            page.wait_for_url(f"**/replay?**message={early}**", timeout=WAIT_MS)
+            settle(page)
+            assert "Materialized request" in walk.main_text()
+
+        found = materialize(session, context.id, early)
+        edited = max(i for i, m in enumerate(found.messages) if m.role == "user" and m.text())
+        before = set(Store(root).load_session(session.uuid).contexts)
+        with walk.step("edit the question, run, and see the run beside the original") as page:
+            page.get_by_text("Messages of the request").click()
+            area = page.locator(f'textarea[aria-label="Message {edited}"]')
+            area.wait_for(timeout=WAIT_MS)
+            area.fill(EDIT)
+            page.get_by_role("button", name="Run", exact=True).click()
+            [fork] = new_replay_forks(root, session.uuid, before, 1)
+            assert fork.messages[edited].text() == EDIT and len(fork.messages) == early + 1
+            page.get_by_text(f"fork {fork.id}", exact=False).first.wait_for(timeout=WAIT_MS)
+            settle(page)
+            assert f"message #{edited} edited" in walk.main_text()
+            walk.shot("replay-run")
+
+        with walk.step("reload: the run is rebuilt from its fork") as page:
+            page.reload()
+            page.get_by_text(f"fork {fork.id}", exact=False).first.wait_for(timeout=WAIT_MS)
+            settle(page)
+            assert f"message #{edited} edited" in walk.main_text()
     walk.close()
     shutil.rmtree(root)
