@@ -592,7 +592,11 @@ def test_a_broken_instance_file_is_reported_and_its_sessions_stay_listed(
     )
     assert done.returncode == 0 and f"broken instance: {instance_file}" in done.stdout
     at = open_app_page(peer_copy.path, "sessions")
-    assert any(str(instance_file) in w.value.replace("\\", "") for w in at.warning)  # markdown-escaped
+    relative = str(instance_file.relative_to(peer_copy.path))  # the page names it inside the store,
+    shown = [w.value.replace("\\", "") for w in at.warning]  # after the problem (markdown-escaped)
+    assert any(
+        s.startswith("unreadable: ") and s.index("not valid JSON") < s.index(relative) for s in shown
+    ), shown
     assert snapshot(peer_copy.path) == before
 
 
