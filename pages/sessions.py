@@ -53,15 +53,16 @@ def show_search(root: str) -> None:
         return
     st.query_params["q"] = query
     hits = search_hits(root, query)
-    st.text(f"{len(hits)} message{'' if len(hits) == 1 else 's'} contain {query!r}")
+    one = len(hits) == 1
+    st.text(f"{len(hits)} message{'' if one else 's'} contain{'s' if one else ''} {query!r}")
     if not hits:
         return
-    st.dataframe(pd.DataFrame([h.as_dict() for h in hits]), hide_index=True)
-    for hit in hits[:20]:
+    for hit in hits[:HIT_LINKS]:
         st.page_link(
             "pages/context.py",
             label=escape_markdown(
-                f"{hit.role} · message {hit.index} ({hit.message_role}) · session {short_id(hit.session)}"
+                f"{hit.role} · message {hit.index} ({hit.message_role}): {hit.snippet} · "
+                f"session {short_id(hit.session)}"
             ),
             query_params={
                 "store": root,
@@ -70,6 +71,13 @@ def show_search(root: str) -> None:
                 "message": str(hit.index),
             },
         )
+    more = f" (the first {HIT_LINKS} are linked above)" if len(hits) > HIT_LINKS else ""
+    with st.expander(f"All {len(hits)} hits as a table{more}"):
+        st.dataframe(pd.DataFrame([h.as_dict() for h in hits]), hide_index=True)
+
+
+HIT_LINKS = 20
+# Hits shown as links to their message; all of them are in the table.
 
 
 def open_openpoke() -> None:

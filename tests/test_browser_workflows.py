@@ -8,6 +8,7 @@ test-output/browser/workflow-*.png (the README's come from there)."""
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -86,7 +87,8 @@ class Walk:
         box = self.page.get_by_label("Text to find (case-insensitive)")
         box.fill(text)
         box.press("Enter")
-        self.page.get_by_text(f"contain {text!r}", exact=False).first.wait_for(timeout=WAIT_MS)
+        shown = re.compile(r"\d+ messages? contains? " + re.escape(repr(text)))
+        self.page.get_by_text(shown).first.wait_for(timeout=WAIT_MS)
         settle(self.page)
 
     def linked_message_marked_in_view(self, index: int) -> None:
