@@ -17,9 +17,7 @@ from playwright.sync_api import Browser, Page
 
 from soap_core import REPLAY_KEY, Store
 from soap_core.runtime.local_model import LocalModelServer
-from tests.test_browser import SHOTS, analyst, browser, open_page, settle, streamlit_app
-
-__all__ = ["browser"]  # the Chromium fixture, shared with tests/test_browser.py
+from tests.test_browser import SHOTS, analyst, open_page, settle, streamlit_app
 
 CONFIRM_ABOVE = 3
 """Lowered so that two calls of two strategies with their noise samples (8) ask first."""
