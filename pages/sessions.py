@@ -72,7 +72,7 @@ def show_search(root: str) -> None:
             },
         )
     more = f" (the first {HIT_LINKS} are linked above)" if len(hits) > HIT_LINKS else ""
-    with st.expander(f"All {len(hits)} hits as a table{more}"):
+    with st.expander("The hit as a table" if one else f"All {len(hits)} hits as a table{more}"):
         st.dataframe(pd.DataFrame([h.as_dict() for h in hits]), hide_index=True)
 
 
