@@ -168,23 +168,20 @@ def show_tool_call(view: PageView, placement: Placement, at: int, part: ToolUseP
     elif link is None or link.message is None:
         st.text("no result recorded")
     elif link.page is not None:
-        st.button(
-            f"result on page {link.page:,}",
-            key=f"result-of-{placement.index}-{at}",
-            on_click=go_to_message,
-            args=(link.message,),
-            type="tertiary",
-            icon=":material/arrow_downward:",
-        )
+        jump_button(f"result on page {link.page:,}", f"result-of-{placement.index}-{at}", link.message, DOWN)
     elif link.message not in [p.index for p in placement.nested.values()]:
-        st.button(
-            "result shown under another call",
-            key=f"result-of-{placement.index}-{at}",
-            on_click=go_to_message,
-            args=(link.message,),
-            type="tertiary",
-            icon=":material/arrow_downward:",
+        jump_button(
+            "result shown under another call", f"result-of-{placement.index}-{at}", link.message, DOWN
         )
+
+
+DOWN, UP = ":material/arrow_downward:", ":material/arrow_upward:"
+
+
+def jump_button(label: str, key: str, message: int, icon: str) -> None:
+    """A quiet button that opens ``message`` (on its page, marked), for a call and its
+    result that the page could not show together."""
+    st.button(label, key=key, on_click=go_to_message, args=(message,), type="tertiary", icon=icon)
 
 
 def show_tool_result(view: PageView, placement: Placement, at: int, part: ToolResultPart) -> None:
@@ -198,14 +195,7 @@ def show_tool_result(view: PageView, placement: Placement, at: int, part: ToolRe
         st.text(f"result of {name}: no call in this context asked for it")
     elif link.page is not None:
         st.text(f"result of {name}")
-        st.button(
-            f"the call is on page {link.page:,}",
-            key=f"call-of-{placement.index}-{at}",
-            on_click=go_to_message,
-            args=(link.message,),
-            type="tertiary",
-            icon=":material/arrow_upward:",
-        )
+        jump_button(f"the call is on page {link.page:,}", f"call-of-{placement.index}-{at}", link.message, UP)
     elif not link.nested or not single:
         st.text(f"result of {name}")
     if view.details:
