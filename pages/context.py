@@ -188,7 +188,7 @@ def show_tool_result(view: PageView, placement: Placement, at: int, part: ToolRe
     """A result, named by the call it answers; where that call is elsewhere (or missing),
     say so."""
     link = placement.calls.get(at)
-    call = call_of(view.context.messages, link) if link is not None else None
+    call = call_of(view.context.message_view, link) if link is not None else None
     name = call_signature(call, 60)[0] if call is not None else part.name or "a tool"
     single = len(placement.calls) == 1
     if link is None or link.message is None:
@@ -217,7 +217,7 @@ def show_tool_definitions(message: Message, expanded: bool) -> None:
 
 def show_part(view: PageView, placement: Placement, at: int, part: Part, expanded: bool) -> None:
     """One content part, rendered for what it is; ``expanded`` opens what is folded."""
-    message = view.context.messages[placement.index]
+    message = view.context.message_view[placement.index]
     if isinstance(part, TextPart):
         st.text(part.text)
     elif isinstance(part, ThinkingPart):
@@ -354,7 +354,7 @@ def show_message(view: PageView, placement: Placement) -> None:
     the results of its calls nested under them. A model output links to the Replay page,
     where it can be replayed or the agent re-run from it."""
     index = placement.index
-    message = view.context.messages[index]
+    message = view.context.message_view[index]
     style = STYLES[speaker(message)]
     linked = index == view.shown.linked
     with st.container(border=True, key=f"message-{index}"), st.chat_message(style.label, avatar=style.avatar):
@@ -401,7 +401,7 @@ def show_messages(
     """The messages of the page as a transcript, each followed by the anchors it ends and
     the forks that branched off after it. Returns how they were placed."""
     placements = place_page(
-        index.calls, context.messages, shown.indices, lambda at: index.page_of(at, shown.chronological)
+        index.calls, context.message_view, shown.indices, lambda at: index.page_of(at, shown.chronological)
     )
     rows = {row.index: row for row in page_rows(context, placed_indices(placements))}
     view = PageView(root, session, context, shown, rows, details)
@@ -409,7 +409,7 @@ def show_messages(
     for placement in placements:
         show_message(view, placement)
         show_after(view, placement, forks)
-    others = anchors_at_no_message(context.anchor_points, len(context.messages))
+    others = anchors_at_no_message(context.anchor_points, context.message_count)
     if others and details:
         st.text("anchors that end at no message: " + ", ".join(others))
     return placements
@@ -463,7 +463,7 @@ def style_page(context: Context, shown: Listing) -> None:
     holds back an HTML element of style alone until the run ends), in an element that
     hides itself. Only our own fixed CSS with message numbers goes into this HTML,
     never anything read from the files."""
-    speakers = {index: speaker(context.messages[index]) for index in shown.indices}
+    speakers = {index: speaker(context.message_at(index)) for index in shown.indices}
     st.html(f"<style>{transcript_css(speakers, shown.linked)} {HIDE_OURS}</style>{OURS}")
 
 

@@ -414,5 +414,5 @@ def system_prompt_history(session: Session, context: Context) -> list[PromptAtCa
         if system is not None:
             history.append(PromptAtCall(index, system.text(), True))
     if not history and context.system_prompt is not None:
-        history.append(PromptAtCall(len(context.messages), context.system_prompt.text(), False))
+        history.append(PromptAtCall(context.message_count, context.system_prompt.text(), False))
     return history

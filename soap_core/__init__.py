@@ -74,6 +74,7 @@ from soap_core._records import (
     write_invocation,
 )
 from soap_core._session import OBJECT_KEY, SOURCE_KEY, THREAD_ID_KEY, Session, new_session_uuid
+from soap_core._spans import MessageFacts, collector_paused, facts_of, lead_of, tool_parts_of
 from soap_core._store import SESSION_FILE, SessionSummary, Store
 from soap_core._tokens import DEFAULT_ENCODING, count_text, get_encoding
 from soap_core._tree import REPLAY_KEY, ContextNode, describe_node, fork_tree
@@ -107,6 +108,7 @@ __all__ = [
     "Layout",
     "MediaPart",
     "Message",
+    "MessageFacts",
     "MessageRow",
     "MessageType",
     "OutsideStoreError",
@@ -134,13 +136,16 @@ __all__ = [
     "canonical_json",
     "chat_message",
     "chat_request",
+    "collector_paused",
     "content_hash",
     "count_text",
     "describe_node",
     "dump_json",
+    "facts_of",
     "fork_tree",
     "get_encoding",
     "inside",
+    "lead_of",
     "locate",
     "message_rows",
     "new_record_id",
@@ -158,6 +163,7 @@ __all__ = [
     "search_store",
     "searchable_text",
     "session_overview",
+    "tool_parts_of",
     "tool_schema",
     "utc_now",
     "write_call",

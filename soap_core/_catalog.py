@@ -53,15 +53,17 @@ from soap_core._message import Message
 from soap_core._paths import OutsideStoreError, inside, inside_any, link_escapes, outside_problem, real
 from soap_core._records import CALLS_DIR, INVOCATIONS_DIR, CallRecord, InvocationRecord
 from soap_core._session import OBJECT_KEY, RERUN_SESSION_KEY, Session
+from soap_core._spans import SPANNED_FROM, MessageFacts, decode_facts, encode_facts, facts_of, message_spans
 from soap_core._tempfiles import sweep_names
 from soap_core._tokens import count_text, message_token_text
 
 CATALOG_FILE = ".soapwb-catalog.sqlite3"
-SCHEMA_VERSION = "4"
+SCHEMA_VERSION = "5"
 """Bumped whenever what the catalog vouches for changes: a context file it indexed is
 loaded without its messages being checked again (they are built on first use), so a
 catalog written under older reading rules must not vouch for a file the current rules
-refuse (4: ids, records and links checked as in soap_core._ids)."""
+refuse (4: ids, records and links checked as in soap_core._ids; 5: message spans and
+facts, soap_core._spans)."""
 SESSION_FILE = "session.json"
 
 _SCHEMA = """
@@ -103,6 +105,9 @@ CREATE TABLE context_files(
     error TEXT,
     digest TEXT,                   -- of the file's bytes: a racy re-read that finds them
                                    -- unchanged changes nothing
+    spans BLOB,                    -- of a big file: byte range of each message, int64
+                                   -- array (soap_core._spans.message_spans)
+    facts BLOB,                    -- of a big file: soap_core._spans.MessageFacts as JSON
     PRIMARY KEY(dir, file)
 ) WITHOUT ROWID;
 CREATE INDEX context_files_id ON context_files(id);
@@ -612,7 +617,8 @@ class Catalog:
             )
             return True
         counts = self._true_counts(db, context.messages)
-        _put_context(db, rel, path.name, sig, context, counts, digest)
+        spans = message_spans(raw, len(context.messages)) if len(context.messages) >= SPANNED_FROM else None
+        _put_context(db, rel, path.name, sig, context, counts, digest, spans)
         return True
 
     def _true_counts(self, db: sqlite3.Connection, messages: list[Message]) -> list[int]:
@@ -661,7 +667,8 @@ class Catalog:
                     continue
                 _delete_messages(db, rel, name)
                 counts = [m.count_tokens() for m in context.messages]
-                _put_context(db, rel, name, _signature(info), context, counts)
+                spans = _spans_of(directory / name, info, len(context.messages))
+                _put_context(db, rel, name, _signature(info), context, counts, spans=spans)
             info = _stat(directory / SESSION_FILE)
             if info is not None:
                 layout = "sessions" if rel.startswith(f"{SESSIONS_DIR}/") else "agents"
@@ -806,19 +813,42 @@ class Catalog:
 
     def token_counts(self, directory: Path, file: str, sig: str) -> list[int] | None:
         """The true counts of a context file's messages, if it was indexed at ``sig``."""
+        indexed = self.indexed(directory, file, sig)
+        return None if indexed is None else indexed[0]
+
+    def indexed(self, directory: Path, file: str, sig: str) -> tuple[list[int], array[int] | None] | None:
+        """The true counts of a context file's messages and their byte spans (None for a
+        small file), if it was indexed at ``sig``."""
         rel = self._relative(directory)
         if rel is None:
             return None
         with self._lock:
             row = self._db.execute(
-                "SELECT counts FROM context_files WHERE dir=? AND file=? AND sig=? AND error IS NULL",
+                "SELECT counts, spans FROM context_files WHERE dir=? AND file=? AND sig=? AND error IS NULL",
                 (rel, file, sig),
             ).fetchone()
         if row is None or row[0] is None:
             return None
         counts = array("i")
         counts.frombytes(row[0])
-        return counts.tolist()
+        spans = None
+        if row[1] is not None:
+            spans = array("q")
+            spans.frombytes(row[1])
+        return counts.tolist(), spans
+
+    def message_facts(self, directory: Path, file: str, sig: str) -> MessageFacts | None:
+        """The :class:`~soap_core._spans.MessageFacts` of a big context file indexed at
+        ``sig`` (None if it was not, or is small): one value read, no file."""
+        rel = self._relative(directory)
+        if rel is None:
+            return None
+        with self._lock:
+            row = self._db.execute(
+                "SELECT facts FROM context_files WHERE dir=? AND file=? AND sig=? AND error IS NULL",
+                (rel, file, sig),
+            ).fetchone()
+        return None if row is None or row[0] is None else decode_facts(row[0])
 
     def find_dirs(self, ref: str, *, exact_only: bool = False) -> list[Path]:
         """Session folders whose uuid or name is ``ref``, or (if none) starts with it."""
@@ -902,6 +932,18 @@ def _read_bytes(path: Path) -> bytes | None:
         return path.read_bytes()
     except OSError:
         return None
+
+
+def _spans_of(path: Path, info: os.stat_result, count: int) -> array[int] | None:
+    """The message spans of a big context file just written (read back once), None for
+    a small one or one that changed since ``info`` was taken."""
+    if count < SPANNED_FROM:
+        return None
+    raw = _read_bytes(path)
+    after = _stat(path)
+    if raw is None or after is None or _signature(after) != _signature(info):
+        return None
+    return message_spans(raw, count)
 
 
 def _digest(*parts: bytes) -> str:
@@ -1000,10 +1042,11 @@ def _put_context(
     context: Context,
     counts: list[int],
     digest: str | None = None,
+    spans: array[int] | None = None,
 ) -> None:
     stamps = sorted(m.creation_timestamp for m in context.messages if m.creation_timestamp)
     db.execute(
-        "INSERT OR REPLACE INTO context_files VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        "INSERT OR REPLACE INTO context_files VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
         (
             rel,
             file,
@@ -1018,6 +1061,8 @@ def _put_context(
             array("i", counts).tobytes(),
             None,
             digest,
+            None if spans is None else spans.tobytes(),
+            None if spans is None else encode_facts(facts_of(context.messages)),
         ),
     )
     rows = []
@@ -1026,7 +1071,17 @@ def _put_context(
         text = message.searchable_text()
         created = message.creation_timestamp
         rows.append(
-            (rel, file, index, message.id, message.role, count, message.token_count, created, len(text))
+            (
+                rel,
+                file,
+                index,
+                message.id,
+                message.role,
+                count,
+                message.token_count,
+                created,
+                len(text),
+            )
         )
         if text:
             texts[index] = text

@@ -19,7 +19,7 @@ import hashlib
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, overload
 
 from soap_core._codec import in_file_order, optional_typed
 from soap_core._errors import FormatError
@@ -86,11 +86,33 @@ def content_hash(text: str) -> str:
 class _UnreadMessages:
     """The message dicts of a checked context file, and their true token counts."""
 
-    raw: list[Any]
+    raw: Sequence[Any]
+    """A list, or :class:`~soap_core._spans.SpannedMessages` (parsed one by one)."""
     token_counts: Sequence[int]
     encoding: str
     path: str | None = None
     """The file they were read from, named by an error raised while building them."""
+    signature: str | None = None
+    """The file's signature when read (the catalog's facts about it are keyed by it)."""
+
+
+class _MessageView(Sequence[Message]):
+    """The messages of a context, read-only, each built on first access."""
+
+    def __init__(self, context: Context) -> None:
+        self._context = context
+
+    def __len__(self) -> int:
+        return self._context.message_count
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Message]: ...
+    def __getitem__(self, index: int | slice) -> Message | list[Message]:
+        if isinstance(index, slice):
+            return [self._context.message_at(i) for i in range(*index.indices(len(self)))]
+        return self._context.message_at(index)
 
 
 class Context:
@@ -100,6 +122,7 @@ class Context:
         self.id = id if id is not None else str(uuid.uuid4())
         self._messages: list[Message] = []
         self._unread: _UnreadMessages | None = None
+        self._built: dict[int, Message] = {}
         self.content_map: dict[str, str] = {}
         self.anchor_points: list[Anchor] = []
         self.message_sequence = 0
@@ -127,8 +150,62 @@ class Context:
 
     @messages.setter
     def messages(self, messages: list[Message]) -> None:
-        self._unread = None
+        self._unread, self._built = None, {}
         self._messages = messages
+
+    @property
+    def message_count(self) -> int:
+        """``len(messages)`` without building them."""
+        return len(self._messages) if self._unread is None else len(self._unread.raw)
+
+    def message_at(self, index: int) -> Message:
+        """``messages[index]``, building only that message of an unbuilt context (the
+        same object the whole list holds once it is built). For reading: a change to it
+        is kept only once :attr:`messages` has been read."""
+        unread = self._unread
+        if unread is None:
+            return self._messages[index]
+        if index < 0:
+            index += len(unread.raw)
+        message = self._built.get(index)
+        if message is None:
+            if not 0 <= index < len(unread.raw):
+                raise IndexError(index)
+            self._fingerprint_before_handing_out(unread)
+            message = self._build_one(unread, index)
+            self._built[index] = message
+        return message
+
+    @property
+    def message_view(self) -> Sequence[Message]:
+        """The messages as a read-only sequence that builds only those it is asked for
+        (the page of a 100,000-message context reads fifty)."""
+        return self._messages if self._unread is None else _MessageView(self)
+
+    @property
+    def read_signature(self) -> tuple[str, str] | None:
+        """(file, signature) this context was read from while its messages are unbuilt:
+        what the catalog's facts about them are keyed by."""
+        unread = self._unread
+        if unread is None or unread.path is None or unread.signature is None:
+            return None
+        return unread.path, unread.signature
+
+    def _fingerprint_before_handing_out(self, unread: _UnreadMessages) -> None:
+        """Take the fingerprint of the file's dict before a message built from it can
+        change it. Spanned messages are parsed afresh from bytes on every access, so
+        theirs can wait until it is needed."""
+        if isinstance(unread.raw, list):
+            self.saved_fingerprint  # noqa: B018
+
+    @staticmethod
+    def _build_one(unread: _UnreadMessages, index: int) -> Message:
+        try:
+            message = Message.from_dict(unread.raw[index], f"$.messages[{index}]")
+        except FormatError as exc:  # the file changed under a signature the catalog trusted
+            raise exc.at(unread.path) if exc.path is None and unread.path else exc from None
+        message.set_known_token_count(unread.token_counts[index], unread.encoding)
+        return message
 
     @property
     def messages_built(self) -> bool:
@@ -138,14 +215,10 @@ class Context:
     def _build_messages(self) -> None:
         unread = self._unread
         assert unread is not None
-        self.saved_fingerprint  # noqa: B018 - before any message dict is handed out
-        try:
-            messages = [Message.from_dict(m, f"$.messages[{i}]") for i, m in enumerate(unread.raw)]
-        except FormatError as exc:  # the file changed under a signature the catalog trusted
-            raise exc.at(unread.path) if exc.path is None and unread.path else exc from None
-        for message, count in zip(messages, unread.token_counts, strict=True):
-            message.set_known_token_count(count, unread.encoding)
-        self._messages, self._unread = messages, None
+        self._fingerprint_before_handing_out(unread)
+        built = self._built
+        messages = [built[i] if i in built else self._build_one(unread, i) for i in range(len(unread.raw))]
+        self._messages, self._unread, self._built = messages, None, {}
 
     @property
     def saved_fingerprint(self) -> bytes | None:
@@ -154,19 +227,22 @@ class Context:
         read it is taken on first need, from the file's dict, which nothing has changed
         before then: the messages are unbuilt and the containers copied."""
         if self._read_as is not None:
-            self._saved_fingerprint, self._read_as = fingerprint(list(self._read_as)), None
+            path, data = self._read_as
+            if self._unread is not None and not isinstance(self._unread.raw, list):  # spanned
+                data = {**data, "messages": list(self._unread.raw)}
+            self._saved_fingerprint, self._read_as = fingerprint([path, data]), None
         return self._saved_fingerprint
 
     @saved_fingerprint.setter
     def saved_fingerprint(self, digest: bytes | None) -> None:
         self._saved_fingerprint, self._read_as = digest, None
 
-    def remember_read_as(self, path: str, data: dict[str, Any]) -> None:
-        """Note the file ``path`` and its parsed dict this context was built from; its
-        fingerprint is taken when first needed, not at every read."""
+    def remember_read_as(self, path: str, data: dict[str, Any], signature: str | None = None) -> None:
+        """Note the file ``path`` (at ``signature``) and its parsed dict this context was
+        built from; its fingerprint is taken when first needed, not at every read."""
         self._saved_fingerprint, self._read_as = None, (path, data)
         if self._unread is not None:
-            self._unread = replace(self._unread, path=path)
+            self._unread = replace(self._unread, path=path, signature=signature)
 
     # -- building -----------------------------------------------------------------------
 
@@ -256,18 +332,25 @@ class Context:
 
     @property
     def system_prompt(self) -> Message | None:
-        return next((m for m in self.messages if m.message_type == "SystemPromptMessage"), None)
+        return next((m for m in self.message_view if m.message_type == "SystemPromptMessage"), None)
 
     @property
     def tool_definitions(self) -> Message | None:
-        return next((m for m in self.messages if m.message_type == "ToolDefinitionsMessage"), None)
+        return next((m for m in self.message_view if m.message_type == "ToolDefinitionsMessage"), None)
 
     def chronological(self) -> list[Message]:
         """Messages by ``_sequence_number``: the order they happened in this context."""
         return sorted(self.messages, key=lambda m: (m.sequence_number is None, m.sequence_number or 0))
 
     def total_token_count(self, encoding: str = DEFAULT_ENCODING) -> int:
-        """Sum of the true counts of all messages, special ones included."""
+        """Sum of the true counts of all messages, special ones included (from the
+        catalog's counts, without building them, while the messages are unbuilt)."""
+        unread = self._unread
+        if unread is not None and unread.encoding == encoding:
+            built = self._built
+            return sum(unread.token_counts) + sum(
+                m.count_tokens(encoding) - unread.token_counts[i] for i, m in built.items()
+            )
         return sum(m.count_tokens(encoding) for m in self.messages)
 
     def stale_messages(self) -> list[Message]:
@@ -541,13 +624,15 @@ class Context:
         *,
         known_token_counts: Sequence[int] | None = None,
         encoding: str = DEFAULT_ENCODING,
+        spanned: Sequence[Any] | None = None,
     ) -> Context:
         """Read a context file's dict; FormatError names the JSON path of a bad value.
 
         ``known_token_counts`` is for a dict already read this way, with these true
         counts, by one who vouches that it is unchanged (the catalog, for a file at the
         signature it indexed): its messages are then built on first use. The dict is
-        not copied: it must not change while they are unbuilt."""
+        not copied: it must not change while they are unbuilt. ``spanned`` are the
+        file's messages when ``data`` was parsed without them (:mod:`soap_core._spans`)."""
         if not isinstance(data, dict):
             raise FormatError(None, "$", f"a context must be an object, got {type(data).__name__}")
         context_id = checked_id(optional_typed(data, "id", str), "$.id")
@@ -555,6 +640,8 @@ class Context:
             raise FormatError(None, "$", "missing key 'id'")
         context = cls(context_id)
         raw_messages = optional_typed(data, "messages", list) or []
+        if spanned is not None:  # the file's messages, cut out of ``data`` (soap_core._spans)
+            raw_messages = spanned if known_token_counts is not None else list(spanned)
         if known_token_counts is not None and len(known_token_counts) == len(raw_messages):
             context._unread = _UnreadMessages(raw_messages, known_token_counts, encoding)
         else:
@@ -580,6 +667,8 @@ class Context:
         return context
 
     def to_dict(self) -> dict[str, Any]:
+        if self._built:
+            self._build_messages()  # a message built alone may have been changed
         unread = self._unread
         values: dict[str, Any] = {
             "messages": [m.to_dict() for m in self._messages] if unread is None else list(unread.raw),

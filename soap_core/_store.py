@@ -19,8 +19,10 @@ import glob
 import os
 import re
 import sqlite3
+from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from soap_core._catalog import Catalog, SessionRow
 from soap_core._context import Context
@@ -32,7 +34,7 @@ from soap_core._errors import (
     SoapError,
     StoreError,
 )
-from soap_core._jsonio import fingerprint, read_json, syncing, write_json_atomic
+from soap_core._jsonio import fingerprint, parse_json_bytes, read_json, syncing, write_json_atomic
 from soap_core._layout import UNKNOWN_ROLE, InstanceClaim, Layout, locate, read_instances
 from soap_core._paths import (
     OutsideStoreError,
@@ -45,6 +47,7 @@ from soap_core._paths import (
 )
 from soap_core._session import SESSION_FILE as SESSION_FILE
 from soap_core._session import Session
+from soap_core._spans import MessageFacts, SpannedMessages, facts_of, without_messages
 from soap_core._tempfiles import new_folder, sweep_leftovers
 
 _DATE_PREFIX = re.compile(r"^\d{8}-")
@@ -105,6 +108,31 @@ def _summary_of(row: SessionRow) -> SessionSummary:
         row.instance,
         None if row.error else figures,
     )
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise StoreError(path, f"cannot read: {exc.strerror or exc}") from exc
+
+
+def _parse_context_bytes(
+    path: Path, raw: bytes, spans: array[int] | None
+) -> tuple[Any, SpannedMessages | None]:
+    """The context file's dict, and with ``spans`` (that still frame a ``messages``
+    array in ``raw``) its messages apart, unparsed: the dict then has none."""
+    frames = (
+        spans is not None
+        and len(spans) >= 2
+        and raw[spans[0] : spans[0] + 1] == b"["
+        and raw[spans[1] - 1 : spans[1]] == b"]"
+    )
+    if spans is not None and frames:
+        data = parse_json_bytes(path, without_messages(raw, spans))
+        if isinstance(data, dict) and data.get("messages") == []:
+            return data, SpannedMessages(path, raw, spans)
+    return parse_json_bytes(path, raw), None
 
 
 def _context_paths(session_dir: Path) -> list[Path]:
@@ -326,25 +354,46 @@ class Store:
         """One context file; FormatError names the file and the JSON path of the fault.
 
         The true token counts come from the catalog when it indexed this very file
-        (same signature before and after the read), so a warm load encodes nothing."""
+        (same signature before and after the read), so a warm load encodes nothing; for a
+        big file it also has each message's byte span, and only the rest of the file is
+        parsed now (soap_core._spans: a message is parsed when first asked for)."""
         self.confine(path, "context file")
         before = _signature_of(path)
         catalog = self._catalog
-        counts = None
+        indexed = None
         if catalog is not None and before is not None:
-            counts = catalog.token_counts(path.parent, path.name, before)
+            indexed = catalog.indexed(path.parent, path.name, before)
         try:
-            data = read_json(path)
-            if counts is not None and _signature_of(path) != before:
-                counts = None  # changed while read: check it all
-            context = Context.from_dict(data, known_token_counts=counts)
+            if indexed is None:
+                data, spanned = read_json(path), None
+            else:
+                raw = _read_bytes(path)
+                if _signature_of(path) != before:
+                    indexed = None  # changed while read: check it all
+                data, spanned = _parse_context_bytes(path, raw, None if indexed is None else indexed[1])
+            counts = None if indexed is None else indexed[0]
+            context = Context.from_dict(data, known_token_counts=counts, spanned=spanned)
         except FormatError as exc:
             raise exc.at(path) if exc.path is None else exc from None
+        if spanned is not None:
+            data["messages"] = spanned
         if context.messages_built:
             context.saved_fingerprint = fingerprint([str(path), data])
         else:
-            context.remember_read_as(str(path), data)
+            context.remember_read_as(str(path), data, before)
         return context
+
+    def message_facts(self, context: Context) -> MessageFacts:
+        """The :class:`~soap_core._spans.MessageFacts` of ``context``'s messages: from the
+        catalog while they are unbuilt (no message is built), else from the messages."""
+        read = context.read_signature
+        catalog = self.catalog() if read is not None else None
+        if read is not None and catalog is not None:
+            path = Path(read[0])
+            facts = catalog.message_facts(path.parent, path.name, read[1])
+            if facts is not None and len(facts) == context.message_count:
+                return facts
+        return facts_of(context.messages)
 
     def load_session(self, ref: str, *, require_active: bool = True) -> Session:
         """The session ``ref`` (uuid or unique prefix) with every readable context.

@@ -91,7 +91,7 @@ def fork_tree(session: Session) -> list[ContextNode]:
             kind=kind,
             depth=depth,
             active=context_id == session.active_context_id,
-            messages=len(context.messages) if context else None,
+            messages=context.message_count if context else None,
             file=session.context_files.get(context_id),
             parent_missing=parent is not None and parent not in session.contexts,
             in_cycle=context_id in self_linked or _in_cycle(context_id, parent_of),

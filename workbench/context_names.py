@@ -185,7 +185,7 @@ def _started(session: Session, context_id: str, record: Mapping[str, Any]) -> st
     if isinstance(call_id, str) and minute(call_id):
         return minute(call_id)
     index = _index(record.get("of_index"))
-    messages = session.contexts[context_id].messages
+    messages = session.contexts[context_id].message_view
     if index is not None and 0 <= index < len(messages):
         stamp = messages[index].creation_timestamp
         return minute(stamp) if isinstance(stamp, str) else None

@@ -12,14 +12,26 @@ Plain functions without Streamlit, so that a test can check what the page shows.
 from __future__ import annotations
 
 import bisect
+import itertools
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from soap_core import Context, Message, MessageRow, Session, TextPart, fork_tree, preview
+from soap_core import (
+    Context,
+    Message,
+    MessageFacts,
+    MessageRow,
+    Session,
+    collector_paused,
+    facts_of,
+    fork_tree,
+    lead_of,
+    preview,
+)
 from soap_core.runtime._compaction import SUMMARY_PREFIX
-from workbench.transcript import CallPairs, build_call_pairs
+from workbench.transcript import CallPairs, pair_tool_parts
 from workbench.views import short_id
 
 PAGE_SIZE = 50
@@ -102,62 +114,96 @@ class OutlineEntry:
     label: str
 
 
+def kind_code(role: str, lead: str | None, calls_tools: bool) -> str:
+    """The kind code (see :attr:`ContextIndex.kinds`) of a message with this role, first
+    text (``MessageFacts.leads``) and tool calls or none."""
+    if role == "assistant" and calls_tools:
+        return TOOL_CALL
+    if role != "user" or lead is None:
+        return OTHER
+    return COMPACTION if lead.startswith(SUMMARY_PREFIX) else TURN
+
+
 def message_kind(message: Message) -> str:
     """The kind code of one message (see :attr:`ContextIndex.kinds`)."""
-    if message.role == "assistant" and message.tool_uses():
-        return TOOL_CALL
-    if message.role != "user":
-        return OTHER
-    texts = [p.text for p in message.content if isinstance(p, TextPart)]
-    if texts and texts[0].startswith(SUMMARY_PREFIX):
-        return COMPACTION
-    return TURN if texts else OTHER
+    return kind_code(message.role, lead_of(message), bool(message.tool_uses()))
 
 
-def fork_points(session: Session, context: Context) -> list[ForkPoint]:
+Facts = Callable[[Context], MessageFacts]
+"""Where :func:`build_index` gets a context's facts: ``Store.message_facts`` (from the
+catalog, no message built) or, by default, :func:`soap_core.facts_of` its messages."""
+
+
+def _facts_of_messages(context: Context) -> MessageFacts:
+    return facts_of(context.messages)
+
+
+def fork_points(
+    session: Session, context: Context, facts: Facts = _facts_of_messages, ids: Sequence[str] | None = None
+) -> list[ForkPoint]:
     """Every saved child of ``context`` and where it branched off.
 
     A fork copies messages keeping their ids, so the branch point is the last message of
     the parent whose id the child holds; this needs no trust in the stored mutation
-    counters, which peteos writes as 0.
+    counters, which peteos writes as 0. ``ids`` are the context's message ids, if known.
     """
     nodes = {node.id: node for node in fork_tree(session)}
     node = nodes.get(context.id)
     if node is None or not node.children:
         return []
-    at = {message.id: i for i, message in enumerate(context.messages)}
+    at = {message_id: i for i, message_id in enumerate(facts(context).ids if ids is None else ids)}
     points = []
     for child_id in node.children:
         child = session.contexts.get(child_id)
         if child is None:
             continue  # discarded: the fork tree shows it
-        shared = [at[m.id] for m in child.messages if m.id in at]
+        shared = [at[i] for i in facts(child).ids if i in at]
         kind = nodes[child_id].kind
-        points.append(ForkPoint(child_id, kind, len(child.messages), max(shared) if shared else None))
+        points.append(ForkPoint(child_id, kind, child.message_count, max(shared) if shared else None))
     return points
 
 
-def build_index(session: Session, context: Context) -> ContextIndex:
-    """The :class:`ContextIndex` of ``context``: linear in its messages (and its forks')."""
-    messages = context.messages
-    kinds = "".join(message_kind(m) for m in messages)
-    chronological = sorted(
-        range(len(messages)),
-        key=lambda i: (messages[i].sequence_number is None, messages[i].sequence_number or 0),
+def build_index(session: Session, context: Context, facts: Facts = _facts_of_messages) -> ContextIndex:
+    """The :class:`ContextIndex` of ``context``: linear in its messages (and its forks').
+    With ``facts=Store.message_facts`` no message of a context read through the catalog
+    is built. The garbage collector is paused meanwhile: the facts are some 500,000
+    short-lived objects, and its passes over them tripled the time."""
+    with collector_paused():
+        return _build_index(session, context, facts)
+
+
+def chronological_order(sequence: Sequence[int | None]) -> Sequence[int]:
+    """Display indices by sequence number (messages without one last, in display order),
+    as ``message_rows(chronological=True)`` lists them; ``range`` when that is the
+    display order already, as in a context only ever appended to."""
+    if None not in sequence and all(a <= b for a, b in itertools.pairwise(sequence)):  # type: ignore[operator]
+        return range(len(sequence))
+    return sorted(range(len(sequence)), key=lambda i: (sequence[i] is None, sequence[i] or 0))
+
+
+def _build_index(session: Session, context: Context, facts: Facts) -> ContextIndex:
+    known = facts(context)
+    kinds = "".join(
+        kind_code(role, lead, any(kind == "use" for kind, _ in parts))
+        for role, lead, parts in zip(known.roles, known.leads, known.tool_parts, strict=True)
     )
-    position = array("l", bytes(len(messages) * array("l").itemsize))
-    for at, index in enumerate(chronological):
-        position[index] = at
+    chronological = chronological_order(known.sequence_numbers)
+    if chronological == range(len(known)):  # appended in display order: nothing to invert
+        position = array("l", chronological)
+    else:
+        position = array("l", bytes(len(known) * array("l").itemsize))
+        for at, index in enumerate(chronological):
+            position[index] = at
     return ContextIndex(
-        messages=len(messages),
+        messages=len(known),
         kinds=kinds,
         turns=array("l", (i for i, kind in enumerate(kinds) if kind == TURN)),
         tool_calls=kinds.count(TOOL_CALL),
         compactions=tuple(i for i, kind in enumerate(kinds) if kind == COMPACTION),
-        forks=tuple(fork_points(session, context)),
+        forks=tuple(fork_points(session, context, facts, known.ids)),
         chronological=array("l", chronological),
         chronological_position=position,
-        calls=build_call_pairs(messages),
+        calls=pair_tool_parts(known.tool_parts),
     )
 
 
@@ -256,7 +302,7 @@ def page_rows(context: Context, indices: Sequence[int]) -> list[MessageRow]:
         ends.setdefault(end, []).append(name)
     rows = []
     for i in indices:
-        m = context.messages[i]
+        m = context.message_at(i)
         rows.append(
             MessageRow(
                 index=i,
@@ -293,7 +339,7 @@ def forks_after(index: ContextIndex) -> dict[int, list[ForkPoint]]:
 
 def entry_label(index: ContextIndex, context: Context, at: int, kind: OutlineKind, width: int = 60) -> str:
     """One outline line; message text cut to ``width`` (the caller must still escape it)."""
-    message = context.messages[at]
+    message = context.message_at(at)
     if kind == "turn":
         return f"#{at:,} turn {index.turn_number(at):,}: {preview(message, width)}"
     if kind == "tool call":

@@ -139,7 +139,7 @@ def read_only_session(root: str, ref: str, signature: StoreSignature | None = No
 @st.cache_data(show_spinner="Indexing the context…", max_entries=32)
 def _context_index(root: str, ref: str, context_id: str, signature: StoreSignature) -> ContextIndex:
     session = _shared_session(root, ref, signature)
-    return build_index(session, session.contexts[context_id])
+    return build_index(session, session.contexts[context_id], Store(root).message_facts)
 
 
 def context_index(

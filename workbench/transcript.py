@@ -20,12 +20,12 @@ import bisect
 import io
 import json
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from replay import PromptAtCall
-from soap_core import MediaPart, Message, MessageRow, TextPart, ToolResultPart, ToolUsePart
+from soap_core import MediaPart, Message, MessageRow, TextPart, ToolResultPart, ToolUsePart, tool_parts_of
 from soap_core.runtime._compaction import SUMMARY_PREFIX
 
 # -- who speaks ------------------------------------------------------------------------
@@ -204,7 +204,7 @@ class CallPairs:
         )
 
 
-def build_call_pairs(messages: Sequence[Message]) -> CallPairs:
+def build_call_pairs(messages: Iterable[Message]) -> CallPairs:
     """Pair every result with its call in one pass over the messages (display order).
 
     A result answers the earlier call with its ``call_id`` that is still unanswered;
@@ -212,17 +212,23 @@ def build_call_pairs(messages: Sequence[Message]) -> CallPairs:
     latest message holding one wins, and within it the first call, so that a call left
     without a result (an interrupted run) does not steal the result of a later one.
     """
+    return pair_tool_parts(tool_parts_of(message) for message in messages)
+
+
+def pair_tool_parts(messages: Iterable[Sequence[Sequence[str]]]) -> CallPairs:
+    """:func:`build_call_pairs` from each message's tool parts alone, ``("use", call id)``
+    or ``("result", call id)`` in order (``MessageFacts.tool_parts``: no message built)."""
     pairs = CallPairs()
     waiting: dict[str, list[int]] = {}
-    for index, message in enumerate(messages):
-        for part in message.content:
-            if isinstance(part, ToolUsePart):
-                waiting.setdefault(part.call_id, []).append(len(pairs.call_message))
+    for index, parts in enumerate(messages):
+        for kind, call_id in parts:
+            if kind == "use":
+                waiting.setdefault(call_id, []).append(len(pairs.call_message))
                 pairs.call_message.append(index)
                 pairs.answered_by.append(-1)
-            elif isinstance(part, ToolResultPart):
+            else:
                 pairs.result_message.append(index)
-                pairs.answers.append(_answer(pairs, waiting.get(part.call_id), index))
+                pairs.answers.append(_answer(pairs, waiting.get(call_id), index))
     return pairs
 
 

@@ -223,7 +223,7 @@ def context_label(session: Session, context_id: str) -> str:
     ``replay of main@12: temperature 0.9 · sample 2 of 3 · 13 messages · 1a2b3c4d``."""
     context = session.contexts[context_id]
     names = session_names(session).names
-    parts = [names.get(context_id, "context"), _count(len(context.messages), "message")]
+    parts = [names.get(context_id, "context"), _count(context.message_count, "message")]
     if context_id == session.active_context_id:
         parts.append("active")
     return " · ".join([*parts, short_id(context_id)])
