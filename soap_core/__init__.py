@@ -22,6 +22,20 @@ from soap_core._errors import (
     SoapError,
     StoreError,
 )
+from soap_core._facts import (
+    COMPACTION,
+    OTHER,
+    TOOL_CALL,
+    TURN,
+    CallPairs,
+    MessageFacts,
+    build_call_pairs,
+    collector_paused,
+    facts_of,
+    kind_code,
+    pair_tool_parts,
+    tool_parts_of,
+)
 from soap_core._jsonio import dump_json, read_json, write_json_atomic, write_text_atomic
 from soap_core._layout import (
     INSTANCE_FILE,
@@ -74,7 +88,6 @@ from soap_core._records import (
     write_invocation,
 )
 from soap_core._session import OBJECT_KEY, SOURCE_KEY, THREAD_ID_KEY, Session, new_session_uuid
-from soap_core._spans import MessageFacts, collector_paused, facts_of, lead_of, tool_parts_of
 from soap_core._store import SESSION_FILE, SessionSummary, Store
 from soap_core._tokens import DEFAULT_ENCODING, count_text, get_encoding
 from soap_core._tree import REPLAY_KEY, ContextNode, describe_node, fork_tree
@@ -82,6 +95,7 @@ from soap_core._tree import REPLAY_KEY, ContextNode, describe_node, fork_tree
 __all__ = [
     "CALLS_DIR",
     "CALL_FORMAT",
+    "COMPACTION",
     "DEFAULT_ANCHORS",
     "DEFAULT_ENCODING",
     "INSTANCE_FILE",
@@ -89,15 +103,19 @@ __all__ = [
     "INVOCATION_FORMAT",
     "MESSAGES_ANCHOR",
     "OBJECT_KEY",
+    "OTHER",
     "REPLAY_KEY",
     "SESSION_FILE",
     "SOURCE_KEY",
     "SYSTEM_PROMPT_ANCHOR",
     "THREAD_ID_KEY",
     "TOOLS_ANCHOR",
+    "TOOL_CALL",
     "TOOL_RESULT_SUFFIX",
+    "TURN",
     "UNKNOWN_ROLE",
     "AmbiguousSessionError",
+    "CallPairs",
     "CallRecord",
     "Context",
     "ContextNode",
@@ -133,6 +151,7 @@ __all__ = [
     "UnsafeNameError",
     "WindowDisagreement",
     "base64_source",
+    "build_call_pairs",
     "canonical_json",
     "chat_message",
     "chat_request",
@@ -145,11 +164,12 @@ __all__ = [
     "fork_tree",
     "get_encoding",
     "inside",
-    "lead_of",
+    "kind_code",
     "locate",
     "message_rows",
     "new_record_id",
     "new_session_uuid",
+    "pair_tool_parts",
     "part_from_dict",
     "part_to_dict",
     "preview",

@@ -40,6 +40,7 @@ from typing import Any
 
 from soap_core._context import Context
 from soap_core._errors import ContextNotFoundError, FormatError, SoapError, StoreError
+from soap_core._facts import MessageFacts, decode_facts, encode_facts, facts_of
 from soap_core._jsonio import parse_json_bytes, read_json
 from soap_core._layout import (
     AGENTS_DIR,
@@ -53,17 +54,17 @@ from soap_core._message import Message
 from soap_core._paths import OutsideStoreError, inside, inside_any, link_escapes, outside_problem, real
 from soap_core._records import CALLS_DIR, INVOCATIONS_DIR, CallRecord, InvocationRecord
 from soap_core._session import OBJECT_KEY, RERUN_SESSION_KEY, Session
-from soap_core._spans import SPANNED_FROM, MessageFacts, decode_facts, encode_facts, facts_of, message_spans
+from soap_core._spans import SPANNED_FROM, message_spans
 from soap_core._tempfiles import sweep_names
 from soap_core._tokens import count_text, message_token_text
 
 CATALOG_FILE = ".soapwb-catalog.sqlite3"
-SCHEMA_VERSION = "5"
+SCHEMA_VERSION = "6"
 """Bumped whenever what the catalog vouches for changes: a context file it indexed is
 loaded without its messages being checked again (they are built on first use), so a
 catalog written under older reading rules must not vouch for a file the current rules
 refuse (4: ids, records and links checked as in soap_core._ids; 5: message spans and
-facts, soap_core._spans)."""
+facts, soap_core._spans; 6: the facts of soap_core._facts)."""
 SESSION_FILE = "session.json"
 
 _SCHEMA = """
@@ -107,7 +108,7 @@ CREATE TABLE context_files(
                                    -- unchanged changes nothing
     spans BLOB,                    -- of a big file: byte range of each message, int64
                                    -- array (soap_core._spans.message_spans)
-    facts BLOB,                    -- of a big file: soap_core._spans.MessageFacts as JSON
+    facts BLOB,                    -- of a big file: soap_core._facts.MessageFacts as JSON
     PRIMARY KEY(dir, file)
 ) WITHOUT ROWID;
 CREATE INDEX context_files_id ON context_files(id);
@@ -838,7 +839,7 @@ class Catalog:
         return counts.tolist(), spans
 
     def message_facts(self, directory: Path, file: str, sig: str) -> MessageFacts | None:
-        """The :class:`~soap_core._spans.MessageFacts` of a big context file indexed at
+        """The :class:`~soap_core._facts.MessageFacts` of a big context file indexed at
         ``sig`` (None if it was not, or is small): one value read, no file."""
         rel = self._relative(directory)
         if rel is None:

@@ -4,8 +4,8 @@ A context of 100,000 messages is a 50 MB file: parsing it whole takes half a sec
 and building its Message objects two more. A reader that shows one page of it needs
 fifty messages and a few facts about the others (role, sequence number, the first words
 of its text, its tool call ids). When the catalog indexes a big context file it keeps
-both: the byte span of every message (:func:`message_spans`) and its
-:class:`MessageFacts`. A context read at the signature the catalog indexed is then
+both: the byte span of every message (:func:`message_spans`) and their
+:class:`~soap_core._facts.MessageFacts`. A context read at the signature the catalog indexed is then
 loaded without its messages (:class:`SpannedMessages` parses one when asked for it).
 
 The spans are found without a parser, from the layout every writer of these files
@@ -18,26 +18,16 @@ any other way gets no spans and is read whole, as before.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, overload
 
-import orjson
-
 from soap_core._jsonio import parse_json_bytes
-from soap_core._message import Message
-from soap_core._parts import TextPart, ToolResultPart, ToolUsePart
 
 SPANNED_FROM = 1_000
 """Context files with at least this many messages get spans; smaller ones parse whole
 in a few milliseconds."""
-
-LEAD_CHARS = 64
-"""Characters of a message's first text part kept as its :attr:`MessageFacts.leads`."""
 
 _KEY = b'\n  "messages": ['
 _OPEN = b"\n    {\n"
@@ -108,82 +98,3 @@ class SpannedMessages(Sequence[Any]):
 
     def __iter__(self) -> Iterator[Any]:
         return (self[i] for i in range(len(self)))
-
-
-@dataclass(frozen=True)
-class MessageFacts:
-    """What a page needs to know of every message of a context without building them:
-    one entry per message, in display order."""
-
-    ids: list[str]
-    roles: list[str]
-    sequence_numbers: list[int | None]
-    leads: list[str | None]
-    """The first :data:`LEAD_CHARS` characters of the message's first text part; None
-    when it has no text part."""
-    tool_parts: list[Sequence[Sequence[str]]]
-    """Its tool parts in order: ``["use", call id]`` or ``["result", call id]``."""
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-
-def tool_parts_of(message: Message) -> tuple[tuple[str, str], ...]:
-    return tuple(
-        ("use" if isinstance(part, ToolUsePart) else "result", part.call_id)
-        for part in message.content
-        if isinstance(part, ToolUsePart | ToolResultPart)
-    )
-
-
-def lead_of(message: Message) -> str | None:
-    text = next((part.text for part in message.content if isinstance(part, TextPart)), None)
-    return None if text is None else text[:LEAD_CHARS]
-
-
-def facts_of(messages: Iterable[Message]) -> MessageFacts:
-    """The facts of built messages (the catalog stores the same, computed this way)."""
-    facts = MessageFacts([], [], [], [], [])
-    for message in messages:
-        facts.ids.append(message.id)
-        facts.roles.append(message.role)
-        facts.sequence_numbers.append(message.sequence_number)
-        facts.leads.append(lead_of(message))
-        facts.tool_parts.append([list(part) for part in tool_parts_of(message)])
-    return facts
-
-
-def encode_facts(facts: MessageFacts) -> bytes | None:
-    """The catalog's column for the facts of one context file; None when orjson cannot
-    write them (a lone surrogate in a text: the page then builds the messages)."""
-    try:
-        return orjson.dumps([facts.ids, facts.roles, facts.sequence_numbers, facts.leads, facts.tool_parts])
-    except orjson.JSONEncodeError:
-        return None
-
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off while a bulk decode allocates some 500,000
-    strings and lists (none of them in a cycle, all freed by reference counting): with
-    it on, each of its full passes walks every object of the process, and the facts of a
-    100,000-message context took four times as long to decode."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def decode_facts(raw: bytes) -> MessageFacts | None:
-    """:func:`encode_facts` read back; None if the value is not what it wrote."""
-    try:
-        with collector_paused():
-            ids, roles, sequence_numbers, leads, tool_parts = orjson.loads(raw)
-        if not len(ids) == len(roles) == len(sequence_numbers) == len(leads) == len(tool_parts):
-            return None
-        return MessageFacts(ids, roles, sequence_numbers, leads, tool_parts)
-    except (orjson.JSONDecodeError, TypeError, ValueError):
-        return None

@@ -34,6 +34,7 @@ from soap_core._errors import (
     SoapError,
     StoreError,
 )
+from soap_core._facts import MessageFacts, facts_of
 from soap_core._jsonio import fingerprint, parse_json_bytes, read_json, syncing, write_json_atomic
 from soap_core._layout import UNKNOWN_ROLE, InstanceClaim, Layout, locate, read_instances
 from soap_core._paths import (
@@ -47,7 +48,7 @@ from soap_core._paths import (
 )
 from soap_core._session import SESSION_FILE as SESSION_FILE
 from soap_core._session import Session
-from soap_core._spans import MessageFacts, SpannedMessages, facts_of, without_messages
+from soap_core._spans import SpannedMessages, without_messages
 from soap_core._tempfiles import new_folder, sweep_leftovers
 
 _DATE_PREFIX = re.compile(r"^\d{8}-")
@@ -384,7 +385,7 @@ class Store:
         return context
 
     def message_facts(self, context: Context) -> MessageFacts:
-        """The :class:`~soap_core._spans.MessageFacts` of ``context``'s messages: from the
+        """The :class:`~soap_core._facts.MessageFacts` of ``context``'s messages: from the
         catalog while they are unbuilt (no message is built), else from the messages."""
         read = context.read_signature
         catalog = self.catalog() if read is not None else None

@@ -227,7 +227,9 @@ class TestTheTreeItems:
         assert (folded.columns[0], folded.columns[-1]) == ("name", "id")
         assert len(folded) == 4
         assert folded["forks"].tolist()[2:] == [3, 2]
-        assert folded["parent"].tolist()[1:] == ["root", "main", "main"]
+        assert folded["parent"].tolist() == ["— (root)", "root", "main", "main"]
+        assert folded["time"].tolist()[:2] == ["", ""], "a context that is no run has no time"
+        assert not folded[["name", "kind", "parent", "time", "id"]].isna().any().any()
         shown = node_table(tree_items(session_names(session), fold_runs=False))
         assert len(shown) == 7
 

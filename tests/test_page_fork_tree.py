@@ -100,7 +100,7 @@ class TestTheTree:
         assert [r["id"] for r in rows] == [n.id for n in nodes]
         assert [r["kind"] for r in rows] == [n.kind for n in nodes]
         assert [r["name"] for r in rows] == ["root", "discarded fork 1", "main"]
-        assert [r["parent"] for r in rows] == [None, "root", "root"]
+        assert [r["parent"] for r in rows] == ["— (root)", "root", "root"]
         assert [r["messages"] for r in rows] == [7, None, 6]
         assert [r["active"] for r in rows] == [False, False, True]
 

@@ -26,6 +26,7 @@ from soap_core import (
     ToolResultPart,
     ToolUsePart,
     base64_source,
+    build_call_pairs,
 )
 from soap_core.runtime._compaction import SUMMARY_PREFIX
 from workbench.context_views import PAGE_SIZE, build_index, page_of, page_rows
@@ -33,7 +34,6 @@ from workbench.transcript import (
     BOX_CSS,
     CallLink,
     ResultLink,
-    build_call_pairs,
     call_signature,
     details_line,
     image_dimensions,

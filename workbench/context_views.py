@@ -14,11 +14,16 @@ from __future__ import annotations
 import bisect
 import itertools
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from soap_core import (
+    COMPACTION,
+    OTHER,
+    TOOL_CALL,
+    TURN,
+    CallPairs,
     Context,
     Message,
     MessageFacts,
@@ -27,11 +32,9 @@ from soap_core import (
     collector_paused,
     facts_of,
     fork_tree,
-    lead_of,
+    kind_code,
     preview,
 )
-from soap_core.runtime._compaction import SUMMARY_PREFIX
-from workbench.transcript import CallPairs, pair_tool_parts
 from workbench.views import short_id
 
 PAGE_SIZE = 50
@@ -42,8 +45,7 @@ itself too long to show)."""
 LANDMARK_SPAN = 20
 """Compactions and forks shown, the ones nearest the current page first."""
 
-TURN, TOOL_CALL, COMPACTION, OTHER = "t", "c", "s", "."
-"""The kind codes of :attr:`ContextIndex.kinds`."""
+__all__ = ["COMPACTION", "OTHER", "TOOL_CALL", "TURN"]  # the kind codes (soap_core.kind_code), re-exported
 
 OutlineKind = Literal["turn", "tool call", "compaction", "fork"]
 
@@ -114,19 +116,9 @@ class OutlineEntry:
     label: str
 
 
-def kind_code(role: str, lead: str | None, calls_tools: bool) -> str:
-    """The kind code (see :attr:`ContextIndex.kinds`) of a message with this role, first
-    text (``MessageFacts.leads``) and tool calls or none."""
-    if role == "assistant" and calls_tools:
-        return TOOL_CALL
-    if role != "user" or lead is None:
-        return OTHER
-    return COMPACTION if lead.startswith(SUMMARY_PREFIX) else TURN
-
-
 def message_kind(message: Message) -> str:
     """The kind code of one message (see :attr:`ContextIndex.kinds`)."""
-    return kind_code(message.role, lead_of(message), bool(message.tool_uses()))
+    return kind_code(message)
 
 
 Facts = Callable[[Context], MessageFacts]
@@ -183,10 +175,7 @@ def chronological_order(sequence: Sequence[int | None]) -> Sequence[int]:
 
 def _build_index(session: Session, context: Context, facts: Facts) -> ContextIndex:
     known = facts(context)
-    kinds = "".join(
-        kind_code(role, lead, any(kind == "use" for kind, _ in parts))
-        for role, lead, parts in zip(known.roles, known.leads, known.tool_parts, strict=True)
-    )
+    kinds = known.kinds
     chronological = chronological_order(known.sequence_numbers)
     if chronological == range(len(known)):  # appended in display order: nothing to invert
         position = array("l", chronological)
@@ -197,14 +186,22 @@ def _build_index(session: Session, context: Context, facts: Facts) -> ContextInd
     return ContextIndex(
         messages=len(known),
         kinds=kinds,
-        turns=array("l", (i for i, kind in enumerate(kinds) if kind == TURN)),
+        turns=array("l", _all(kinds, TURN)),
         tool_calls=kinds.count(TOOL_CALL),
-        compactions=tuple(i for i, kind in enumerate(kinds) if kind == COMPACTION),
+        compactions=tuple(_all(kinds, COMPACTION)),
         forks=tuple(fork_points(session, context, facts, known.ids)),
         chronological=array("l", chronological),
         chronological_position=position,
-        calls=pair_tool_parts(known.tool_parts),
+        calls=known.calls,
     )
+
+
+def _all(kinds: str, code: str) -> Iterator[int]:
+    """The positions of ``code`` in ``kinds`` (``str.find`` leaps over the others)."""
+    at = kinds.find(code)
+    while at >= 0:
+        yield at
+        at = kinds.find(code, at + 1)
 
 
 # -- pages ---------------------------------------------------------------------------

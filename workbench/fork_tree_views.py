@@ -411,7 +411,8 @@ def _missing_parent(item: TreeItem) -> str | None:
 def node_table(items: Sequence[TreeItem]) -> pd.DataFrame:
     """The drawn nodes as a table, name first and id last; a discarded context has no
     message count, a folded run counts its forks (the columns ``forks`` and ``time`` are
-    there only when some run is folded)."""
+    there only when some run is folded). Text cells are never empty values, which the
+    page would show as "None": a root's parent reads "— (root)", a context's time ""."""
     names = {item.id: item.name for item in items}
     rows = [
         (
@@ -419,8 +420,8 @@ def node_table(items: Sequence[TreeItem]) -> pd.DataFrame:
             item.kind,
             item.messages,
             len(item.run.fork_ids) if item.run else None,
-            names.get(item.parent or "") if item.parent else _missing_parent(item),
-            item.run.started if item.run else None,
+            (names.get(item.parent or "") if item.parent else _missing_parent(item)) or "— (root)",
+            (item.run.started or "") if item.run else "",
             item.active,
             item.id,
         )

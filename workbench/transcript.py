@@ -7,8 +7,9 @@ sits under the call that asked for it, names come before ids, and the system pro
 shown once per change instead of once per call.
 
 Pairing calls with results must not cost a pass over a 100,000-message context on each
-rerun, so :func:`build_call_pairs` makes one pass when the context is indexed (its
-result is part of :class:`~workbench.context_views.ContextIndex`), and
+rerun, so ``soap_core.build_call_pairs`` makes one pass when the context is indexed (its
+result is part of :class:`~workbench.context_views.ContextIndex`; the catalog keeps it
+for a big context file), and
 :func:`place_page` works out the page's layout from the page's own messages and that.
 
 Plain functions without Streamlit, so that a test can check what the page shows.
@@ -16,16 +17,22 @@ Plain functions without Streamlit, so that a test can check what the page shows.
 
 from __future__ import annotations
 
-import bisect
 import io
 import json
-from array import array
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from replay import PromptAtCall
-from soap_core import MediaPart, Message, MessageRow, TextPart, ToolResultPart, ToolUsePart, tool_parts_of
+from soap_core import (
+    CallPairs,
+    MediaPart,
+    Message,
+    MessageRow,
+    TextPart,
+    ToolResultPart,
+    ToolUsePart,
+)
 from soap_core.runtime._compaction import SUMMARY_PREFIX
 
 # -- who speaks ------------------------------------------------------------------------
@@ -167,82 +174,6 @@ def media_caption(part: MediaPart, data: bytes | None) -> str:
 
 
 # -- calls and their results -----------------------------------------------------------
-
-
-def _ints() -> array[int]:
-    return array("l")
-
-
-@dataclass(frozen=True)
-class CallPairs:
-    """Every tool call of a context and the result that answers it, as four arrays.
-
-    Calls are numbered in display order (the order of their parts in the messages);
-    so are result parts. Arrays of ints, because the page's cache copies this on
-    every rerun: a 100,000-message context has some 25,000 calls.
-    """
-
-    call_message: array[int] = field(default_factory=_ints)
-    """Per call: the display index of the message that made it (ascending)."""
-    answered_by: array[int] = field(default_factory=_ints)
-    """Per call: the display index of the message holding its result; -1 for none."""
-    result_message: array[int] = field(default_factory=_ints)
-    """Per result part: the display index of the message holding it (ascending)."""
-    answers: array[int] = field(default_factory=_ints)
-    """Per result part: the number of the call it answers; -1 when no call asked."""
-
-    def calls_of(self, index: int) -> range:
-        """The numbers of the calls made by the message at display index ``index``."""
-        return range(
-            bisect.bisect_left(self.call_message, index), bisect.bisect_right(self.call_message, index)
-        )
-
-    def results_in(self, index: int) -> range:
-        """The numbers of the result parts held by the message at ``index``."""
-        return range(
-            bisect.bisect_left(self.result_message, index), bisect.bisect_right(self.result_message, index)
-        )
-
-
-def build_call_pairs(messages: Iterable[Message]) -> CallPairs:
-    """Pair every result with its call in one pass over the messages (display order).
-
-    A result answers the earlier call with its ``call_id`` that is still unanswered;
-    when several wait (ids repeat: forks, OpenPoke's ids that are tool names), the
-    latest message holding one wins, and within it the first call, so that a call left
-    without a result (an interrupted run) does not steal the result of a later one.
-    """
-    return pair_tool_parts(tool_parts_of(message) for message in messages)
-
-
-def pair_tool_parts(messages: Iterable[Sequence[Sequence[str]]]) -> CallPairs:
-    """:func:`build_call_pairs` from each message's tool parts alone, ``("use", call id)``
-    or ``("result", call id)`` in order (``MessageFacts.tool_parts``: no message built)."""
-    pairs = CallPairs()
-    waiting: dict[str, list[int]] = {}
-    for index, parts in enumerate(messages):
-        for kind, call_id in parts:
-            if kind == "use":
-                waiting.setdefault(call_id, []).append(len(pairs.call_message))
-                pairs.call_message.append(index)
-                pairs.answered_by.append(-1)
-            else:
-                pairs.result_message.append(index)
-                pairs.answers.append(_answer(pairs, waiting.get(call_id), index))
-    return pairs
-
-
-def _answer(pairs: CallPairs, waiting: list[int] | None, index: int) -> int:
-    """The call a result in message ``index`` answers (and mark it answered), or -1."""
-    if not waiting:
-        return -1
-    latest = pairs.call_message[waiting[-1]]
-    if latest >= index:
-        return -1  # a result in the same message as its call cannot sit under it
-    call = next(k for k in waiting if pairs.call_message[k] == latest)
-    waiting.remove(call)
-    pairs.answered_by[call] = index
-    return call
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from soap_core._context import Context
+from soap_core._facts import SUMMARY_PREFIX as SUMMARY_PREFIX
 from soap_core._message import Message
 from soap_core._parts import TextPart, ToolResultPart, ToolUsePart
 
 if TYPE_CHECKING:
     from soap_core.runtime._agentic import AgenticObject
-
-SUMMARY_PREFIX = "[Summary of the earlier conversation]\n"
 
 
 class Compaction(Protocol):
