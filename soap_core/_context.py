@@ -228,8 +228,9 @@ class Context:
         before then: the messages are unbuilt and the containers copied."""
         if self._read_as is not None:
             path, data = self._read_as
-            if self._unread is not None and not isinstance(self._unread.raw, list):  # spanned
-                data = {**data, "messages": list(self._unread.raw)}
+            spanned = data.get("messages")
+            if spanned is not None and not isinstance(spanned, list):  # SpannedMessages: parse them
+                data = {**data, "messages": list(spanned)}
             self._saved_fingerprint, self._read_as = fingerprint([path, data]), None
         return self._saved_fingerprint
 

@@ -224,6 +224,11 @@ def test_an_unchanged_big_context_is_not_rewritten_and_a_changed_one_is_as_a_ful
     before = snapshot(ours)
     Store(ours).save_session(load(ours, saved.uuid))
     assert snapshot(ours) == before, "saving a session read through spans rewrote a file"
+    session = load(ours, saved.uuid)
+    assert len(session.active_context.messages) == MESSAGES  # all built, none changed
+    assert session.active_context.saved_fingerprint is not None
+    Store(ours).save_session(session)
+    assert snapshot(ours) == before, "saving a session whose messages were all built rewrote a file"
 
     for where, catalog in ((ours, True), (theirs, False)):
         session = load(where, saved.uuid, catalog=catalog)
