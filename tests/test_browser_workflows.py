@@ -101,6 +101,14 @@ class Walk:
         self.page.close()
 
 
+def wait_for_message(page: Page, message: int) -> None:
+    """Wait until the page has written ``message=`` into its URL: a page sets its query
+    parameters while it runs, after the navigation a click waits for."""
+    from playwright.sync_api import expect
+
+    expect(page).to_have_url(re.compile(rf"[?&]message={message}(&|$)"), timeout=WAIT_MS)
+
+
 def query(page: Page) -> dict[str, str]:
     from urllib.parse import parse_qsl, urlparse
 
@@ -171,8 +179,8 @@ def test_find_open_jump_budget_replay_edit_diff_reload_and_hide_on_the_demo_stor
 
     with walk.step("go to Replay in the sidebar: the answer to the linked message, verified") as page:
         walk.sidebar("Replay & diff", "replay")
+        wait_for_message(page, answer)  # Replay opens on the model's answer to the message
         assert query(page)["session"] == analyzer.uuid and query(page)["context"] == context_id
-        assert query(page)["message"] == str(answer), "Replay opens on the model's answer to the message"
         text = walk.main_text()
         assert "Pick a session" not in text and "Materialized request" in text
         assert page.locator('[data-testid="stAlertContentError"]').count() == 0, text[:2000]
@@ -314,8 +322,8 @@ def test_find_open_jump_replay_edit_and_reload_in_a_20000_message_context(
             walk.sidebar("Token budget", "token_budget")
             assert query(page)["session"] == session.uuid and "Pick a session" not in walk.main_text()
             walk.sidebar("Replay & diff", "replay")
+            wait_for_message(page, answer)  # Replay opens on the model's answer to the message
             assert query(page)["session"] == session.uuid
-            assert query(page)["message"] == str(answer), "Replay opens on the model's answer to the message"
             assert "Materialized request" in walk.main_text()
 
         with walk.step("back to the transcript's first page, and Replay on an early answer") as page:
