@@ -812,22 +812,21 @@ class Catalog:
         problem = f"active context {active} of session {uuid} has no file"
         return None, none, str(ContextNotFoundError(directory / f"{active}.json", problem))
 
-    def token_counts(self, directory: Path, file: str, sig: str) -> list[int] | None:
-        """The true counts of a context file's messages, if it was indexed at ``sig``."""
-        indexed = self.indexed(directory, file, sig)
-        return None if indexed is None else indexed[0]
-
-    def indexed(self, directory: Path, file: str, sig: str) -> tuple[list[int], array[int] | None] | None:
-        """The true counts of a context file's messages and their byte spans (None for a
-        small file), if it was indexed at ``sig``."""
+    def _indexed_file(self, directory: Path, file: str, sig: str, columns: str) -> Any:
+        """``columns`` of a readable context file's row, if it was indexed at ``sig``."""
         rel = self._relative(directory)
         if rel is None:
             return None
         with self._lock:
-            row = self._db.execute(
-                "SELECT counts, spans FROM context_files WHERE dir=? AND file=? AND sig=? AND error IS NULL",
+            return self._db.execute(
+                f"SELECT {columns} FROM context_files WHERE dir=? AND file=? AND sig=? AND error IS NULL",
                 (rel, file, sig),
             ).fetchone()
+
+    def indexed(self, directory: Path, file: str, sig: str) -> tuple[list[int], array[int] | None] | None:
+        """The true counts of a context file's messages and their byte spans (None for a
+        small file), if it was indexed at ``sig``."""
+        row = self._indexed_file(directory, file, sig, "counts, spans")
         if row is None or row[0] is None:
             return None
         counts = array("i")
@@ -841,14 +840,7 @@ class Catalog:
     def message_facts(self, directory: Path, file: str, sig: str) -> MessageFacts | None:
         """The :class:`~soap_core._facts.MessageFacts` of a big context file indexed at
         ``sig`` (None if it was not, or is small): one value read, no file."""
-        rel = self._relative(directory)
-        if rel is None:
-            return None
-        with self._lock:
-            row = self._db.execute(
-                "SELECT facts FROM context_files WHERE dir=? AND file=? AND sig=? AND error IS NULL",
-                (rel, file, sig),
-            ).fetchone()
+        row = self._indexed_file(directory, file, sig, "facts")
         return None if row is None or row[0] is None else decode_facts(row[0])
 
     def find_dirs(self, ref: str, *, exact_only: bool = False) -> list[Path]:

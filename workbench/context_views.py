@@ -20,7 +20,6 @@ from typing import Literal
 
 from soap_core import (
     COMPACTION,
-    OTHER,
     TOOL_CALL,
     TURN,
     CallPairs,
@@ -44,8 +43,6 @@ OUTLINE_SPAN = 60
 itself too long to show)."""
 LANDMARK_SPAN = 20
 """Compactions and forks shown, the ones nearest the current page first."""
-
-__all__ = ["COMPACTION", "OTHER", "TOOL_CALL", "TURN"]  # the kind codes (soap_core.kind_code), re-exported
 
 OutlineKind = Literal["turn", "tool call", "compaction", "fork"]
 
