@@ -37,21 +37,27 @@ def register(commands: Any) -> None:
     ui.set_defaults(handler=cmd_ui)
 
 
+SERVER_OPTIONS = {
+    "server.headless": "true",
+    "browser.gatherUsageStats": "false",
+    "client.toolbarMode": "viewer",  # no "Deploy" button: this is a local debugging tool
+    # Streamlit's source watcher walks every imported module and sets up inotify watches
+    # at each new browser session, on the server's event loop: a page opened by a link
+    # waited for it. The workbench is run, not edited while it runs.
+    "server.fileWatcherType": "none",
+    # A full garbage collection after every script run walks every object of the process,
+    # a long session's caches included: 0.15-0.3 s per page on two cores. Python's own
+    # generational collector still runs.
+    "runner.postScriptGC": "false",
+}
+"""The options of every workbench server (``soapwb ui``, ``make run``, the browser tests);
+.streamlit/config.toml holds the same for ``streamlit run app.py`` from the checkout."""
+
+
 def streamlit_command(host: str, port: int) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "streamlit",
-        "run",
-        str(APP),
-        "--server.address",
-        host,
-        "--server.port",
-        str(port),
-        "--server.headless",
-        "true",
-        "--browser.gatherUsageStats",
-        "false",
+    options = {"server.address": host, "server.port": str(port), **SERVER_OPTIONS}
+    return [sys.executable, "-m", "streamlit", "run", str(APP)] + [
+        flag for name, value in options.items() for flag in (f"--{name}", value)
     ]
 
 

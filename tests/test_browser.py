@@ -8,7 +8,6 @@ import contextlib
 import os
 import shutil
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from soap_core import Store
 from soap_core.runtime.local_model import LocalModelServer, free_port
+from soapwb.ui_commands import streamlit_command
 from tests.workbench_store import XSS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,21 +53,7 @@ def streamlit_app(store: Path, log_path: Path, **env_extra: str) -> Iterator[str
     port = free_port()
     env = {**os.environ, "SOAPWB_STORE": str(store), **env_extra}
     log = log_path.open("w")
-    command = [
-        sys.executable,
-        "-m",
-        "streamlit",
-        "run",
-        str(ROOT / "app.py"),
-        "--server.address",
-        "127.0.0.1",
-        "--server.port",
-        str(port),
-        "--server.headless",
-        "true",
-        "--browser.gatherUsageStats",
-        "false",
-    ]
+    command = streamlit_command("127.0.0.1", port)
     process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60

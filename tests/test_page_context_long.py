@@ -156,6 +156,18 @@ class TestIndex:
         assert forks["replay"].index == 100 and forks["replay"].messages == 101
         assert forks["fork"].index == 4_999 and forks["fork"].messages == 32
 
+    def test_a_child_that_shares_no_message_has_no_branch_point(self) -> None:
+        parent = long_context(60)
+        session = Session.create("Rewritten", parent)
+        child = parent.fork(range(40))
+        session.contexts[child.id] = child
+        for message in child.messages:
+            message.id = f"rewritten-{message.id}"
+        kept = parent.fork(range(10, 30))  # a slice of the middle: it branches at its last
+        session.contexts[kept.id] = kept
+        points = {point.child_id: point.index for point in build_index(session, parent).forks}
+        assert points == {child.id: None, kept.id: 29}
+
     def test_a_discarded_child_is_left_to_the_fork_tree(self, tmp_path: Path) -> None:
         context = long_context(60)
         context.children.append("no-such-context")

@@ -6,13 +6,16 @@ import json
 import signal
 import subprocess
 import sys
+import tomllib
 import urllib.request
 from pathlib import Path
 
 from soap_core.runtime.local_model import free_port
+from soapwb.ui_commands import SERVER_OPTIONS, streamlit_command
 from tests.conftest import SOAP_FIXTURE
 
 SOAPWB = [sys.executable, "-m", "soapwb.cli"]
+ROOT = Path(__file__).parents[1]
 
 
 def test_ui_serves_the_workbench_on_loopback_and_stops_on_sigterm() -> None:
@@ -35,3 +38,20 @@ def test_ui_serves_the_workbench_on_loopback_and_stops_on_sigterm() -> None:
         process.send_signal(signal.SIGTERM)
         code = process.wait(timeout=30)
     assert code in (0, -signal.SIGTERM)
+
+
+def test_every_server_runs_with_the_options_of_the_checkout_config() -> None:
+    """``streamlit run app.py`` reads .streamlit/config.toml; ``soapwb ui`` and the browser
+    tests pass SERVER_OPTIONS as flags (from any folder). The two must say the same."""
+    config = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
+    flat = {
+        f"{section}.{name}": value for section, options in config.items() for name, value in options.items()
+    }
+    for name, value in SERVER_OPTIONS.items():
+        assert str(flat.get(name)).lower() == value, (
+            f"{name}: config.toml says {flat.get(name)!r}, flags {value!r}"
+        )
+    command = streamlit_command("127.0.0.1", 8600)
+    for name, value in SERVER_OPTIONS.items():
+        assert command[command.index(f"--{name}") + 1] == value
+    assert command[command.index("--server.address") + 1] == flat["server.address"] == "127.0.0.1"

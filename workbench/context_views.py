@@ -12,7 +12,6 @@ Plain functions without Streamlit, so that a test can check what the page shows.
 from __future__ import annotations
 
 import bisect
-import itertools
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -140,16 +139,28 @@ def fork_points(
     node = nodes.get(context.id)
     if node is None or not node.children:
         return []
-    at = {message_id: i for i, message_id in enumerate(facts(context).ids if ids is None else ids)}
+    parent_ids = facts(context).ids if ids is None else ids
     points = []
     for child_id in node.children:
         child = session.contexts.get(child_id)
         if child is None:
             continue  # discarded: the fork tree shows it
-        shared = [at[i] for i in facts(child).ids if i in at]
         kind = nodes[child_id].kind
-        points.append(ForkPoint(child_id, kind, child.message_count, max(shared) if shared else None))
+        points.append(
+            ForkPoint(child_id, kind, child.message_count, _last_shared(parent_ids, facts(child).ids))
+        )
     return points
+
+
+def _last_shared(parent_ids: Sequence[str], child_ids: Sequence[str]) -> int | None:
+    """The last index of ``parent_ids`` holding an id of ``child_ids``, None if none does:
+    a set of the child's ids (built in C) and a walk back from the parent's end, which
+    stops at the branch point; a map of every parent id cost a Python pass over them all."""
+    held = set(child_ids)
+    for index in range(len(parent_ids) - 1, -1, -1):
+        if parent_ids[index] in held:
+            return index
+    return None
 
 
 def build_index(session: Session, context: Context, facts: Facts = _facts_of_messages) -> ContextIndex:
@@ -165,7 +176,7 @@ def chronological_order(sequence: Sequence[int | None]) -> Sequence[int]:
     """Display indices by sequence number (messages without one last, in display order),
     as ``message_rows(chronological=True)`` lists them; ``range`` when that is the
     display order already, as in a context only ever appended to."""
-    if None not in sequence and all(a <= b for a, b in itertools.pairwise(sequence)):  # type: ignore[operator]
+    if None not in sequence and list(sequence) == sorted(sequence):  # type: ignore[type-var]
         return range(len(sequence))
     return sorted(range(len(sequence)), key=lambda i: (sequence[i] is None, sequence[i] or 0))
 
@@ -173,12 +184,13 @@ def chronological_order(sequence: Sequence[int | None]) -> Sequence[int]:
 def _build_index(session: Session, context: Context, facts: Facts) -> ContextIndex:
     known = facts(context)
     kinds = known.kinds
-    chronological = chronological_order(known.sequence_numbers)
-    if chronological == range(len(known)):  # appended in display order: nothing to invert
-        position = array("l", chronological)
+    order = chronological_order(known.sequence_numbers)
+    chronological = array("l", order)
+    if order == range(len(known)):  # appended in display order: its own inverse
+        position = chronological
     else:
         position = array("l", bytes(len(known) * array("l").itemsize))
-        for at, index in enumerate(chronological):
+        for at, index in enumerate(order):
             position[index] = at
     return ContextIndex(
         messages=len(known),
@@ -187,7 +199,7 @@ def _build_index(session: Session, context: Context, facts: Facts) -> ContextInd
         tool_calls=kinds.count(TOOL_CALL),
         compactions=tuple(_all(kinds, COMPACTION)),
         forks=tuple(fork_points(session, context, facts, known.ids)),
-        chronological=array("l", chronological),
+        chronological=chronological,
         chronological_position=position,
         calls=known.calls,
     )
