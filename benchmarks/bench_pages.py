@@ -125,10 +125,12 @@ FIRST_OPENS = 3
 def first_opens(bench: Bench, browser: Browser, root: Path, session: Session, messages: int) -> None:
     """The Context page's first open of the session: only once per server (its caches
     keep the session after), so each of the tries starts a server of its own. Best of
-    them, beside the best one-line page of the same servers."""
+    them, beside the best one-line page and the best reopening of the same link, both on
+    the same servers: the reopening draws the same page with the session already read, so
+    the first open against it is what reading the session and indexing its messages add."""
     from tests.test_browser import streamlit_app
 
-    firsts, baselines = [], []
+    firsts, baselines, agains = [], [], []
     for attempt in range(FIRST_OPENS):
         with streamlit_app(root, bench.workdir / f"pages-first-{attempt}.log") as url:
             context = browser.new_context(viewport={"width": 1400, "height": 1000})
@@ -136,11 +138,11 @@ def first_opens(bench: Bench, browser: Browser, root: Path, session: Session, me
             baselines.append(
                 min([time_until_visible(context, base, "text=No session selected", 60) for _ in range(3)])
             )
-            firsts.append(
-                time_until_visible(context, f"{base}&session={session.uuid}", ".st-key-message-0", 600)
-            )
+            link = f"{base}&session={session.uuid}"
+            firsts.append(time_until_visible(context, link, ".st-key-message-0", 600))
+            agains.append(min([time_until_visible(context, link, ".st-key-message-0", 60) for _ in range(2)]))
             context.close()
-    first, baseline = min(firsts), min(baselines)
+    first, baseline, again = min(firsts), min(baselines), min(agains)
     page_figure(
         bench,
         f"Context page, {messages:,} messages: first open (reads the store)",
@@ -150,12 +152,14 @@ def first_opens(bench: Bench, browser: Browser, root: Path, session: Session, me
         "spans and facts: the page parses only its own messages (soap_core/_spans.py)",
     )
     bench.ratio(
-        "that first open against a one-line page of the app",
+        "that first open against the same link opened again",
         first,
-        baseline,
+        again,
         1.5,
-        baseline_is="a one-line page, same servers and browser",
-        note="what reading the session and indexing its messages add to what Streamlit costs here",
+        baseline_is=f"the same link again, same servers and browser: {again:.2f} s",
+        note="what reading the session and indexing its messages add to drawing the page; "
+        f"against a one-line page ({baseline:.2f} s) the first open is {first / baseline:.2f}x, "
+        "which also holds what drawing 50 messages costs (the ?message= ratio below)",
     )
 
 
