@@ -358,8 +358,12 @@ class SessionSpend:
         return asdict(self)
 
 
-def chain_budget(store: Store, session_ref: str) -> list[SessionSpend]:
-    """Tokens spent per session along every invocation chain through a session."""
+def chain_budget(
+    store: Store, session_ref: str, *, known: Mapping[str, Sequence[CallBudget]] | None = None
+) -> list[SessionSpend]:
+    """Tokens spent per session along every invocation chain through a session.
+    ``known`` holds the :func:`call_budgets` a caller has already computed, by session
+    uuid (the Token budget page has its session's): those sessions are not read again."""
     depth_of: dict[str, int] = {}
     role_of: dict[str, str] = {}
     for trace in invocation_chain(store, session_ref):
@@ -372,8 +376,9 @@ def chain_budget(store: Store, session_ref: str) -> list[SessionSpend]:
         depth_of, role_of = {summary.uuid: 0}, {summary.uuid: summary.role}
     rows = []
     for uuid, depth in sorted(depth_of.items(), key=lambda item: item[1]):
-        session = store.load_session(uuid, require_active=False)
-        budgets = call_budgets(session)
+        budgets = (known or {}).get(uuid)
+        if budgets is None:
+            budgets = call_budgets(store.load_session(uuid, require_active=False))
         completions = [b.usage.get("completion_tokens") for b in budgets if b.usage]
         rows.append(
             SessionSpend(

@@ -34,6 +34,7 @@ from soap_core import (
     chat_request,
     request_hash,
 )
+from workbench.token_budget_views import window_choice_table
 
 _WORDS = ["the", "model", "reads", "every", "message", "before", "it", "answers", "café", "東京", "→", "✓"]
 _MODEL = "bench-model"
@@ -284,7 +285,21 @@ def lab_and_budgets(bench: Bench) -> None:
         _linear(bench, f"`analysis.call_budgets`, {what}", {n: t[1] for n, t in timings.items()})
 
 
+def _window_table_timing(size: int) -> _Timing:
+    context = _warm(long_session(size)).active_context
+    budget = max(1, context.total_token_count() // 2)
+    return _timed(lambda: window_choice_table(context, context.window_disagreement(budget)), 3)
+
+
+def window_table(bench: Bench) -> None:
+    """The Token budget page's rolling-window comparison: the window both ways, then the
+    table of the messages it keeps (it once built a set of 50,000 ids per message)."""
+    timings = {size: _window_table_timing(size) for size in (1_000, 2_000, 4_000, 8_000)}
+    _linear(bench, "the Token budget page's rolling-window table (cached against true counts)", timings)
+
+
 def run(bench: Bench) -> None:
     materializing(bench)
     verifying(bench)
     lab_and_budgets(bench)
+    window_table(bench)

@@ -30,6 +30,8 @@ from workbench.token_budget_views import (
     chain_figure,
     chain_note,
     chain_table,
+    chart_calls,
+    chart_note,
     message_table,
     stale_note,
     threshold_from_param,
@@ -49,7 +51,7 @@ def _call_budgets(root: str, uuid: str, signature: StoreSignature) -> list[CallB
 
 @st.cache_data(show_spinner="Walking the invocation chain…", max_entries=16)
 def _chain_budget(root: str, uuid: str, signature: StoreSignature) -> list[SessionSpend]:
-    return chain_budget(Store(root), uuid)
+    return chain_budget(Store(root), uuid, known={uuid: _call_budgets(root, uuid, signature)})
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
@@ -98,6 +100,9 @@ def show_calls(root: str, session: Session) -> None:
     st.text(calls_source_note(budgets))
     threshold = pick_threshold(root, session)
     if budgets:
+        note = chart_note(budgets, chart_calls(budgets))
+        if note:
+            st.caption(note)
         st.plotly_chart(budget_figure(budgets, threshold), key="budget_chart")
         st.dataframe(call_table(budgets), hide_index=True, key="call_table")
 

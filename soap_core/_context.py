@@ -66,11 +66,13 @@ class WindowDisagreement:
 
     @property
     def only_by_true(self) -> list[str]:
-        return [i for i in self.kept_by_true_counts if i not in set(self.kept_by_cached_counts)]
+        cached = set(self.kept_by_cached_counts)  # once: in the condition it was built per id
+        return [i for i in self.kept_by_true_counts if i not in cached]
 
     @property
     def only_by_cached(self) -> list[str]:
-        return [i for i in self.kept_by_cached_counts if i not in set(self.kept_by_true_counts)]
+        true = set(self.kept_by_true_counts)
+        return [i for i in self.kept_by_cached_counts if i not in true]
 
     @property
     def agree(self) -> bool:

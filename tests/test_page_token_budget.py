@@ -15,6 +15,8 @@ from streamlit.testing.v1 import AppTest
 
 from analysis import (
     CATEGORIES,
+    CallBudget,
+    CompactionEvent,
     call_budgets,
     chain_budget,
     message_budgets,
@@ -24,12 +26,15 @@ from soap_core.runtime import AgenticObject, ModelSettings, RollingTokenWindow, 
 from tests.apptest import open_app_page
 from tests.scripted import ScriptedEndpoint, says
 from workbench.token_budget_views import (
+    CHART_CALLS,
     COMPACTION_TRACE,
     CONTEXT_LIMIT_TRACE,
     THRESHOLD_TRACE,
     TOTAL_TRACE,
     budget_figure,
     chain_label,
+    chart_calls,
+    chart_note,
 )
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
@@ -257,6 +262,21 @@ class TestOnTheWorkbenchStore:
         ]
         assert [r["completion tokens"] for r in table] == [s.completion_tokens for s in chain]
 
+    def test_the_chain_reuses_the_budgets_it_is_given_and_reads_the_rest(
+        self, workbench_store: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        uuid = role_session(workbench_store, "Researcher")
+        store = Store(workbench_store)
+        expected = chain_budget(store, uuid)
+        known = call_budgets(store.load_session(uuid))
+        read = []
+        load = Store.load_session
+        monkeypatch.setattr(
+            Store, "load_session", lambda self, ref, **kw: read.append(ref) or load(self, ref, **kw)
+        )
+        assert chain_budget(store, uuid, known={uuid: known}) == expected
+        assert uuid not in read and len(read) == len(expected) - 1
+
     def test_html_in_a_message_is_never_rendered(self, workbench_store: Path) -> None:
         uuid = role_session(workbench_store, "Analyst")
         at = open_page(workbench_store, session=uuid)
@@ -328,3 +348,41 @@ class TestTheThresholdTheSessionRanWith:
         assert not at.exception
         assert at.number_input(key="threshold_input").value == 1500
         assert "threshold" not in at.query_params
+
+
+def many_calls(count: int, compacted_at: tuple[int, ...]) -> list[CallBudget]:
+    event = CompactionEvent(parent_id="p", child_id="c", tokens_before=900, tokens_after=100)
+    return [
+        CallBudget(
+            number=n,
+            context_id="c",
+            message_index=n,
+            message_id=None,
+            timestamp=None,
+            recorded=False,
+            tokens=100 + n % 800,
+            makeup={"user": 100 + n % 800} if n != count - 2 else {"user": 1, "thinking": 99},
+            compactions_before=[event] if n in compacted_at else [],
+        )
+        for n in range(count)
+    ]
+
+
+class TestManyCalls:
+    def test_a_chart_of_fifty_thousand_calls_draws_an_even_step_and_every_drop(self) -> None:
+        budgets = many_calls(50_000, compacted_at=(12_345, 40_001))
+        drawn = chart_calls(budgets)
+        numbers = [b.number for b in drawn]
+        assert len(drawn) <= CHART_CALLS + 4 and numbers == sorted(numbers)
+        assert {0, 49_999, 12_344, 12_345, 40_000, 40_001} <= set(numbers)
+        figure = budget_figure(budgets).to_plotly_json()["data"]
+        layers = {t["name"]: t for t in figure}
+        assert list(layers[TOTAL_TRACE]["x"]) == numbers
+        assert "thinking" in layers, "a layer seen only at an undrawn call still has its legend entry"
+        assert list(layers[COMPACTION_TRACE]["x"]) == [12_345, 40_001]
+        note = chart_note(budgets, drawn)
+        assert note is not None and f"{len(drawn):,} of the 50,000 calls" in note
+
+    def test_a_chart_of_few_calls_draws_every_one_and_says_nothing(self) -> None:
+        budgets = many_calls(CHART_CALLS, compacted_at=())
+        assert chart_calls(budgets) == budgets and chart_note(budgets, budgets) is None

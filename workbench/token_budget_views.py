@@ -22,6 +22,9 @@ CONTEXT_LIMIT_TRACE = "context limit"
 THRESHOLD_TRACE = "compaction threshold"
 COMPACTION_TRACE = "compaction"
 TOTAL_TRACE = "total"
+CHART_CALLS = 2_000
+"""The most calls the per-call chart draws at an even step: a chart is some 1,000 pixels
+wide, and 50,000 calls of eight layers made a figure Chromium took seconds to draw."""
 
 CALL_COLUMNS = (
     "call",
@@ -45,14 +48,14 @@ def calls_source_note(budgets: Sequence[CallBudget]) -> str:
         return "This session has no LLM calls: no assistant message and no call log."
     recorded = sum(1 for b in budgets if b.recorded)
     if recorded == len(budgets):
-        return f"{len(budgets)} calls, from the call log the runtime recorded."
+        return f"{len(budgets):,} calls, from the call log the runtime recorded."
     if recorded == 0:
         return (
-            f"{len(budgets)} calls, reconstructed from the contexts: this session has no call log "
+            f"{len(budgets):,} calls, reconstructed from the contexts: this session has no call log "
             "(peteos writes none), so each call is the context before an assistant message, "
             "and the context limit and usage are not known."
         )
-    return f"{len(budgets)} calls: {recorded} from the call log, {len(budgets) - recorded} reconstructed from the contexts."
+    return f"{len(budgets):,} calls: {recorded:,} from the call log, {len(budgets) - recorded:,} reconstructed from the contexts."
 
 
 def compaction_label(event: CompactionEvent) -> str:
@@ -76,10 +79,37 @@ def shares(budget: CallBudget, categories: Sequence[str]) -> list[float]:
     return [budget.makeup.get(c, 0) / budget.tokens if budget.tokens else 0.0 for c in categories]
 
 
-def _makeup_traces(budgets: Sequence[CallBudget]) -> list[go.Scatter]:
+def chart_calls(budgets: Sequence[CallBudget]) -> list[CallBudget]:
+    """The calls the chart draws: every one up to :data:`CHART_CALLS`; beyond, an even
+    step through them, with the first and the last, and each compaction's call and the
+    call before it, so that every drop shows at its height."""
+    if len(budgets) <= CHART_CALLS:
+        return list(budgets)
+    step = -(-len(budgets) // CHART_CALLS)
+    last = len(budgets) - 1
+    return [
+        b
+        for i, b in enumerate(budgets)
+        if i % step == 0
+        or i == last
+        or b.compactions_before
+        or (i < last and budgets[i + 1].compactions_before)
+    ]
+
+
+def chart_note(budgets: Sequence[CallBudget], drawn: Sequence[CallBudget]) -> str | None:
+    """What the chart leaves out, when it leaves anything out."""
+    if len(drawn) == len(budgets):
+        return None
+    return (
+        f"The chart draws {len(drawn):,} of the {len(budgets):,} calls (an even step, with every "
+        "compaction and the call before it); the table below lists every call."
+    )
+
+
+def _makeup_traces(budgets: Sequence[CallBudget], shown: Sequence[str]) -> list[go.Scatter]:
     """One stacked layer per category. The chart's hover is unified over a call, so
     each layer gives one line of the whole make-up: its tokens and its share."""
-    shown = shown_categories(budgets)
     split = [shares(b, shown) for b in budgets]
     return [
         go.Scatter(
@@ -144,10 +174,14 @@ def budget_figure(budgets: Sequence[CallBudget], threshold: int | None = None) -
     """The context of every call, its make-up stacked; the context limit (where the call
     log recorded it) and the compaction threshold as lines; each call that followed a
     compaction marked, with the sizes before and after. Hovering a call shows its whole
-    make-up at once (``x unified``): the total, then every layer with its share."""
-    figure = go.Figure([_total_trace(budgets), *_makeup_traces(budgets)] if budgets else [])
-    numbers = [b.number for b in budgets]
-    limits = context_limits(budgets)
+    make-up at once (``x unified``): the total, then every layer with its share. Of
+    many calls it draws :func:`chart_calls`."""
+    drawn = chart_calls(budgets)
+    figure = go.Figure(
+        [_total_trace(drawn), *_makeup_traces(drawn, shown_categories(budgets))] if budgets else []
+    )
+    numbers = [b.number for b in drawn]
+    limits = context_limits(drawn)
     if any(limit is not None for limit in limits):
         figure.add_trace(_line(CONTEXT_LIMIT_TRACE, numbers, limits, {"dash": "dash", "color": "red"}))
     if threshold is not None and numbers:
@@ -288,10 +322,11 @@ def window_choice_table(context: Context, choice: WindowDisagreement) -> pd.Data
     """The messages whose fate depends on which counts a rolling token window uses (all
     non-special messages when the two agree, so the table is never a mystery)."""
     by_true, by_cached = set(choice.kept_by_true_counts), set(choice.kept_by_cached_counts)
+    agree = choice.agree  # once: it compares the two tuples whole
     rows = [
         (i, m.role, m.token_count, m.count_tokens(), m.id in by_true, m.id in by_cached)
         for i, m in enumerate(context.messages)
-        if not m.is_special and (choice.agree or (m.id in by_true) != (m.id in by_cached))
+        if not m.is_special and (agree or (m.id in by_true) != (m.id in by_cached))
     ]
     table = pd.DataFrame.from_records(rows, columns=list(WINDOW_COLUMNS))
     return table.astype({"cached count": "Int64"})
