@@ -94,6 +94,22 @@ def open_page(browser: Browser, url: str) -> Page:
     return page
 
 
+MARKED = (
+    "(key) => { const box = document.querySelector('.st-key-' + key);"
+    " return box !== null && getComputedStyle(box).borderTopColor === 'rgb(255, 75, 75)'; }"
+)
+"""For ``page.wait_for_function(MARKED, arg=key)``: the message box ``key`` is drawn with
+the linked message's red border. False, not an error, while the box is not drawn yet:
+the URL changes before the page that holds it is."""
+IN_VIEW = (
+    "(key) => { const box = document.querySelector('.st-key-' + key);"
+    " if (box === null) return false; const r = box.getBoundingClientRect();"
+    " return r.top >= 0 && r.top < window.innerHeight; }"
+)
+"""For ``page.wait_for_function(IN_VIEW, arg=key)``: the box ``key`` is drawn and its top is
+inside the window."""
+
+
 def settle(page: Page, timeout_s: float = 60) -> None:
     """Wait until the script run is over and every placeholder and chart has drawn."""
     deadline = time.monotonic() + timeout_s

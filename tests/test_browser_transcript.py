@@ -9,16 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_browser import CHROMIUM, FLAGS, SHOTS, settle, streamlit_app
+from tests.test_browser import CHROMIUM, FLAGS, IN_VIEW, MARKED, SHOTS, settle, streamlit_app
 from tests.transcript_store import transcript_store
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no chromium at {CHROMIUM}")
-
-MARKED = "(key) => getComputedStyle(document.querySelector('.st-key-' + key)).borderTopColor === 'rgb(255, 75, 75)'"
-IN_VIEW = (
-    "(key) => { const r = document.querySelector('.st-key-' + key).getBoundingClientRect();"
-    " return r.top >= 0 && r.top < window.innerHeight; }"
-)
 
 
 def test_the_transcript_nests_results_folds_thinking_hides_ids_and_marks_a_linked_result(

@@ -22,16 +22,11 @@ from demo.build import ANALYZER_STEPS
 from replay import REPLAY_KEY, materialize
 from soap_core import Context, Session, Store, TextPart
 from soap_core.runtime.local_model import LocalModelServer
-from tests.test_browser import CHROMIUM, SHOTS, settle, streamlit_app
+from tests.test_browser import CHROMIUM, IN_VIEW, MARKED, SHOTS, settle, streamlit_app
 from tests.test_page_context_long import long_store
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no chromium at {CHROMIUM}")
 
-MARKED = "(key) => getComputedStyle(document.querySelector('.st-key-' + key)).borderTopColor === 'rgb(255, 75, 75)'"
-IN_VIEW = (
-    "(key) => { const r = document.querySelector('.st-key-' + key).getBoundingClientRect();"
-    " return r.top >= 0 && r.top < window.innerHeight; }"
-)
 EDIT = "Which lines mention db-2? Call grep to look for db-2."
 WAIT_MS = 90_000
 """A step's patience: the machine is shared, and a first page view parses the store."""

@@ -490,7 +490,7 @@ class TestCaching:
 
 
 def test_a_linked_message_of_a_20000_message_context_opens_marked_in_chromium(tmp_path: Path) -> None:
-    from tests.test_browser import CHROMIUM, FLAGS, SHOTS, settle, streamlit_app
+    from tests.test_browser import CHROMIUM, FLAGS, IN_VIEW, MARKED, SHOTS, settle, streamlit_app
 
     if not Path(CHROMIUM).exists():
         pytest.skip(f"no chromium at {CHROMIUM}: the browser test cannot run")
@@ -505,16 +505,9 @@ def test_a_linked_message_of_a_20000_message_context_opens_marked_in_chromium(tm
         linked = page.locator(".st-key-message-15000")
         linked.wait_for(state="visible", timeout=60_000)
         assert "▶ message 15000, as linked" in linked.inner_text()
-        page.wait_for_function(  # the highlight's CSS comes with the page (its element loads lazily)
-            "() => getComputedStyle(document.querySelector('.st-key-message-15000')).borderTopColor"
-            " === 'rgb(255, 75, 75)'",
-            timeout=10_000,
-        )
-        page.wait_for_function(
-            "() => { const r = document.querySelector('.st-key-message-15000').getBoundingClientRect();"
-            " return r.top >= 0 && r.top < window.innerHeight; }",
-            timeout=10_000,
-        )
+        # the highlight's CSS comes with the page (its element loads lazily)
+        page.wait_for_function(MARKED, arg="message-15000", timeout=10_000)
+        page.wait_for_function(IN_VIEW, arg="message-15000", timeout=10_000)
         settle(page)
         shown = page.locator("[class*='st-key-message-']").count()
         assert shown == PAGE_SIZE, shown
