@@ -42,6 +42,7 @@ from replay import (
     diff_outputs,
     diff_saved_rerun,
     materialize,
+    message_ranges_text,
     replay,
     rerun,
     resolve_reference,
@@ -50,7 +51,7 @@ from replay import (
 )
 from soap_core import Context, Message, Session, SoapError, Store, part_to_dict, read_calls
 from soap_core.runtime import LLMEndpoint
-from workbench.loading import chosen_store, session_overviews, show_error_and_stop
+from workbench.loading import chosen_store, read_only_session, session_overviews, show_error_and_stop
 from workbench.output_diff_views import (
     ORIGINAL_AND_RUN,
     call_texts,
@@ -59,9 +60,12 @@ from workbench.output_diff_views import (
     output_words,
 )
 from workbench.replay_views import (
+    EDIT_TAIL,
     MOST_BATCHES_SHOWN,
+    MOST_EDITED,
     NOISE_LABEL,
     Batch,
+    EditWindow,
     RunSettings,
     answer_after,
     batch_line,
@@ -70,8 +74,11 @@ from workbench.replay_views import (
     batches_from_saved,
     can_rerun,
     context_diff_table,
+    default_edit_window,
     delta_table,
     divergence_text,
+    dropped_by_ranges,
+    edit_window,
     editable_text,
     message_label,
     named_message,
@@ -85,6 +92,7 @@ from workbench.replay_views import (
     overrides_summary,
     replay_candidates,
     replayable_default,
+    request_preview,
     rerun_lines,
     rerun_modes,
     rerun_pairs_table,
@@ -131,11 +139,52 @@ def call_log(session: Session) -> CallLog:
         show_error_and_stop(exc)
 
 
-def pick_message(session: Session, context: Context, calls: CallLog) -> tuple[int, Materialized]:
+@dataclass(frozen=True)
+class Shown:
+    """The session and context the page shows, and what keys the caches over them: the
+    session is the shared read-only one, so nothing here may change it."""
+
+    root: str
+    session: Session
+    context: Context
+    signature: StoreSignature
+
+
+@st.cache_data(show_spinner="Finding the messages to replay…", max_entries=16)
+def _candidates(root: str, ref: str, context_id: str, signature: StoreSignature) -> list[int]:
+    session = read_only_session(root, ref, signature)
+    return replay_candidates(session, session.contexts[context_id])
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _labels(root: str, ref: str, context_id: str, signature: StoreSignature) -> dict[int, str]:
+    session = read_only_session(root, ref, signature)
+    context = session.contexts[context_id]
+    return {i: message_label(context, i) for i in _candidates(root, ref, context_id, signature)}
+
+
+@st.cache_resource(show_spinner="Rebuilding the request…", max_entries=4)
+def _materialized(
+    root: str, ref: str, context_id: str, index: int, signature: StoreSignature
+) -> Materialized:
+    """One request, rebuilt once per state of the store: for a long context, rebuilding
+    it is most of what the page costs. Shared by every rerun, like the session: read it,
+    never change it (a replay copies the messages it sends)."""
+    session = read_only_session(root, ref, signature)
+    calls = CallLog(read_calls(session.directory) if session.directory else [])
+    return materialize(session, session.contexts[context_id], index, calls=calls)
+
+
+def materialized(shown: Shown, index: int) -> Materialized:
+    return _materialized(shown.root, shown.session.uuid, shown.context.id, index, shown.signature)
+
+
+def pick_message(shown: Shown) -> tuple[int, Materialized]:
     """The assistant message of ``?message=`` (display index), else the last one whose
     request can be rebuilt; its display index and materialized request. A message that cannot be replayed
     is said so, with why, and ends the page run (the picker above offers the others)."""
-    indices = replay_candidates(session, context)
+    session, context = shown.session, shown.context
+    indices = _candidates(shown.root, session.uuid, context.id, shown.signature)
     if not indices:
         st.info(escape_markdown(no_candidates_text(session)))
         st.stop()
@@ -153,14 +202,15 @@ def pick_message(session: Session, context: Context, calls: CallLog) -> tuple[in
         else:
             st.warning(escape_markdown(f"message {wanted} is not an assistant message of this context"))
     if named is None:
-        opening = replayable_default(indices, lambda i: materialize(session, context, i, calls=calls))
+        opening = replayable_default(indices, lambda i: materialized(shown, i))
     default = named if named is not None else opening.index if opening else indices[-1]
+    labels = _labels(shown.root, session.uuid, context.id, shown.signature)
     chosen = int(
         st.selectbox(
             "Message",
             indices,
             index=indices.index(default),
-            format_func=lambda i: message_label(context, i),
+            format_func=labels.__getitem__,
             key=f"message_picker:{context.id}",
         )
     )
@@ -174,7 +224,7 @@ def pick_message(session: Session, context: Context, calls: CallLog) -> tuple[in
             st.caption(escape_markdown(note))
         return chosen, opening.found
     try:
-        return chosen, materialize(session, context, chosen, calls=calls)
+        return chosen, materialized(shown, chosen)
     except SoapError as exc:
         st.error(escape_markdown(f"Message #{chosen} cannot be replayed: {exc}"))
         st.caption("Pick another message above.")
@@ -214,7 +264,20 @@ def show_found(session: Session, found: Materialized) -> None:
         st.text(f"note: {note}")
     show_verification(found)
     with st.expander("Request (Chat Completions body)", expanded=False):
-        st.json(found.request, expanded=2)
+        shown, left_out = request_preview(found.request)
+        if left_out:
+            st.caption(
+                f"{left_out:,} of the request's messages are not shown here (a page of JSON that "
+                "size would not draw): the download holds the whole body."
+            )
+        st.json(shown, expanded=2)
+        st.download_button(
+            "Download the whole request (JSON)",
+            data=lambda: json.dumps(found.request, ensure_ascii=False, indent=2),
+            file_name=f"request-{found.request_hash[:12]}.json",
+            mime="application/json",
+            key=f"request_download:{found.context_id}:{found.index}",
+        )
     with st.expander("Original output", expanded=False):
         show_output(original_output(session, found))
 
@@ -246,6 +309,31 @@ def edit_message(prefix: str, index: int, message: Message) -> tuple[str | None,
             st.text("(no content)")
         dropped = st.checkbox(f"Drop message {index}", key=f"{prefix}:drop:{index}")
     return text, dropped
+
+
+def edit_window_input(prefix: str, count: int) -> EditWindow:
+    """Which messages of a long request the form draws (a field outside the form, so that
+    changing it redraws the boxes); every message of a short one, with no field."""
+    if count <= MOST_EDITED:
+        return edit_window("", count)
+    spec = st.text_input(
+        "Messages to edit (numbers and ranges)",
+        value=default_edit_window(count),
+        key=f"{prefix}:window",
+        help=f"At most {MOST_EDITED} are shown, e.g. 0-3, {count - 5}-{count - 1}. "
+        "The messages not shown are sent as recorded, unless dropped.",
+    )
+    window = edit_window(spec, count)
+    if window.note:
+        st.caption(escape_markdown(window.note))
+    return window
+
+
+def messages_heading(count: int, window: EditWindow) -> str:
+    """The edit form's expander label: how many messages, and which are shown."""
+    if len(window.indices) == count:
+        return f"Messages of the request ({count:,})"
+    return f"Messages of the request ({count:,}; {message_ranges_text(window.indices)} shown)"
 
 
 def parameter_inputs(prefix: str, parameters: dict[str, Any]) -> tuple[str, Any, Any, Any]:
@@ -372,15 +460,24 @@ def replay_form(found: Materialized) -> tuple[bool, Overrides, RunSettings, Reru
     with rerun_column, st.container(border=True):
         again = rerun_settings(found, prefix)
     states = setting_states(settings.samples, bool(settings.unchanged), settings.base_url)
+    window = edit_window_input(prefix, len(found.messages))
+    drop_spec = ""
     with st.form(f"replay_form:{prefix}"):
         st.caption("What to change: Run and Re-run both send the request with these edits.")
-        with st.expander(f"Messages of the request ({len(found.messages)})", expanded=False):
-            for index, message in enumerate(found.messages):
-                text, dropped = edit_message(prefix, index, message)
+        with st.expander(messages_heading(len(found.messages), window), expanded=False):
+            for index in window.indices:
+                text, dropped = edit_message(prefix, index, found.messages[index])
                 if text is not None:
                     texts[index] = text
                 if dropped:
                     drops.append(index)
+        if len(found.messages) > MOST_EDITED:
+            drop_spec = st.text_input(
+                "Drop messages (numbers and ranges)",
+                key=f"{prefix}:drop_ranges",
+                placeholder=f"e.g. 1-{len(found.messages) - EDIT_TAIL - 1}: send only the last messages",
+                help="Left out of the request, as the drop boxes do; a tool call goes with its results.",
+            )
         original_prompt = system_prompt_text(found.messages)
         system_prompt = None
         if original_prompt is not None:
@@ -401,7 +498,13 @@ def replay_form(found: Materialized) -> tuple[bool, Overrides, RunSettings, Reru
         )
         if states.run is not None:
             st.caption(states.run)
-    overrides = overrides_from_form(found, texts, drops, system_prompt, model, temperature, seed, max_tokens)
+    ranged, problem = dropped_by_ranges(drop_spec, len(found.messages))
+    if problem is not None:
+        st.error(escape_markdown(problem))
+        clicked = rerun_clicked = False
+    overrides = overrides_from_form(
+        found, texts, [*drops, *ranged], system_prompt, model, temperature, seed, max_tokens
+    )
     choice = RerunChoice(rerun_clicked, again.default, again.unserved, again.injections)
     return clicked, overrides, settings, choice
 
@@ -560,10 +663,10 @@ def show_saved_runs(root: str, session: Session, found: Materialized, saved: lis
 def show_replay(root: str) -> None:
     """The Replay tab: pick, verify, edit, run, and the runs saved for this message."""
     report_unknown_session(root)
-    session = selected_session(root)
+    session = selected_session(root, read_only=True)
     context = selected_context(session)
     calls = call_log(session)
-    index, found = pick_message(session, context, calls)
+    index, found = pick_message(Shown(root, session, context, store_signature(root)))
     show_found(session, found)
     runs = saved_runs(session, found.context_id, found.index, message_id=found.message_id, calls=calls)
     reruns = saved_reruns(session, found.context_id, found.index, message_id=found.message_id, calls=calls)

@@ -9,6 +9,8 @@ instead in the URL, so a shared link draws the same line.
 
 from __future__ import annotations
 
+import pandas as pd
+import plotly.graph_objects as go
 import streamlit as st
 
 from analysis import (
@@ -21,7 +23,7 @@ from analysis import (
     threshold_start,
 )
 from soap_core import Context, Session, SoapError, Store
-from workbench.loading import chosen_store, load_session, show_error_and_stop
+from workbench.loading import chosen_store, read_only_session, show_error_and_stop
 from workbench.selection import selected_context, selected_session
 from workbench.token_budget_views import (
     budget_figure,
@@ -42,11 +44,28 @@ from workbench.token_budget_views import (
 from workbench.views import StoreSignature, escape_markdown, store_signature
 
 THRESHOLD_FOR = "threshold_session"  # the session the threshold field was last set up for
+WINDOW_SECTION = "window_choice"  # the rolling-window section's open state
+
+# What the page draws for a session is cached as resources, shared by every rerun rather
+# than copied: unpickling the budgets of 50,000 calls and 100,000 messages took seconds
+# on every click. Nothing here changes what it gets from these caches.
 
 
-@st.cache_data(show_spinner="Counting the calls' tokens…", max_entries=16)
+@st.cache_resource(show_spinner="Counting the calls' tokens…", max_entries=8)
 def _call_budgets(root: str, uuid: str, signature: StoreSignature) -> list[CallBudget]:
-    return call_budgets(load_session(root, uuid))
+    return call_budgets(read_only_session(root, uuid, signature))
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def _call_view(root: str, uuid: str, signature: StoreSignature) -> tuple[str | None, pd.DataFrame]:
+    """The chart's note on the calls it leaves out, and the table of every call."""
+    budgets = _call_budgets(root, uuid, signature)
+    return chart_note(budgets, chart_calls(budgets)), call_table(budgets)
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def _budget_figure(root: str, uuid: str, signature: StoreSignature, threshold: int | None) -> go.Figure:
+    return budget_figure(_call_budgets(root, uuid, signature), threshold)
 
 
 @st.cache_data(show_spinner="Walking the invocation chain…", max_entries=16)
@@ -56,7 +75,27 @@ def _chain_budget(root: str, uuid: str, signature: StoreSignature) -> list[Sessi
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def _threshold_start(root: str, uuid: str, signature: StoreSignature) -> ThresholdStart:
-    return threshold_start(load_session(root, uuid))
+    return threshold_start(read_only_session(root, uuid, signature))
+
+
+@st.cache_resource(show_spinner="Counting the messages' tokens…", max_entries=8)
+def _message_view(
+    root: str, uuid: str, context_id: str, signature: StoreSignature
+) -> tuple[str | None, pd.DataFrame]:
+    """The note on stale cached counts, and the table of every message."""
+    rows = message_budgets(read_only_session(root, uuid, signature).contexts[context_id])
+    return stale_note(rows), message_table(rows)
+
+
+@st.cache_data(show_spinner="Running the rolling token window both ways…", max_entries=16)
+def _window_choice(
+    root: str, uuid: str, context_id: str, budget: int, signature: StoreSignature
+) -> tuple[str, pd.DataFrame]:
+    """The window comparison's note and table, once per window size: it runs peteos's
+    window twice over a copy of the context, seconds for 100,000 messages."""
+    context = read_only_session(root, uuid, signature).contexts[context_id]
+    choice = context.window_disagreement(budget)
+    return window_choice_note(choice), window_choice_table(context, choice)
 
 
 def pick_threshold(root: str, session: Session) -> int | None:
@@ -100,35 +139,42 @@ def show_calls(root: str, session: Session) -> None:
     st.text(calls_source_note(budgets))
     threshold = pick_threshold(root, session)
     if budgets:
-        note = chart_note(budgets, chart_calls(budgets))
+        signature = store_signature(root)
+        note, table = _call_view(root, session.uuid, signature)
         if note:
             st.caption(note)
-        st.plotly_chart(budget_figure(budgets, threshold), key="budget_chart")
-        st.dataframe(call_table(budgets), hide_index=True, key="call_table")
+        st.plotly_chart(_budget_figure(root, session.uuid, signature, threshold), key="budget_chart")
+        st.dataframe(table, hide_index=True, key="call_table")
 
 
-def show_messages(session: Session) -> None:
+def show_messages(root: str, session: Session) -> None:
     """Every message of the chosen context with its share and its cached count."""
     st.subheader("Messages of one context")
     context = selected_context(session)
-    rows = message_budgets(context)
-    note = stale_note(rows)
+    signature = store_signature(root)
+    note, table = _message_view(root, session.uuid, context.id, signature)
     if note:
         st.warning(escape_markdown(note))
-    st.dataframe(message_table(rows), hide_index=True, key="message_table")
-    show_window_choice(context)
+    st.dataframe(table, hide_index=True, key="message_table")
+    show_window_choice(root, session, context, signature)
 
 
-def show_window_choice(context: Context) -> None:
+def show_window_choice(root: str, session: Session, context: Context, signature: StoreSignature) -> None:
     """Where peteos's rolling_token_window (cached counts) and ours (true counts) part."""
-    with st.expander("Rolling token window: cached (peteos) vs true counts"):
+    section = st.expander(
+        "Rolling token window: cached (peteos) vs true counts", key=WINDOW_SECTION, on_change="rerun"
+    )
+    with section:
+        if not section.open:  # computed once opened: the window runs twice over the context
+            st.caption("Open to compare which messages each count keeps.")
+            return
         total = context.total_token_count()
         budget = st.number_input(
             "Window (tokens)", min_value=1, value=max(1, total // 2), step=100, key="window_tokens"
         )
-        choice = context.window_disagreement(int(budget))
-        st.text(window_choice_note(choice))
-        st.dataframe(window_choice_table(context, choice), hide_index=True, key="window_table")
+        note, table = _window_choice(root, session.uuid, context.id, int(budget), signature)
+        st.text(note)
+        st.dataframe(table, hide_index=True, key="window_table")
 
 
 def show_chain(root: str, session: Session) -> None:
@@ -146,8 +192,8 @@ def show_chain(root: str, session: Session) -> None:
 
 st.title("Token budget")
 store_root = chosen_store()
-chosen = selected_session(store_root)
+chosen = selected_session(store_root, read_only=True)  # the page changes nothing it reads
 st.text(f"{chosen.role} / {chosen.uuid}")
 show_calls(store_root, chosen)
 show_chain(store_root, chosen)
-show_messages(chosen)
+show_messages(store_root, chosen)

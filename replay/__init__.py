@@ -42,6 +42,7 @@ from replay._materialize import (
 )
 from replay._peteos_body import PeteosBodyError, openai_tool_parameters, peteos_body
 from replay._peteos_source import PETEOS_05, PETEOS_06, PeteosSource
+from replay._ranges import MessageRangeError, message_ranges_text, parse_message_ranges
 from replay._refs import Reference, find_context, resolve_reference
 from replay._rerun import (
     RerunResult,
@@ -109,6 +110,7 @@ __all__ = [
     "Endpoint",
     "MaterializeError",
     "Materialized",
+    "MessageRangeError",
     "NoiseBand",
     "Output",
     "OutputDiff",
@@ -148,10 +150,12 @@ __all__ = [
     "injected_results",
     "load_class",
     "materialize",
+    "message_ranges_text",
     "noise_band",
     "openai_tool_parameters",
     "origin_of",
     "overrides_from_record",
+    "parse_message_ranges",
     "peteos_body",
     "recorded_call",
     "recorded_parameters",

@@ -38,6 +38,7 @@ from workbench.token_budget_views import (
 )
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
+WINDOW_SECTION = "window_choice"  # pages/token_budget.py's key of the rolling-window section
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "soap"
 SESSION = "20250611-3f0c2b6e-8a41-4d8e-9c1a-5b7d2e9f4a10"
 ACTIVE = "e7c40f19-2a6b-4d35-8e91-7b03a5c6d2f4"
@@ -210,7 +211,9 @@ class TestOnThePeteosFixture:
         """The fixture's system prompt caches 49 tokens for 79: at a 360-token window
         peteos (cached counts) keeps the user's question, true counts drop it."""
         at = open_page(FIXTURE, session=SESSION, context=ROOT_CONTEXT)
-        at.number_input(key="window_tokens").set_value(360).run()
+        assert not any("rolling token window" in t.value for t in at.text)  # computed once opened
+        at.session_state[WINDOW_SECTION] = True
+        at.run().number_input(key="window_tokens").set_value(360).run()
         assert not at.exception
         [note] = [t.value for t in at.text if "rolling token window of 360" in t.value]
         assert "chooses differently: 1 message(s) kept only with peteos's cached counts" in note
@@ -221,7 +224,8 @@ class TestOnThePeteosFixture:
 
     def test_the_window_section_says_when_both_counts_agree(self) -> None:
         at = open_page(FIXTURE, session=SESSION, context=ROOT_CONTEXT)
-        at.number_input(key="window_tokens").set_value(10_000).run()
+        at.session_state[WINDOW_SECTION] = True
+        at.run().number_input(key="window_tokens").set_value(10_000).run()
         assert any("keeps the same" in t.value for t in at.text)
 
 

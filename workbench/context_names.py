@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from replay import message_ranges_text
 from soap_core import REPLAY_KEY, ContextNode, Session, fork_tree
 
 MAIN = "main"
@@ -91,6 +92,8 @@ def _numbers(values: Any) -> list[str]:
 
 def _messages_phrase(what: str, indices: list[str]) -> str:
     noun = "message" if len(indices) == 1 else "messages"
+    if all(i.isascii() and i.isdigit() for i in indices):  # runs as ranges: "messages #1-#14990"
+        return f"{what} {noun} {message_ranges_text((int(i) for i in indices), mark='')}"
     return f"{what} {noun} {', '.join(indices)}"
 
 

@@ -22,6 +22,7 @@ from replay import (
     BranchDiff,
     ContextDiff,
     Materialized,
+    MessageRangeError,
     NoiseBand,
     Output,
     OutputDiff,
@@ -34,6 +35,8 @@ from replay import (
     Turn,
     diff_outputs,
     injected_results,
+    message_ranges_text,
+    parse_message_ranges,
     replay_batches,
     request_differences,
     unchanged_band,
@@ -245,6 +248,25 @@ def source_line(found: Materialized) -> str:
     return f"Built as {found.source} sends it ({what}) from {where}."
 
 
+REQUEST_HEAD, REQUEST_TAIL = 3, 50
+"""The messages of a long request the page shows as JSON: its first (system prompt and
+the like) and its last."""
+
+
+def request_preview(request: Mapping[str, Any]) -> tuple[dict[str, Any], int]:
+    """The request as the page shows it, and how many messages that leaves out: all of a
+    short one; of a long one, its first :data:`REQUEST_HEAD` and last :data:`REQUEST_TAIL`
+    messages, with a string in their place saying how many are between."""
+    messages = request.get("messages")
+    if not isinstance(messages, list) or len(messages) <= REQUEST_HEAD + REQUEST_TAIL:
+        return dict(request), 0
+    left_out = len(messages) - REQUEST_HEAD - REQUEST_TAIL
+    last = len(messages) - REQUEST_TAIL - 1
+    marker = f"… {left_out:,} messages of the body not shown (its positions {REQUEST_HEAD:,} to {last:,}) …"
+    shown = [*messages[:REQUEST_HEAD], marker, *messages[-REQUEST_TAIL:]]
+    return {**request, "messages": shown}, left_out
+
+
 def verification_of(found: Materialized) -> Verdict:
     """The rematerialized request against the recorded call, by hash; where they differ."""
     if found.call is None:
@@ -276,6 +298,62 @@ def editable_text(message: Message) -> str | None:
         content = results[0].content
         return content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
     return None
+
+
+MOST_EDITED = 50
+"""The most messages the edit form draws. Each is a text area and a checkbox, and
+Streamlit's cost per widget grows with the widgets on the page: a form over all 100,000
+messages of a long request never finished drawing."""
+
+EDIT_TAIL = 20
+"""The messages a long request's form offers by default: its last ones, the question
+and what the model saw just before it answered."""
+
+
+@dataclass(frozen=True)
+class EditWindow:
+    """The messages of the request the edit form draws, and why not others asked for."""
+
+    indices: list[int]
+    note: str | None = None
+
+
+def default_edit_window(count: int) -> str:
+    """What the "Messages to edit" field starts at: every message of a short request
+    (the field is not shown then), the last :data:`EDIT_TAIL` of a long one."""
+    return "" if count <= MOST_EDITED else f"{count - EDIT_TAIL}-{count - 1}"
+
+
+def edit_window(spec: str, count: int) -> EditWindow:
+    """The messages the form draws for ``spec`` (numbers and ranges, as
+    :func:`replay.parse_message_ranges` reads them) in a request of ``count`` messages:
+    all of a short request; else those named, at most :data:`MOST_EDITED`; the default
+    window, with why, when the field names none or cannot be read."""
+    if count <= MOST_EDITED:
+        return EditWindow(list(range(count)))
+    tail = parse_message_ranges(default_edit_window(count), count)
+    try:
+        chosen = parse_message_ranges(spec, count)
+    except MessageRangeError as exc:
+        return EditWindow(tail, f"{exc}: showing the last {EDIT_TAIL} messages instead.")
+    if not chosen:
+        return EditWindow(tail, f"No message named: showing the last {EDIT_TAIL}.")
+    if len(chosen) > MOST_EDITED:
+        shown = chosen[:MOST_EDITED]
+        return EditWindow(
+            shown,
+            f"{len(chosen):,} messages named: the form shows the first {MOST_EDITED} "
+            f"({message_ranges_text(shown)}). Drop many at once with the field below.",
+        )
+    return EditWindow(chosen)
+
+
+def dropped_by_ranges(spec: str, count: int) -> tuple[list[int], str | None]:
+    """The messages the "Drop messages" field names, or none and why it cannot be read."""
+    try:
+        return parse_message_ranges(spec, count), None
+    except MessageRangeError as exc:
+        return [], f"Drop messages: {exc}. Nothing was run."
 
 
 def system_prompt_text(messages: Sequence[Message]) -> str | None:
@@ -441,7 +519,9 @@ def saved_line(batches: int, reruns: int) -> str | None:
 
 
 def _messages(indices: Sequence[int]) -> str:
-    listed = ", ".join(f"#{i}" for i in indices)
+    """``message #7`` or ``messages #1-#14990, #15001``: runs as ranges, so dropping the
+    old history of a long request reads as one item."""
+    listed = message_ranges_text(indices)
     return f"message {listed}" if len(indices) == 1 else f"messages {listed}"
 
 

@@ -10,7 +10,14 @@ from __future__ import annotations
 import streamlit as st
 
 from soap_core import Context, Session, SessionOverview, SoapError
-from workbench.loading import agent_names, chosen_store, load_session, session_overviews, show_error_and_stop
+from workbench.loading import (
+    agent_names,
+    chosen_store,
+    load_session,
+    read_only_session,
+    session_overviews,
+    show_error_and_stop,
+)
 from workbench.views import context_label, escape_markdown, session_label
 
 CARRIED = ("session", "context", "message")
@@ -60,9 +67,11 @@ def store_overviews(root: str) -> list[SessionOverview]:
     return overviews
 
 
-def selected_session(root: str | None = None) -> Session:
+def selected_session(root: str | None = None, *, read_only: bool = False) -> Session:
     """The session of ``?session=`` (uuid or prefix), else one picked here; stops the page
-    with a clear message when there is none or it cannot be read."""
+    with a clear message when there is none or it cannot be read. ``read_only``: the one
+    object shared by every rerun (:func:`~workbench.loading.read_only_session`), for a page
+    that never changes it, so a long context is not copied and rebuilt on every click."""
     root = root or chosen_store()
     overviews = store_overviews(root)
     uuids = [o.uuid for o in overviews]
@@ -88,7 +97,7 @@ def selected_session(root: str | None = None) -> Session:
         st.stop()
     choose_session(chosen)
     try:
-        return load_session(root, chosen)
+        return read_only_session(root, chosen) if read_only else load_session(root, chosen)
     except SoapError as exc:
         show_error_and_stop(exc)
 
