@@ -13,12 +13,14 @@ from typing import Any
 from importers.openpoke import AddressError, materialize_at
 from replay import (
     Materialized,
+    MessageRangeError,
     NoiseBand,
     Output,
     Overrides,
     ReplayRun,
     diff_contexts,
     diff_outputs,
+    parse_message_ranges,
     replay,
     unchanged_band,
     verify_store,
@@ -104,10 +106,11 @@ def add_change_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--drop",
         action="append",
-        type=int,
         default=[],
-        metavar="INDEX",
-        help="leave out the message at INDEX; a tool call goes with its results (repeatable)",
+        metavar="MESSAGES",
+        help="leave out these messages of the request: INDEX, A-B, or A- to the end, comma-separated "
+        "(e.g. 1-14980 keeps the system prompt and the last messages); a tool call goes with its "
+        "results (repeatable)",
     )
 
 
@@ -192,7 +195,8 @@ def endpoint_for(args: argparse.Namespace) -> Iterator[LLMEndpoint]:
         yield LLMEndpoint(base_url, timeout=args.timeout, max_retries=args.retries)
 
 
-def overrides_from(args: argparse.Namespace) -> Overrides:
+def overrides_from(args: argparse.Namespace, messages: int) -> Overrides:
+    """The overrides the options ask for, on a request of ``messages`` messages."""
     edits: dict[int, str] = {}
     for item in args.edit:
         index, sep, text = item.partition("=")
@@ -205,8 +209,12 @@ def overrides_from(args: argparse.Namespace) -> Overrides:
             system_prompt = args.system_prompt_file.read_text("utf-8")
         except OSError as exc:
             raise SoapError(f"{args.system_prompt_file}: cannot read: {exc.strerror}") from None
+    try:
+        drops = parse_message_ranges(",".join(args.drop), messages)
+    except MessageRangeError as exc:
+        raise UsageError(f"--drop: {exc}") from None
     return Overrides(
-        args.model, args.temperature, args.seed, args.max_tokens, system_prompt, edits, tuple(args.drop)
+        args.model, args.temperature, args.seed, args.max_tokens, system_prompt, edits, tuple(drops)
     )
 
 
@@ -227,7 +235,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     store = open_store(args)
     session = store.load_session(args.session, require_active=args.context is None)
     found = materialize_target(args, session)
-    overrides = overrides_from(args)
+    overrides = overrides_from(args, len(found.messages))
     original_message = session.contexts[found.context_id].messages[found.index] if found.message_id else None
     call = found.call
     original = Output.of(original_message, call.usage if call else None, call.latency_s if call else None)
@@ -254,7 +262,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
                 concurrency=args.concurrency,
                 on_progress=_progress,
             )
-    return report_replay(args, found.as_dict(), original if original_message else None, runs, baseline)
+    return report_replay(
+        args, found.as_dict(), original if original_message else None, runs, baseline, overrides
+    )
 
 
 def _band(runs: list[ReplayRun], baseline: list[ReplayRun], overrides: Overrides) -> NoiseBand | None:
@@ -270,8 +280,9 @@ def report_replay(
     original: Output | None,
     runs: list[ReplayRun],
     baseline: list[ReplayRun],
+    overrides: Overrides,
 ) -> int:
-    band = _band(runs, baseline, overrides_from(args))
+    band = _band(runs, baseline, overrides)
     threshold = args.threshold if args.threshold is not None else (band.upper if band else 0.0)
     rows = []
     for run in runs:

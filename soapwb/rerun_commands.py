@@ -131,7 +131,7 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     store = open_store(args)
     session = store.load_session(args.session, require_active=args.context is None)
     found = materialize_target(args, session)
-    modes, overrides = tool_modes(args), overrides_from(args)
+    modes, overrides = tool_modes(args), overrides_from(args, len(found.messages))
     with endpoint_for(args) as endpoint:
         results = [
             rerun(

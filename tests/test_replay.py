@@ -17,10 +17,11 @@ from replay import (
     materialize,
     noise_band,
     replay,
+    replay_messages,
     request_differences,
     verify_store,
 )
-from soap_core import Store, fork_tree
+from soap_core import REPLAY_KEY, Store, fork_tree
 from soap_core.runtime import AgenticObject, LLMEndpoint, ModelSettings, Runtime
 from soap_core.runtime.local_model import LocalModelServer
 from soapwb.cli import main
@@ -168,6 +169,23 @@ def test_check_passes_an_unchanged_replay_and_fails_a_changed_one(
     assert main([*argv, "--check"]) == 0
     assert main([*argv, "--check", "--edit", "4=What is two plus two?"]) == 1
     assert "check failed: 1 of 1 outputs differ from the original" in capsys.readouterr().out
+
+
+def test_drop_takes_ranges_and_a_range_past_the_request_is_a_usage_error(
+    store: Store, llm_server: LocalModelServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    session = only_session(store)
+    found = materialize(session, None, -1)
+    count = len(found.messages)
+    argv = replay_last(store, session.uuid, llm_server)
+    assert main([*argv, "--drop", "1-2", "--drop", f"{count - 1}-", "--json"]) == 0
+    [row] = json.loads(capsys.readouterr().out)["runs"]
+    fork = store.load_session(session.uuid).contexts[row["fork_id"]]
+    assert fork.extra[REPLAY_KEY]["overrides"]["drops"] == [1, 2, count - 1]
+    kept = replay_messages(found, Overrides(drops=(1, 2, count - 1)))
+    assert [m.text() for m in fork.messages[:-1]] == [m.text() for m in kept]
+    assert main([*argv, "--drop", f"3-{count}"]) == 2
+    assert f"--drop: '3-{count}': the request has {count} messages" in capsys.readouterr().err
 
 
 def test_soapwb_diff_compares_runs_and_contexts(
