@@ -24,6 +24,7 @@ from soap_core import Context, Session, Store, TextPart
 from soap_core.runtime.local_model import LocalModelServer
 from tests.test_browser import CHROMIUM, IN_VIEW, MARKED, SHOTS, settle, streamlit_app
 from tests.test_page_context_long import long_store
+from workbench.replay_views import EDIT_TAIL
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no chromium at {CHROMIUM}")
 
@@ -276,8 +277,9 @@ def test_find_open_jump_replay_edit_and_reload_in_a_20000_message_context(
 ) -> None:
     """The same walk on a generated long context: the hit lands on its page of 50, marked,
     the other pages take the selection along, and an early answer, opened from its page
-    of the transcript, is replayed with an edit that a reload keeps. (A late one would
-    send 15,000 messages to a model of 2,048 tokens.)"""
+    of the transcript, is replayed with an edit that a reload keeps. A late answer is
+    replayed too, with all but its last messages dropped by one range: whole, its
+    request of 15,000 messages would not fit a model of 2,048 tokens."""
     root = tmp_path / "store"
     session = long_store(root, 20_000)
     context = session.active_context
@@ -320,6 +322,25 @@ def test_find_open_jump_replay_edit_and_reload_in_a_20000_message_context(
             wait_for_message(page, answer)  # Replay opens on the model's answer to the message
             assert query(page)["session"] == session.uuid
             assert "Materialized request" in walk.main_text()
+
+        late = len(materialize(session, context.id, answer).messages)
+        keep_from = late - EDIT_TAIL  # the form's default window: the last messages of the request
+        before = set(Store(root).load_session(session.uuid).contexts)
+        with walk.step("replay the late answer with its old history dropped") as page:
+            page.get_by_text("Messages of the request").click()
+            boxes = page.locator('textarea[aria-label^="Message "]')
+            boxes.first.wait_for(timeout=WAIT_MS)
+            assert 0 < boxes.count() <= EDIT_TAIL, f"{boxes.count()} message boxes: the form is not windowed"
+            page.get_by_role("textbox", name="Drop messages (numbers and ranges)").fill(f"1-{keep_from - 1}")
+            page.locator('input[aria-label="Max tokens"]').fill("16")
+            page.get_by_role("button", name="Run", exact=True).click()
+            [fork] = new_replay_forks(root, session.uuid, before, 1)
+            assert fork.extra[REPLAY_KEY]["overrides"]["drops"] == list(range(1, keep_from))
+            assert len(fork.messages) <= EDIT_TAIL + 2  # what was sent, and the answer
+            page.get_by_text(f"fork {fork.id}", exact=False).first.wait_for(timeout=WAIT_MS)
+            settle(page)
+            assert f"messages #1-#{keep_from - 1} dropped" in walk.main_text()
+            walk.shot("replay-late")
 
         with walk.step("back to the transcript's first page, and Replay on an early answer") as page:
             walk.sidebar("Context", "context")
