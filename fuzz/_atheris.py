@@ -106,6 +106,7 @@ def _child(cases: int, seed: int, out: Path, with_workbench: bool) -> None:
         "-rss_limit_mb=3072",
         "-max_len=512",
         "-len_control=0",
+        f"-artifact_prefix={out}/",  # libFuzzer's crash-*/slow-unit-* files, else in the working directory
     ]
     atheris.Setup([sys.argv[0], *flags], one)
     atheris.Fuzz()
