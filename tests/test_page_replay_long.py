@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from streamlit.testing.v1 import AppTest
 
+import replay
+import replay._run as replay_run
 from replay import (
     REPLAY_KEY,
     MessageRangeError,
@@ -23,7 +26,7 @@ from replay import (
     parse_message_ranges,
     replay_messages,
 )
-from soap_core import Session, Store
+from soap_core import Message, Session, Store
 from soap_core.runtime.local_model import LocalModelServer
 from tests.apptest import APP
 from tests.test_page_context_long import long_context, long_store
@@ -41,6 +44,7 @@ from workbench.replay_views import (
 )
 
 LONG = 100_000
+real_materialize = replay.materialize
 
 
 # -- the notation ----------------------------------------------------------------------
@@ -141,6 +145,26 @@ class TestTheForm:
         assert found.messages[cut + 1].id not in kept_ids  # the result of the last dropped call
         assert [m.id for m in sent] == [found.messages[0].id] + [m.id for m in found.messages[cut + 2 :]]
 
+    def test_dropping_a_range_reads_each_message_a_bounded_number_of_times(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Widening drops to tool pairs once looked at every message per dropped message:
+        dropping the first 15,000 of a long request was quadratic. Counted, not timed."""
+        context = long_context(3_000)
+        last = max(i for i, m in enumerate(context.messages) if m.role == "assistant" and not m.tool_uses())
+        found = materialize(Session.create("Counted", context), context, last)
+        looked = [0]
+        real = replay_run._call_ids
+
+        def counted(message: Message) -> set[str]:
+            looked[0] += 1
+            return real(message)
+
+        monkeypatch.setattr(replay_run, "_call_ids", counted)
+        dropped = range(1, len(found.messages) - EDIT_TAIL)
+        replay_messages(found, Overrides(drops=tuple(dropped)))
+        assert 0 < looked[0] <= len(dropped) + len(found.messages)
+
 
 # -- the page on a 100,000-message context -----------------------------------------------
 
@@ -171,10 +195,19 @@ def drop_boxes(at: AppTest) -> list[int]:
 
 class TestTheLongPage:
     def test_the_form_draws_the_last_messages_of_the_request_and_any_others_named(
-        self, huge: tuple[Path, Session]
+        self, huge: tuple[Path, Session], monkeypatch: pytest.MonkeyPatch
     ) -> None:
         root, session = huge
+        rebuilt: list[int] = []
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            rebuilt.append(1)
+            return real_materialize(*args, **kwargs)
+
+        monkeypatch.setattr(replay, "materialize", counted)  # the page imports it on each run
         at = open_replay(root, session)
+        assert rebuilt, "the page did not rebuild the request"
+        rebuilt.clear()
         answer = int(at.query_params["message"])
         found = materialize(Store(root).load_session(session.uuid), session.active_context_id, answer)
         count = len(found.messages)
@@ -196,6 +229,7 @@ class TestTheLongPage:
 
         at.text_input(key=f"{found.context_id}:{found.index}:window").input(f"2-4, {count - 1}").run()
         assert not at.exception
+        assert not rebuilt, "a click rebuilt the request of 100,000 messages again"
         assert drop_boxes(at) == [2, 3, 4, count - 1]
         assert set(message_areas(at)) <= {2, 3, 4, count - 1} and 2 in message_areas(at)
         assert message_areas(at)[2] == found.messages[2].text()

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
+import analysis
 from analysis import (
     CATEGORIES,
     CallBudget,
@@ -25,6 +27,7 @@ from soap_core import Store
 from soap_core.runtime import AgenticObject, ModelSettings, RollingTokenWindow, Runtime
 from tests.apptest import open_app_page
 from tests.scripted import ScriptedEndpoint, says
+from workbench import token_budget_views
 from workbench.token_budget_views import (
     CHART_CALLS,
     COMPACTION_TRACE,
@@ -149,6 +152,31 @@ class TestOnThePeteosFixture:
         assert not at.exception
         assert traces(chart(at, 0))[THRESHOLD_TRACE]["y"] == [400, 400, 400]
         assert at.query_params["threshold"] == "400"
+
+    def test_a_click_counts_nothing_again(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The budgets, tables and figure are kept per state of the store: at 100,000
+        messages every click recounted them, 15 s each."""
+        store = tmp_path / "store"
+        shutil.copytree(FIXTURE, store)  # a store no earlier test has cached
+        counted: Counter[str] = Counter()
+        for name in ("call_budgets", "message_budgets", "budget_figure"):
+            module = analysis if name != "budget_figure" else token_budget_views
+            real = getattr(module, name)
+
+            def wrapper(*args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
+                counted[_name] += 1
+                return _real(*args, **kwargs)
+
+            monkeypatch.setattr(module, name, wrapper)  # the page imports them on each run
+        at = open_page(store, session=SESSION)
+        assert counted == {"call_budgets": 1, "message_budgets": 1, "budget_figure": 1}
+        counted.clear()
+        at.run()
+        at.selectbox(key="context_picker").select(ROOT_CONTEXT).run()
+        assert not at.exception
+        assert counted == {"message_budgets": 1}  # only the other context's messages
+        at.number_input(key="threshold_input").set_value(400).run()
+        assert counted == {"message_budgets": 1, "budget_figure": 1}  # a new line to draw
 
     def test_a_threshold_in_the_url_is_drawn(self) -> None:
         at = open_page(FIXTURE, session=SESSION, threshold="350")
