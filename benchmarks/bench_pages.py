@@ -169,7 +169,7 @@ def settled(tab: Page) -> None:
     settle(tab)
 
 
-def view_in_python(bench: Bench, root: Path, session: Session, messages: int) -> None:
+def view_in_python(bench: Bench, root: Path, session: Session, messages: int) -> float:
     """The rerun that shows the page of one message, in this process (AppTest), after a
     first run has filled the caches; and what a rerun paid for the session before."""
     from streamlit.testing.v1 import AppTest
@@ -208,6 +208,39 @@ def view_in_python(bench: Bench, root: Path, session: Session, messages: int) ->
         "ms",
         note=f"st.cache_resource (shared, now used by the Context page): {shared_s * 1000:.1f} ms",
     )
+    return min(times)
+
+
+def clicks_in_python(bench: Bench, root: Path, session: Session, messages: int, view_s: float) -> None:
+    """A click on Replay & diff, Token budget and Compaction over the long context, in this
+    process (AppTest), held against a click on the Context page of the same context. These
+    pages once redid their whole work at every click: at 100,000 messages Replay drew a
+    text area per message of the request and never finished, Token budget took 14.7 s and
+    Compaction 7.6 s."""
+    from streamlit.testing.v1 import AppTest
+
+    from tests.apptest import APP
+
+    for page, name in (
+        ("replay", "Replay & diff"),
+        ("token_budget", "Token budget"),
+        ("compaction", "Compaction"),
+    ):
+        at = AppTest.from_file(str(APP), default_timeout=900)
+        at.query_params.update(store=str(root), session=session.uuid)
+        at.run()
+        first = timed(lambda at=at, page=page: at.switch_page(f"pages/{page}.py").run())
+        assert not at.exception, at.exception
+        clicks = [timed(at.run) for _ in range(5)]
+        assert not at.exception, at.exception
+        bench.ratio(
+            f"{name} page, a click on the {messages:,}-message context (Python, cache warm)",
+            min(clicks),
+            view_s,
+            3.0,
+            baseline_is="a click on the Context page of the same context",
+            note=f"best of 5 reruns; the page's first run took {first:.1f} s",
+        )
 
 
 def timed(action: Callable[[], object]) -> float:
@@ -280,4 +313,5 @@ def run(bench: Bench) -> None:
             sessions_page(bench, browser, url, many_root, sessions)
         finally:
             browser.close()
-    view_in_python(bench, long_root, session, messages)
+    view_s = view_in_python(bench, long_root, session, messages)
+    clicks_in_python(bench, long_root, session, messages, view_s)

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import os
 
+import pandas as pd
+import plotly.graph_objects as go
 import streamlit as st
 
 from analysis import (
@@ -25,7 +27,6 @@ from analysis import (
     History,
     RanWith,
     Simulation,
-    call_budgets,
     drift_band,
     drift_plan,
     drift_rows,
@@ -35,7 +36,7 @@ from analysis import (
     ran_with,
     simulate_items,
 )
-from soap_core import Session, SoapError, Store
+from soap_core import Session, SoapError, Store, read_calls
 from soap_core.runtime import LLMEndpoint
 from workbench.compaction_views import (
     KINDS,
@@ -65,7 +66,7 @@ from workbench.compaction_views import (
     suggested_numbers,
     with_baseline,
 )
-from workbench.loading import chosen_store, load_session, show_error_and_stop
+from workbench.loading import chosen_store, load_session, read_only_session, show_error_and_stop
 from workbench.selection import selected_session
 from workbench.views import StoreSignature, escape_markdown, store_signature
 
@@ -73,28 +74,42 @@ DRIFT_JOB = "compaction_drift_job"
 NOISE_SAMPLES = 2  # unchanged re-runs per call by default: with the none strategy's, three samples
 
 
-@st.cache_data(show_spinner="Reading the session's history…", max_entries=16)
+# The history and the simulations are cached as resources, shared by every rerun rather
+# than copied: unpickling them for a 100,000-message session took seconds on every
+# click. Nothing here changes what it gets from them (a drift run loads its own copy).
+
+
+@st.cache_resource(show_spinner="Reading the session's history…", max_entries=8)
 def _history(root: str, uuid: str, signature: StoreSignature) -> History:
-    return history_of(load_session(root, uuid))
+    return history_of(read_only_session(root, uuid, signature))
 
 
-@st.cache_data(show_spinner="Simulating…", max_entries=32)
+@st.cache_resource(show_spinner="Simulating…", max_entries=16)
 def _simulations(root: str, uuid: str, specs: tuple[str, ...], signature: StoreSignature) -> list[Simulation]:
     history = _history(root, uuid, signature)
     return simulate_items(history.items, history.calls, [parse_strategy(s) for s in specs])
 
 
+@st.cache_resource(show_spinner=False, max_entries=16)
+def _curves(root: str, uuid: str, specs: tuple[str, ...], signature: StoreSignature) -> go.Figure:
+    return curves_figure(_simulations(root, uuid, specs, signature))
+
+
 @st.cache_data(show_spinner=False, max_entries=16)
 def _ran_with(root: str, uuid: str, signature: StoreSignature) -> RanWith | None:
     try:
-        return ran_with(load_session(root, uuid))
+        return ran_with(read_only_session(root, uuid, signature))
     except SoapError:  # an unreadable call log: the counts below say so
         return None
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def _calls_recorded(root: str, uuid: str, signature: StoreSignature) -> bool:
-    return any(b.recorded for b in call_budgets(load_session(root, uuid)))
+    """Whether the calls come from the call log (``CallBudget.recorded``): it has a call,
+    not a replay, made in one of the session's contexts."""
+    session = read_only_session(root, uuid, signature)
+    calls = read_calls(session.directory) if session.directory else []
+    return any(not call.replay and call.context_id in session.contexts for call in calls)
 
 
 def pick_numbers(kind: str, start: list[float | int]) -> str:
@@ -301,7 +316,21 @@ def show_drift(simulations: list[Simulation], job: DriftJob | None) -> None:
     st.dataframe(drift_runs_table(results, band), hide_index=True, key="drift_runs")
 
 
-def show_dropped(history: History, simulations: list[Simulation]) -> None:
+@st.cache_resource(show_spinner=False, max_entries=32)
+def _dropped(
+    root: str, uuid: str, specs: tuple[str, ...], call: int, signature: StoreSignature
+) -> list[tuple[str, int, pd.DataFrame | None]]:
+    """Per strategy: its name, how many messages it had dropped by ``call``, and their
+    table (a strategy of a long session drops tens of thousands)."""
+    history = _history(root, uuid, signature)
+    shown = []
+    for simulation in _simulations(root, uuid, specs, signature):
+        rows = dropped_rows(history, simulation, call)
+        shown.append((simulation.strategy, len(rows), dropped_table(rows) if rows else None))
+    return shown
+
+
+def show_dropped(root: str, uuid: str, history: History, specs: list[str]) -> None:
     """For one call, what every strategy had dropped by then."""
     st.subheader("What each dropped")
     total = len(history.calls)
@@ -311,13 +340,10 @@ def show_dropped(history: History, simulations: list[Simulation]) -> None:
     else:
         st.text("The session has one call: call 0.")
     st.query_params["call"] = str(call)
-    for simulation in simulations:
-        rows = dropped_rows(history, simulation, call)
-        st.text(
-            f"{simulation.strategy}: {len(rows)} message{'' if len(rows) == 1 else 's'} dropped by call {call}"
-        )
-        if rows:
-            st.dataframe(dropped_table(rows), hide_index=True, key=f"dropped_{simulation.strategy}")
+    for strategy, count, table in _dropped(root, uuid, tuple(specs), call, store_signature(root)):
+        st.text(f"{strategy}: {count} message{'' if count == 1 else 's'} dropped by call {call}")
+        if table is not None:
+            st.dataframe(table, hide_index=True, key=f"dropped_{strategy}")
 
 
 def show_session(root: str, session: Session) -> None:
@@ -337,14 +363,14 @@ def show_session(root: str, session: Session) -> None:
         st.text("No call log: the calls are reconstructed from the contexts (one per assistant message).")
     specs = pick_strategies(root, session.uuid, history)
     simulations = _simulations(root, session.uuid, tuple(specs), store_signature(root))
-    st.plotly_chart(curves_figure(simulations), key="curves_chart")
+    st.plotly_chart(_curves(root, session.uuid, tuple(specs), store_signature(root)), key="curves_chart")
     job = show_drift_controls(root, session, history, specs)
     show_drift(simulations, job)
-    show_dropped(history, simulations)
+    show_dropped(root, session.uuid, history, specs)
 
 
 st.title("Compaction")
 store_root = chosen_store()
-chosen = selected_session(store_root)
+chosen = selected_session(store_root, read_only=True)  # a drift run loads its own copy
 st.text(f"{chosen.role} / {chosen.uuid}")
 show_session(store_root, chosen)

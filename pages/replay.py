@@ -7,6 +7,12 @@ link shows them too; the forks show up in the pickers because the cached loaders
 keyed by the store's file signature, which a new fork file changes. Re-runs of the agent
 are kept in the session state.
 
+The page reads the session from the shared read-only cache and rebuilds a request once
+per state of the store, so a click on a 100,000-message context costs what it draws. A
+long request's edit form draws a window of its messages (the last ones, or any named by
+number and range) and drops old history by a range; its JSON shows the ends, with the
+whole body behind a download.
+
 Outputs are shown side by side, the original on the left and the run on the right, tool
 calls as text; their differences are phrased as sentences
 (:mod:`workbench.output_diff_views`), the raw DeepDiff behind an expander.
@@ -150,13 +156,14 @@ class Shown:
     signature: StoreSignature
 
 
-@st.cache_data(show_spinner="Finding the messages to replay…", max_entries=16)
+# Shared, not copied, like the session: a long context has some 50,000 of each.
+@st.cache_resource(show_spinner="Finding the messages to replay…", max_entries=8)
 def _candidates(root: str, ref: str, context_id: str, signature: StoreSignature) -> list[int]:
     session = read_only_session(root, ref, signature)
     return replay_candidates(session, session.contexts[context_id])
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
+@st.cache_resource(show_spinner=False, max_entries=8)
 def _labels(root: str, ref: str, context_id: str, signature: StoreSignature) -> dict[int, str]:
     session = read_only_session(root, ref, signature)
     context = session.contexts[context_id]

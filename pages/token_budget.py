@@ -4,7 +4,8 @@ compaction cut it; then every message of one context, and the whole invocation c
 The figure and tables come from workbench.token_budget_views over the analysis
 library's budgets; this page only lays them out. The compaction threshold starts at
 the one the session ran with (its call log records it); ``?threshold=`` keeps one typed
-instead in the URL, so a shared link draws the same line.
+instead in the URL, so a shared link draws the same line. The rolling-window comparison
+runs once its section is opened: it runs peteos's window twice over the context.
 """
 
 from __future__ import annotations

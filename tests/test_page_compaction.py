@@ -9,17 +9,20 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
+import analysis
 from analysis import DriftRun, DriftStep, history_of, simulate
 from soap_core import REPLAY_KEY, Store
 from soap_core.runtime.local_model import LocalModelServer
 from tests.apptest import open_app_page
 from tests.conftest import snapshot
+from workbench import compaction_views
 from workbench.compaction_views import DriftJob, default_specs
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
@@ -177,6 +180,37 @@ class TestSimulation:
         at.slider(key="dropped_call").set_value(1).run()
         assert not at.exception
         assert snapshot(store_copy) == before
+
+
+class TestClicks:
+    def test_a_click_recomputes_only_what_it_changed(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The history, the simulations, the curves and the dropped lists are kept per
+        state of the store: at 100,000 messages every click recomputed them, 7.6 s each."""
+        store = tmp_path / "store"
+        shutil.copytree(FIXTURE, store)  # a store no earlier test has cached
+        counted: Counter[str] = Counter()
+        for module, name in (
+            (analysis, "history_of"),
+            (analysis, "simulate_items"),
+            (compaction_views, "curves_figure"),
+            (compaction_views, "dropped_rows"),
+        ):
+            real = getattr(module, name)
+
+            def wrapper(*args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
+                counted[_name] += 1
+                return _real(*args, **kwargs)
+
+            monkeypatch.setattr(module, name, wrapper)  # the page imports them on each run
+        at = open_page(store, session=SESSION, strategies="rolling-tokens:400:0.5")
+        assert counted == {"history_of": 1, "simulate_items": 1, "curves_figure": 1, "dropped_rows": 2}
+        counted.clear()
+        at.run()
+        assert not at.exception and not counted
+        at.slider(key="dropped_call").set_value(1).run()
+        assert counted == {"dropped_rows": 2}  # the none strategy's and the rolling window's
 
 
 class TestWhatEachDropped:
