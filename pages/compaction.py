@@ -48,6 +48,7 @@ from workbench.compaction_views import (
     comparison_table,
     confirm_above,
     curves_figure,
+    curves_note,
     default_specs,
     drift_errors,
     drift_line,
@@ -356,13 +357,16 @@ def show_session(root: str, session: Session) -> None:
         st.info("This session's active lineage has no LLM call to simulate.")
         st.stop()
     st.text(
-        f"{len(history.items)} messages in the active context's lineage, {len(history.calls)} calls: each "
+        f"{len(history.items):,} messages in the active context's lineage, {len(history.calls):,} calls: each "
         "strategy is fed them call by call without a model (nothing is written to the store)."
     )
     if not _calls_recorded(root, session.uuid, store_signature(root)):
         st.text("No call log: the calls are reconstructed from the contexts (one per assistant message).")
     specs = pick_strategies(root, session.uuid, history)
     simulations = _simulations(root, session.uuid, tuple(specs), store_signature(root))
+    note = curves_note(simulations)
+    if note:
+        st.caption(note)
     st.plotly_chart(_curves(root, session.uuid, tuple(specs), store_signature(root)), key="curves_chart")
     job = show_drift_controls(root, session, history, specs)
     show_drift(simulations, job)

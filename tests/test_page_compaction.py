@@ -10,6 +10,7 @@ import json
 import re
 import shutil
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +18,21 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import analysis
-from analysis import DriftRun, DriftStep, history_of, simulate
+from analysis import DriftRun, DriftStep, SimPoint, Simulation, history_of, simulate
 from soap_core import REPLAY_KEY, Store
 from soap_core.runtime.local_model import LocalModelServer
 from tests.apptest import open_app_page
 from tests.conftest import snapshot
 from workbench import compaction_views
-from workbench.compaction_views import DriftJob, default_specs
+from workbench.compaction_views import (
+    CURVE_POINTS,
+    MOST_MARKS,
+    DriftJob,
+    curve_points,
+    curves_figure,
+    curves_note,
+    default_specs,
+)
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "soap"
@@ -395,3 +404,39 @@ class TestDrift:
         assert len(drift_forks(store, uuid)) == 3
         assert "Drift measured: 3 model calls" in plain(at.success)
         assert [r["strategy"] for r in drift_runs(at)] == ["none", "rolling-messages:3", "none"]
+
+
+def simulated(strategy: str, calls: int, compacted_at: Iterable[int]) -> Simulation:
+    """A simulation of ``calls`` calls that compacts at ``compacted_at``."""
+    marks = set(compacted_at)
+    return Simulation(
+        strategy, [SimPoint(i, 10 * i, 10 * i, i in marks, ["m"] if i in marks else []) for i in range(calls)]
+    )
+
+
+class TestLongSessions:
+    def test_a_curve_of_fifty_thousand_calls_draws_an_even_step_and_every_rare_compaction(self) -> None:
+        rare = simulated("rolling-tokens:9:0.5", 50_000, (12_345, 40_001))
+        drawn = [p.call for p in curve_points(rare.points)]
+        assert len(drawn) <= CURVE_POINTS + 4 and drawn == sorted(drawn)
+        assert {0, 49_999, 12_344, 12_345, 40_000, 40_001} <= set(drawn)
+        traces = {t["name"]: t for t in curves_figure([rare]).to_plotly_json()["data"]}
+        assert list(traces["rolling-tokens:9:0.5"]["x"]) == drawn
+        assert list(traces["rolling-tokens:9:0.5 compactions"]["x"]) == [12_345, 40_001]
+        note = curves_note([rare])
+        assert note is not None and f"about {CURVE_POINTS:,} of the 50,000 calls" in note
+
+    def test_a_strategy_compacting_at_nearly_every_call_is_not_marked_and_says_so(self) -> None:
+        window = simulated("rolling-messages:40", 50_000, range(25_000, 50_000))
+        drawn = curve_points(window.points)
+        assert len(drawn) <= CURVE_POINTS + 1  # its compactions do not all join the step
+        names = [t["name"] for t in curves_figure([window]).to_plotly_json()["data"]]
+        assert names == ["rolling-messages:40"]
+        note = curves_note([window])
+        assert note is not None and "rolling-messages:40 compacts at 25,000 calls: too many to mark" in note
+
+    def test_a_short_session_draws_every_call_and_mark_and_says_nothing(self) -> None:
+        short = simulated("rolling-messages:2", CURVE_POINTS, range(3, MOST_MARKS + 3))
+        assert curve_points(short.points) == short.points and curves_note([short]) is None
+        traces = {t["name"]: t for t in curves_figure([short]).to_plotly_json()["data"]}
+        assert len(traces["rolling-messages:2 compactions"]["x"]) == MOST_MARKS

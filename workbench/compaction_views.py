@@ -27,6 +27,7 @@ from analysis import (
     RanWith,
     RollingMessages,
     RollingTokens,
+    SimPoint,
     Simulation,
     SummarizeOlder,
     model_calls,
@@ -160,16 +161,65 @@ def ran_with_note(ran: RanWith | None) -> str | None:
     return f"The session ran with {ran.recorded} (its call log): {ran.spec} here."
 
 
+CURVE_POINTS = 2_000
+"""The most calls a strategy's curve draws. A chart is some 1,000 pixels wide, and three
+curves of 50,000 markers each (and a compaction mark at every call of a rolling window)
+kept Chromium drawing for half a minute."""
+
+
+def curve_points(points: Sequence[SimPoint]) -> list[SimPoint]:
+    """The calls a curve draws: every one up to :data:`CURVE_POINTS`; beyond, an even
+    step with the first and the last, and each compaction's call and the call before it
+    while they are few enough (a strategy that compacts at every call gets the step)."""
+    if len(points) <= CURVE_POINTS:
+        return list(points)
+    step = -(-len(points) // CURVE_POINTS)
+    keep = {*range(0, len(points), step), len(points) - 1}
+    marks = [i for i, p in enumerate(points) if p.compacted]
+    if 2 * len(marks) <= CURVE_POINTS:
+        keep.update(marks)
+        keep.update(i - 1 for i in marks if i > 0)
+    return [points[i] for i in sorted(keep)]
+
+
+MOST_MARKS = 200
+"""The most compactions a curve marks: a strategy that compacts at nearly every call
+(a rolling window once full) would draw its marks as one black bar over the curves."""
+
+
+def _compactions(simulation: Simulation) -> int:
+    return sum(1 for p in simulation.points if p.compacted)
+
+
+def curves_note(simulations: Sequence[Simulation]) -> str | None:
+    """What the curves leave out, when they leave anything out."""
+    notes = []
+    total = max((len(s.points) for s in simulations), default=0)
+    if total > CURVE_POINTS:
+        notes.append(
+            f"Each curve draws about {CURVE_POINTS:,} of the {total:,} calls (an even step, with every "
+            "compaction and the call before it where a strategy compacts rarely); the lists below "
+            "are whole."
+        )
+    unmarked = [(s.strategy, _compactions(s)) for s in simulations if _compactions(s) > MOST_MARKS]
+    notes.extend(
+        f"{strategy} compacts at {count:,} calls: too many to mark, the curve shows them."
+        for strategy, count in unmarked
+    )
+    return " ".join(notes) or None
+
+
 def curves_figure(simulations: Sequence[Simulation]) -> go.Figure:
-    """Every strategy's context size per call on one chart, compactions marked."""
+    """Every strategy's context size per call on one chart, compactions marked; a long
+    session's curves at most :data:`CURVE_POINTS` calls each."""
     figure = go.Figure()
     for simulation in simulations:
-        calls = [p.call for p in simulation.points]
+        points = curve_points(simulation.points)
         figure.add_trace(
             go.Scatter(
-                x=calls,
-                y=[p.tokens for p in simulation.points],
-                customdata=[p.original_tokens for p in simulation.points],
+                x=[p.call for p in points],
+                y=[p.tokens for p in points],
+                customdata=[p.original_tokens for p in points],
                 name=simulation.strategy,
                 legendgroup=simulation.strategy,
                 mode="lines+markers",
@@ -180,7 +230,9 @@ def curves_figure(simulations: Sequence[Simulation]) -> go.Figure:
                 ),
             )
         )
-        compacted = [p for p in simulation.points if p.compacted]
+        if _compactions(simulation) > MOST_MARKS:
+            continue  # curves_note says so
+        compacted = [p for p in points if p.compacted]
         figure.add_trace(
             go.Scatter(
                 x=[p.call for p in compacted],
