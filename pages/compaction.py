@@ -135,11 +135,11 @@ def pick_numbers(kind: str, start: list[float | int]) -> str:
     return kind
 
 
-def pick_strategies(root: str, uuid: str, history: History) -> list[str]:
+def pick_strategies(root: str, uuid: str, history: History, signature: StoreSignature) -> list[str]:
     """The strategies from ``?strategies=`` (else a default sized to this session), as
     pickers; the choice is written back to the URL. Returns the specs, baseline first."""
     given = st.query_params.get("strategies")
-    ran = _ran_with(root, uuid, store_signature(root))
+    ran = _ran_with(root, uuid, signature)
     choice = (
         parse_strategies_param(given) if given is not None else StrategyChoice(default_specs(history, ran))
     )
@@ -173,10 +173,17 @@ def current_job(uuid: str) -> DriftJob | None:
     return job
 
 
-def start_job(root: str, session: Session, history: History, specs: list[str], calls: list[int]) -> None:
+def start_job(
+    root: str,
+    session: Session,
+    history: History,
+    specs: list[str],
+    calls: list[int],
+    signature: StoreSignature,
+) -> None:
     """Plan the measurement; above the confirmation limit it waits for a go-ahead."""
     noise = int(st.session_state.get("drift_noise", NOISE_SAMPLES))
-    simulations = _simulations(root, session.uuid, tuple(specs), store_signature(root))
+    simulations = _simulations(root, session.uuid, tuple(specs), signature)
     strategies = [parse_strategy(s) for s in specs]
     steps = drift_plan(history, strategies, simulations, sorted(calls), noise)
     limit = confirm_above(os.environ)
@@ -255,7 +262,9 @@ def run_job(root: str, session: Session, job: DriftJob) -> None:
         st.rerun()  # draw the finished table without the Stop button
 
 
-def show_drift_controls(root: str, session: Session, history: History, specs: list[str]) -> DriftJob | None:
+def show_drift_controls(
+    root: str, session: Session, history: History, specs: list[str], signature: StoreSignature
+) -> DriftJob | None:
     """Endpoint, calls, noise samples, the button that measures drift, and the
     measurement under way (confirmation, count, Stop). Returns this session's job."""
     st.subheader("Answer drift")
@@ -290,7 +299,7 @@ def show_drift_controls(root: str, session: Session, history: History, specs: li
         st.info("Pick the calls to re-run.")
     clicked = st.button("Measure drift", disabled=not base_url or not calls or busy, key="measure_drift")
     if clicked and not busy:  # a click sent while a measurement ran does not start another
-        start_job(root, session, history, specs, calls)
+        start_job(root, session, history, specs, calls, signature)
         st.rerun()  # drawn again with the button disabled while it asks or runs
     if job is not None and job.status == "confirm":
         ask_to_confirm(job)
@@ -331,7 +340,7 @@ def _dropped(
     return shown
 
 
-def show_dropped(root: str, uuid: str, history: History, specs: list[str]) -> None:
+def show_dropped(root: str, uuid: str, history: History, specs: list[str], signature: StoreSignature) -> None:
     """For one call, what every strategy had dropped by then."""
     st.subheader("What each dropped")
     total = len(history.calls)
@@ -341,16 +350,16 @@ def show_dropped(root: str, uuid: str, history: History, specs: list[str]) -> No
     else:
         st.text("The session has one call: call 0.")
     st.query_params["call"] = str(call)
-    for strategy, count, table in _dropped(root, uuid, tuple(specs), call, store_signature(root)):
+    for strategy, count, table in _dropped(root, uuid, tuple(specs), call, signature):
         st.text(f"{strategy}: {count} message{'' if count == 1 else 's'} dropped by call {call}")
         if table is not None:
             st.dataframe(table, hide_index=True, key=f"dropped_{strategy}")
 
 
-def show_session(root: str, session: Session) -> None:
+def show_session(root: str, session: Session, signature: StoreSignature) -> None:
     """The pickers, the curves, the table, the drift controls and the dropped lists."""
     try:
-        history = _history(root, session.uuid, store_signature(root))
+        history = _history(root, session.uuid, signature)
     except SoapError as exc:
         show_error_and_stop(exc)
     if not history.calls:
@@ -360,21 +369,22 @@ def show_session(root: str, session: Session) -> None:
         f"{len(history.items):,} messages in the active context's lineage, {len(history.calls):,} calls: each "
         "strategy is fed them call by call without a model (nothing is written to the store)."
     )
-    if not _calls_recorded(root, session.uuid, store_signature(root)):
+    if not _calls_recorded(root, session.uuid, signature):
         st.text("No call log: the calls are reconstructed from the contexts (one per assistant message).")
-    specs = pick_strategies(root, session.uuid, history)
-    simulations = _simulations(root, session.uuid, tuple(specs), store_signature(root))
+    specs = pick_strategies(root, session.uuid, history, signature)
+    simulations = _simulations(root, session.uuid, tuple(specs), signature)
     note = curves_note(simulations)
     if note:
         st.caption(note)
-    st.plotly_chart(_curves(root, session.uuid, tuple(specs), store_signature(root)), key="curves_chart")
-    job = show_drift_controls(root, session, history, specs)
+    st.plotly_chart(_curves(root, session.uuid, tuple(specs), signature), key="curves_chart")
+    job = show_drift_controls(root, session, history, specs, signature)
     show_drift(simulations, job)
-    show_dropped(root, session.uuid, history, specs)
+    show_dropped(root, session.uuid, history, specs, signature)
 
 
 st.title("Compaction")
 store_root = chosen_store()
-chosen = selected_session(store_root, read_only=True)  # a drift run loads its own copy
+store_state = store_signature(store_root)  # once a run: it stats every file of the store
+chosen = selected_session(store_root, read_only=True, signature=store_state)  # a drift run loads a copy
 st.text(f"{chosen.role} / {chosen.uuid}")
-show_session(store_root, chosen)
+show_session(store_root, chosen, store_state)

@@ -670,10 +670,11 @@ def show_saved_runs(root: str, session: Session, found: Materialized, saved: lis
 def show_replay(root: str) -> None:
     """The Replay tab: pick, verify, edit, run, and the runs saved for this message."""
     report_unknown_session(root)
-    session = selected_session(root, read_only=True)
+    signature = store_signature(root)  # once a run: it stats every file of the store
+    session = selected_session(root, read_only=True, signature=signature)
     context = selected_context(session)
     calls = call_log(session)
-    index, found = pick_message(Shown(root, session, context, store_signature(root)))
+    index, found = pick_message(Shown(root, session, context, signature))
     show_found(session, found)
     runs = saved_runs(session, found.context_id, found.index, message_id=found.message_id, calls=calls)
     reruns = saved_reruns(session, found.context_id, found.index, message_id=found.message_id, calls=calls)

@@ -99,12 +99,12 @@ def _window_choice(
     return window_choice_note(choice), window_choice_table(context, choice)
 
 
-def pick_threshold(root: str, session: Session) -> int | None:
+def pick_threshold(root: str, session: Session, signature: StoreSignature) -> int | None:
     """The compaction threshold: from ``?threshold=`` when a link gives one, else the one
     the session ran with (its call log's compaction setting, else the model's context
     window, the note says which); a typed one goes into the URL. Empty draws no line."""
     try:
-        start = _threshold_start(root, session.uuid, store_signature(root))
+        start = _threshold_start(root, session.uuid, signature)
     except SoapError as exc:
         start = ThresholdStart(None, "none", f"The compaction setting could not be read: {exc}")
     if st.session_state.get(THRESHOLD_FOR) != session.uuid:  # a new session starts afresh
@@ -130,17 +130,16 @@ def pick_threshold(root: str, session: Session) -> int | None:
     return None if typed is None else int(typed)
 
 
-def show_calls(root: str, session: Session) -> None:
+def show_calls(root: str, session: Session, signature: StoreSignature) -> None:
     """The per-call figure and table."""
     try:
-        budgets = _call_budgets(root, session.uuid, store_signature(root))
+        budgets = _call_budgets(root, session.uuid, signature)
     except SoapError as exc:
         show_error_and_stop(exc)
     st.subheader("Context size per call")
     st.text(calls_source_note(budgets))
-    threshold = pick_threshold(root, session)
+    threshold = pick_threshold(root, session, signature)
     if budgets:
-        signature = store_signature(root)
         note, table = _call_view(root, session.uuid, signature)
         if note:
             st.caption(note)
@@ -148,11 +147,10 @@ def show_calls(root: str, session: Session) -> None:
         st.dataframe(table, hide_index=True, key="call_table")
 
 
-def show_messages(root: str, session: Session) -> None:
+def show_messages(root: str, session: Session, signature: StoreSignature) -> None:
     """Every message of the chosen context with its share and its cached count."""
     st.subheader("Messages of one context")
     context = selected_context(session)
-    signature = store_signature(root)
     note, table = _message_view(root, session.uuid, context.id, signature)
     if note:
         st.warning(escape_markdown(note))
@@ -178,11 +176,11 @@ def show_window_choice(root: str, session: Session, context: Context, signature:
         st.dataframe(table, hide_index=True, key="window_table")
 
 
-def show_chain(root: str, session: Session) -> None:
+def show_chain(root: str, session: Session, signature: StoreSignature) -> None:
     """Prompt tokens per session along the invocation chain."""
     st.subheader("The invocation chain")
     try:
-        chain = _chain_budget(root, session.uuid, store_signature(root))
+        chain = _chain_budget(root, session.uuid, signature)
     except SoapError as exc:
         st.error(escape_markdown(f"cannot follow the invocation chain: {exc}"))
         return
@@ -193,8 +191,9 @@ def show_chain(root: str, session: Session) -> None:
 
 st.title("Token budget")
 store_root = chosen_store()
-chosen = selected_session(store_root, read_only=True)  # the page changes nothing it reads
+store_state = store_signature(store_root)  # once a run: it stats every file of the store
+chosen = selected_session(store_root, read_only=True, signature=store_state)  # the page changes nothing
 st.text(f"{chosen.role} / {chosen.uuid}")
-show_calls(store_root, chosen)
-show_chain(store_root, chosen)
-show_messages(store_root, chosen)
+show_calls(store_root, chosen, store_state)
+show_chain(store_root, chosen, store_state)
+show_messages(store_root, chosen, store_state)

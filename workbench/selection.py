@@ -18,7 +18,7 @@ from workbench.loading import (
     session_overviews,
     show_error_and_stop,
 )
-from workbench.views import context_label, escape_markdown, session_label
+from workbench.views import StoreSignature, context_label, escape_markdown, session_label
 
 CARRIED = ("session", "context", "message")
 """The selection that follows the user from page to page (the store is kept by app.py)."""
@@ -67,11 +67,14 @@ def store_overviews(root: str) -> list[SessionOverview]:
     return overviews
 
 
-def selected_session(root: str | None = None, *, read_only: bool = False) -> Session:
+def selected_session(
+    root: str | None = None, *, read_only: bool = False, signature: StoreSignature | None = None
+) -> Session:
     """The session of ``?session=`` (uuid or prefix), else one picked here; stops the page
     with a clear message when there is none or it cannot be read. ``read_only``: the one
     object shared by every rerun (:func:`~workbench.loading.read_only_session`), for a page
-    that never changes it, so a long context is not copied and rebuilt on every click."""
+    that never changes it, so a long context is not copied and rebuilt on every click;
+    ``signature``, the store's state when the page already took it."""
     root = root or chosen_store()
     overviews = store_overviews(root)
     uuids = [o.uuid for o in overviews]
@@ -97,7 +100,7 @@ def selected_session(root: str | None = None, *, read_only: bool = False) -> Ses
         st.stop()
     choose_session(chosen)
     try:
-        return read_only_session(root, chosen) if read_only else load_session(root, chosen)
+        return read_only_session(root, chosen, signature) if read_only else load_session(root, chosen)
     except SoapError as exc:
         show_error_and_stop(exc)
 
