@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 from soap_core import SoapError
 from soap_core._redact import redact
-from soapwb.common import UsageError
+from soapwb.common import UsageError, terminal_safe_output
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -78,8 +78,16 @@ def _escape_unprintable_output() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command. Everything it prints, on stdout and stderr, text and ``--json``
+    alike, goes through :func:`~soapwb.common.terminal_safe_output`: a control character
+    from a message, a file name or an id is shown as ``\\xHH``, never sent raw."""
     argv = list(sys.argv[1:] if argv is None else argv)
     _escape_unprintable_output()
+    with terminal_safe_output():
+        return _run(argv)
+
+
+def _run(argv: list[str]) -> int:
     parser = build_parser(_command_module(argv))
     args = parser.parse_args(argv)
     handler: Handler = args.handler

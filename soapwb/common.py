@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, TextIO
 
 import orjson
 
 from soap_core import Store
+from soap_core._names import distinct_names, escape_controls
 
 
 class UsageError(Exception):
@@ -30,13 +32,28 @@ def add_store_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
+SESSION_HELP = (
+    "session uuid or a unique prefix of one; ROLE/UUID or ROLE/PREFIX for a uuid under several roles "
+    "(ROLE as ls shows it)"
+)
+
+
 def open_store(args: argparse.Namespace) -> Store:
     if not args.store:
         raise UsageError("no store given: pass --store DIR or set SOAPWB_STORE")
     return Store(args.store)
 
 
+def role_names(store: Store, *roles: str) -> dict[str, str]:
+    """Each of ``roles`` -> how text output shows it: as it is, unless another role of
+    the store would print the same way (``Café`` composed and decomposed), when both are
+    shown with their combining marks escaped (:func:`soap_core._names.distinct_names`)."""
+    return distinct_names([*store.roles(), *roles])
+
+
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_RAW_IN_JSON = re.compile("[\x7f-\x9f]")
+"""DEL and C1 controls, which JSON encoders leave raw in strings (U+009B is a CSI)."""
 
 
 def emit_json(value: Any) -> None:
@@ -58,13 +75,63 @@ def emit_json(value: Any) -> None:
                 "are written as \\uXXXX escapes",
                 file=sys.stderr,
             )
+    if _RAW_IN_JSON.search(text):  # only inside strings: as \u escapes, the same values
+        text = _RAW_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
     print(text)
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """Plain left-aligned columns; None shows as '-'."""
-    cells = [[("-" if v is None else str(v)) for v in row] for row in rows]
+    cells = [[("-" if v is None else escape_controls(str(v))) for v in row] for row in rows]
     widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
     return "\n".join(lines)
+
+
+class TerminalText:
+    """A text stream that shows every control character but tab and newline as a
+    visible escape (:func:`soap_core._names.escape_controls`): :func:`terminal_safe_output`
+    puts one over stdout and one over stderr for a whole command, so no message, file
+    name, id or error text can clear the screen, recolour it, retitle the window or plant
+    a link. ``terminal`` is the stream below, for :func:`progress_line` only."""
+
+    def __init__(self, terminal: TextIO) -> None:
+        self.terminal = terminal
+
+    def write(self, text: str) -> int:
+        self.terminal.write(escape_controls(text))
+        return len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        self.terminal.flush()
+
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding, reconfigure...
+        return getattr(self.terminal, name)
+
+
+@contextlib.contextmanager
+def terminal_safe_output() -> Iterator[None]:
+    """stdout and stderr as :class:`TerminalText` while the block runs, text and
+    ``--json`` alike (JSON holds no raw control character: :func:`emit_json`)."""
+    saved = sys.stdout, sys.stderr
+    wrapped = [s if isinstance(s, TerminalText) else TerminalText(s) for s in saved]
+    sys.stdout, sys.stderr = wrapped  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
+def progress_line(text: str, *, last: bool = False) -> None:
+    """``text`` on stderr over the line the previous call wrote, a newline after it when
+    ``last``: the carriage return is the one control character soapwb sends on purpose,
+    so it goes to the stream below :class:`TerminalText` (``text`` itself escaped)."""
+    stream = sys.stderr
+    terminal = stream.terminal if isinstance(stream, TerminalText) else stream
+    terminal.write(f"\r{escape_controls(text)}{chr(10) if last else ''}")
+    terminal.flush()

@@ -28,7 +28,7 @@ from replay import (
 from replay._refs import resolve_reference
 from soap_core import Session, SoapError
 from soap_core.runtime import LLMEndpoint
-from soapwb.common import UsageError, add_store_options, emit_json, open_store
+from soapwb.common import UsageError, add_store_options, emit_json, open_store, progress_line
 
 
 def register(commands: Any) -> None:
@@ -221,12 +221,7 @@ def overrides_from(args: argparse.Namespace, messages: int) -> Overrides:
 def _progress(done: int, total: int) -> None:
     if sys.stderr.isatty() or os.environ.get("SOAPWB_PROGRESS"):
         filled = int(20 * done / total)
-        print(
-            f"\r[{'#' * filled}{'.' * (20 - filled)}] {done}/{total} runs",
-            end="" if done < total else "\n",
-            file=sys.stderr,
-            flush=True,
-        )
+        progress_line(f"[{'#' * filled}{'.' * (20 - filled)}] {done}/{total} runs", last=done >= total)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
