@@ -87,6 +87,7 @@ from soap_core._records import (
     write_call,
     write_invocation,
 )
+from soap_core._saves import SAVE_LOCKS_DIR, SaveConflictError
 from soap_core._session import OBJECT_KEY, SOURCE_KEY, THREAD_ID_KEY, Session, new_session_uuid
 from soap_core._store import SESSION_FILE, SessionSummary, Store
 from soap_core._tokens import DEFAULT_ENCODING, count_text, get_encoding
@@ -130,6 +131,8 @@ __all__ = [
     "MessageRow",
     "MessageType",
     "OutsideStoreError",
+    "SAVE_LOCKS_DIR",
+    "SaveConflictError",
     "Part",
     "Party",
     "Role",

@@ -140,6 +140,9 @@ class Context:
         self._file_keys: frozenset[str] = frozenset()
         self._saved_fingerprint: bytes | None = None
         self._read_as: tuple[str, dict[str, Any]] | None = None
+        self.saved_children: tuple[str, ...] | None = None
+        """``children`` as last read or written (a save merges a fork made elsewhere
+        against it: :mod:`soap_core._saves`)."""
 
     # -- messages, built on first use -----------------------------------------------------
 

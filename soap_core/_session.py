@@ -12,6 +12,7 @@ from soap_core._context import Context
 from soap_core._errors import ContextNotFoundError, FormatError, SoapError
 from soap_core._ids import checked_id
 from soap_core._layout import Layout
+from soap_core._saves import SavedBase
 from soap_core._tokens import DEFAULT_ENCODING
 
 SESSION_FILE = "session.json"
@@ -55,6 +56,9 @@ class Session:
         self.extra: dict[str, Any] = {}
         self._key_order: tuple[str, ...] = _KEY_ORDER
         self._file_keys: frozenset[str] = frozenset()
+        self.base: SavedBase | None = None
+        """What this session was read as or last saved as (the store compares the disk
+        with it before each save); None for a session made in memory."""
 
     @classmethod
     def create(cls, role: str, context: Context, *, thread_id: str | None = None) -> Session:
@@ -158,6 +162,13 @@ class Session:
         session._key_order = tuple(data)
         session._file_keys = frozenset(data)
         return session
+
+    def adopt_header(self, other: Session) -> None:
+        """Take ``session.json``'s fields from ``other`` (a merged save wrote them)."""
+        self.uuid, self.active_context_id = other.uuid, other.active_context_id
+        self.auto_approve_tools, self.state_data = other.auto_approve_tools, other.state_data
+        self.is_active, self.extra = other.is_active, other.extra
+        self._key_order, self._file_keys = other._key_order, other._file_keys
 
     def to_dict(self) -> dict[str, Any]:
         values: dict[str, Any] = {

@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import glob
 import os
+import random
 import re
 import sqlite3
+import time
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from soap_core._catalog import Catalog, SessionRow
 from soap_core._context import Context
@@ -46,12 +49,23 @@ from soap_core._paths import (
     real,
     safe_name,
 )
+from soap_core._save_plan import FileWrite, plan_save, saved
+from soap_core._saves import (
+    UNKNOWN,
+    SaveConflictError,
+    SavedBase,
+    file_signature,
+    read_token,
+    save_lock,
+    save_lock_path,
+)
 from soap_core._session import SESSION_FILE as SESSION_FILE
 from soap_core._session import Session
 from soap_core._spans import SpannedMessages, without_messages
 from soap_core._tempfiles import new_folder, sweep_leftovers
 
 _DATE_PREFIX = re.compile(r"^\d{8}-")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -406,10 +420,14 @@ class Store:
         summary = self.find(ref)
         self.catalog()  # token counts come from it
         self.confine(summary.path, "session folder")
+        token = read_token(save_lock_path(self.layout.config_dir, summary.path))  # before the files
+        session_signature = file_signature(summary.path / SESSION_FILE)
         session = self.read_session_file(summary.role, summary.path)
         session.directory = summary.path
         session.layout = summary.layout
+        base = SavedBase(token, {SESSION_FILE: session_signature or UNKNOWN}, session.to_dict())
         for path in _context_paths(summary.path):
+            signature = file_signature(path)  # before the read: a change after it is seen
             try:
                 context = self.read_context(path)
             except SoapError as exc:
@@ -423,6 +441,9 @@ class Store:
                 continue
             session.contexts[context.id] = context
             session.context_files[context.id] = path.name
+            context.saved_children = tuple(context.children)
+            base.signatures[path.name] = signature or UNKNOWN
+        session.base = base
         if require_active:
             self._check_active(session, summary.path)
         return session
@@ -455,6 +476,65 @@ class Store:
                 return self.read_context(path)
         return self.load_session(summary.path.name).active_context
 
+    def load_context(self, ref: str, context_ref: str | None = None) -> tuple[Session, Context]:
+        """One context of the session ``ref`` (uuid or unique prefix): ``context_ref`` (id
+        or unique id prefix), else the active one; it raises what ``load_session`` then
+        ``session.context`` (or ``active_context``) would.
+
+        The catalog knows which file holds which context id, so this reads
+        ``session.json`` and that one file whatever the size of the session (``show`` of
+        a session of 30,000 contexts read them all: 11.4 s). The session comes back for
+        reading only: it holds no context, and its ``load_errors`` name the session's
+        unreadable files as the catalog found them. Without a catalog, or when a file no
+        longer holds the id it did, the whole session is read, and comes back whole."""
+        summary = self.find(ref)
+        catalog = self.catalog()
+        self.confine(summary.path, "session folder")
+
+        def whole() -> tuple[Session, Context]:
+            session = self.load_session(ref, require_active=context_ref is None)
+            return session, session.context(context_ref) if context_ref else session.active_context
+
+        rel = catalog._relative(summary.path) if catalog is not None else None
+        if catalog is None or rel is None:
+            return whole()
+        try:
+            with catalog._lock:
+                files: list[tuple[str, str | None, str | None]] = catalog._db.execute(
+                    "SELECT file, id, error FROM context_files WHERE dir=? ORDER BY file", (rel,)
+                ).fetchall()
+        except (sqlite3.Error, OSError, ValueError):
+            return whole()
+        session = self.read_session_file(summary.role, summary.path)
+        session.directory = summary.path
+        session.layout = summary.layout
+        holders: dict[str, str] = {}  # context id -> the first file holding it
+        for name, context_id, error in files:
+            if error is not None or context_id is None:
+                session.load_errors[name] = SoapError(error or "not indexed")
+            elif context_id in holders:
+                problem = f"duplicate context id, also in {holders[context_id]}"
+                session.load_errors[name] = FormatError(summary.path / name, "$.id", problem)
+            else:
+                holders[context_id] = name
+        wanted = context_ref or session.active_context_id
+        if context_ref and context_ref not in holders:
+            matches = [cid for cid in holders if cid.startswith(context_ref)]
+            if len(matches) != 1:
+                problem = "matches several contexts" if matches else "no such context in this session"
+                raise ContextNotFoundError(summary.path, f"context {context_ref!r}: {problem}")
+            wanted = matches[0]
+        if wanted is None:
+            raise ContextNotFoundError(session.session_file, "session has no active context")
+        if wanted not in holders:  # the active context has no readable file
+            for name in session.load_errors:
+                if wanted in name:
+                    self.read_context(summary.path / name)  # raises what loading the session would
+            problem = f"active context {wanted} of session {session.uuid} has no file"
+            raise ContextNotFoundError(summary.path / f"{wanted}.json", problem)
+        context = self.read_context(summary.path / holders[wanted])
+        return (session, context) if context.id == wanted else whole()
+
     # -- saving -------------------------------------------------------------------------
 
     def save_session(self, session: Session) -> list[Path]:
@@ -462,11 +542,16 @@ class Store:
 
         A loaded session goes back to the folder it came from (even if that folder was
         copied under another name). Files whose content is unchanged are not touched,
-        and files that failed to load are never overwritten, so saving cannot lose what
-        is on disk. Each file is replaced atomically, and a new session's folder appears
-        whole (written beside it, then renamed), so a crash never leaves a session folder
-        without its ``session.json``. A folder or file that leads outside the store is
-        refused (OutsideStoreError), never written through.
+        and files that failed to load are never overwritten. Another process's save
+        since this session was loaded is never undone: under the session's save lock,
+        each file is compared with what was read, merged where the two saves changed
+        different things (new forks, new children, other keys of ``session.json``), and
+        anything else is a :class:`SaveConflictError` naming the file, raised before a
+        byte is written (:mod:`soap_core._saves`). Each file is replaced atomically, and
+        a new session's folder appears whole (written beside it, then renamed), so a
+        crash never leaves a session folder without its ``session.json``. A folder or
+        file that leads outside the store is refused (OutsideStoreError), never written
+        through.
         """
         directory = session.directory or self.session_dir(session.role, session.uuid)
         roots = self.real_roots()
@@ -474,39 +559,55 @@ class Store:
         for name in (SESSION_FILE, *session.context_files.values()):
             if link_escapes(roots, directory / name):
                 raise OutsideStoreError(directory / name, outside_problem(directory / name, name))
-        if os.path.lexists(directory):
-            written = self._write_session(session, directory, directory)
-        else:  # a new session appears whole or not at all (a kill leaves a temp folder)
+        plans: list[FileWrite] | None = None
+        if not os.path.lexists(directory):  # a new session appears whole or not at all
             try:
                 with new_folder(directory, sync=syncing()) as staging:
-                    written = self._write_session(session, directory, staging)
-            except FileExistsError as exc:
-                raise StoreError(directory, f"cannot create the session folder: {exc}") from None
+                    plans = plan_save(session, directory, staging, None)
+                    written = self._write_planned(plans, directory, staging)
+                    saved(session, plans, staging, "")
+            except FileExistsError:
+                plans = None  # another process made it meanwhile: saved into like any other
+        if plans is None:
+            with save_lock(save_lock_path(self.layout.config_dir, directory)) as lock:
+                plans = plan_save(session, directory, directory, lock.token)
+                token = lock.replace_token()
+                written = self._write_planned(plans, directory, directory)
+                saved(session, plans, directory, token)
         catalog = self.catalog()
         if catalog is not None and written:
-            catalog.note_saved(session, directory, written)
+            if any(p.on_disk_only or p.header is not None for p in plans):
+                catalog.index_session_dir(directory)  # the files hold more than memory does
+            else:
+                catalog.note_saved(session, directory, written)
         return written
 
-    def _write_session(self, session: Session, directory: Path, folder: Path) -> list[Path]:
-        """The contexts, then ``session.json``, written into ``folder`` (``directory``, or
-        the temp folder that becomes it); the files written, as paths in ``directory``."""
+    def update_session(self, ref: str, change: Callable[[Session], T], *, attempts: int = 50) -> T:
+        """Load the session ``ref``, apply ``change`` to it and save it; on a
+        :class:`SaveConflictError` (another process saved the same part meanwhile), load
+        it again and apply ``change`` again, up to ``attempts`` times. ``change``'s
+        result is returned."""
+        for attempt in range(attempts):
+            session = self.load_session(ref, require_active=False)
+            result = change(session)
+            try:
+                self.save_session(session)
+            except SaveConflictError:
+                if attempt + 1 == attempts:
+                    raise
+                time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 20)))
+                continue
+            return result
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _write_planned(plans: list[FileWrite], directory: Path, folder: Path) -> list[Path]:
+        """Write the planned files into ``folder`` (contexts first, ``session.json``
+        last); the files written, as paths in ``directory``."""
         written: list[Path] = []
-        for context_id, context in session.contexts.items():
-            if context_id not in session.context_files:  # a new context: its file is named after it
-                session.context_files[context_id] = f"{safe_name(context_id, 'context id', directory)}.json"
-            name = session.context_files[context_id]
-            safe_name(name, "context file name", directory)
-            if name in session.load_errors:
-                raise StoreError(directory / name, "refusing to overwrite a file that failed to load")
-            value = context.to_dict()
-            digest = fingerprint([str(directory / name), value])
-            if digest is not None and digest == context.saved_fingerprint and (folder / name).is_file():
-                continue  # unchanged since it was read or written: not even dumped
-            if write_json_atomic(folder / name, value):
-                written.append(directory / name)
-            context.saved_fingerprint = digest
-        if write_json_atomic(folder / SESSION_FILE, session.to_dict()):
-            written.append(directory / SESSION_FILE)
+        for plan in plans:
+            if not plan.already_there and write_json_atomic(folder / plan.name, plan.value):
+                written.append(directory / plan.name)
         return written
 
 

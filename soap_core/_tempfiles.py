@@ -24,6 +24,7 @@ a session appears whole or not at all; a killed writer's temp folder is a leftov
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import re
@@ -156,7 +157,12 @@ def new_folder(directory: Path, *, sync: bool = True) -> Iterator[Path]:
                 _fsync_folder(staging)
             if os.path.lexists(directory):
                 raise FileExistsError(f"{directory} appeared while it was being created")
-            os.rename(staging, directory)
+            try:
+                os.rename(staging, directory)
+            except OSError as exc:  # made by another process between the check and the rename
+                if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise FileExistsError(f"{directory} appeared while it was being created") from None
+                raise
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise

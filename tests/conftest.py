@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser
 
-from soap_core import Context, Store
+from soap_core import SAVE_LOCKS_DIR, Context, Store
 from soap_core._catalog import CATALOG_FILE, is_catalog_file
 from tests.demo_store import demo_build, demo_store  # noqa: F401  (built once, against the local model)
 from tests.llm import llm_server  # noqa: F401  (the one session-wide local model server)
@@ -58,7 +58,7 @@ def snapshot(root: Path) -> dict[str, bytes]:
     return {
         str(p.relative_to(root)): p.read_bytes()
         for p in sorted(root.rglob("*"))
-        if p.is_file() and not is_catalog_file(p)
+        if p.is_file() and not is_catalog_file(p) and SAVE_LOCKS_DIR not in p.parts
     }
 
 

@@ -314,8 +314,8 @@ def test_a_save_writes_and_indexes_only_what_changed(tmp_path: Path, monkeypatch
     loaded.active_context.append(_say("user", "second"))
     written = Store(root).save_session(loaded)
     assert [p.name for p in written] == [f"{loaded.active_context_id}.json"]
-    assert dumped == [f"{loaded.active_context_id}.json", "session.json"], (
-        "the five unchanged forks are skipped"
+    assert dumped == [f"{loaded.active_context_id}.json"], (
+        "the five unchanged forks and the unchanged session.json are skipped"
     )
     assert [h.context_id for h in search_store(Store(root), "second")] == [loaded.active_context_id]
 
@@ -348,9 +348,7 @@ def test_a_checked_file_builds_its_messages_on_first_use_and_a_save_keeps_every_
         "write_json_atomic",
         lambda path, value: written.append(path.name) or real_write(path, value),
     )
-    assert Store(root).save_session(loaded) == [] and written == ["session.json"], (
-        "nothing changed: nothing dumped"
-    )
+    assert Store(root).save_session(loaded) == [] and written == [], "nothing changed: nothing dumped"
 
     loaded = Store(root).load_session(session.uuid)  # changed before its first save
     in_place, unbuilt = loaded.contexts[forks[0].id], loaded.contexts[context.id]
@@ -359,7 +357,7 @@ def test_a_checked_file_builds_its_messages_on_first_use_and_a_save_keeps_every_
     assert not unbuilt.messages_built
     written.clear()
     Store(root).save_session(loaded)
-    assert sorted(written) == sorted([f"{in_place.id}.json", f"{unbuilt.id}.json", "session.json"])
+    assert sorted(written) == sorted([f"{in_place.id}.json", f"{unbuilt.id}.json"])
     again = Store(root, use_catalog=False).load_session(session.uuid)
     assert again.contexts[in_place.id].messages[-1].metadata == {"tag": "changed in place"}
     assert again.contexts[unbuilt.id].children == [*(f.id for f in forks), "an-added-child"]
