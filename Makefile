@@ -32,10 +32,11 @@ unit: install
 test: lint typecheck browser unit
 
 # The crash and race figures of RELIABILITY.md at full scale: writers SIGKILLed during
-# 1,000 saves, 200 races of two processes on a new thread (`make test` runs a quarter of
+# 1,000 saves, 200 races of two processes on a new thread, 1,000 rounds of four processes
+# appending to and forking one session at once (`make test` runs a smaller share of
 # each). The figures go to test-output/reliability/.
 reliability: install
-	SOAPWB_RELIABILITY=full $(BIN)/pytest -q tests/test_crash_safety.py
+	SOAPWB_RELIABILITY=full $(BIN)/pytest -q tests/test_crash_safety.py tests/test_concurrent_saves.py
 
 # The browser tests drive Debian's chromium (Playwright's own browser download is not
 # reachable here). Installed once, with apt as root or through sudo.
