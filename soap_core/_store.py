@@ -40,8 +40,10 @@ from soap_core._errors import (
 from soap_core._facts import MessageFacts, facts_of
 from soap_core._jsonio import fingerprint, parse_json_bytes, read_json, syncing, write_json_atomic
 from soap_core._layout import UNKNOWN_ROLE, InstanceClaim, Layout, locate, read_instances
+from soap_core._names import distinct_names, pick_role
 from soap_core._paths import (
     OutsideStoreError,
+    UnsafeNameError,
     confine,
     is_safe_name,
     link_escapes,
@@ -306,24 +308,49 @@ class Store:
     def find(self, ref: str) -> SessionSummary:
         """The session whose uuid is ``ref``, or starts with it (with or without the date).
 
+        ``ROLE/UUID`` (or ``ROLE/PREFIX``, ``ROLE/FOLDER``) looks among that role's
+        sessions only: the way to name a session whose uuid is not unique (a copied
+        folder, twin role names). ROLE must be one of the store's roles, as typed, as the
+        text output shows it (escapes read back: ``Cafe\\u0301``), or the only role equal
+        to it in another Unicode normalization; it is compared with the roles, never
+        joined to a path, and anything else is refused like a path.
+
         A full uuid or folder name is looked up in the catalog and only that session's
         files are checked; a prefix, or a name the catalog does not know yet, refreshes
         the catalog first (a new session of another process, a copied folder)."""
-        if ref and not is_safe_name(ref):
+        role: str | None = None
+        spelled, slash, name = ref.partition("/")
+        if slash:
+            if not is_safe_name(name):
+                safe_name(name, "session", self.root)  # one plain name after the role
+            roles = set(self.roles())
+            if self.sessions_dir.is_dir():
+                roles.update({claim.role for claim in self.instance_claims().values()}, {UNKNOWN_ROLE})
+            role = pick_role(spelled, roles)
+            if role is None:
+                raise UnsafeNameError(
+                    self.root,
+                    f"session {ref!r}: {spelled!r} is not a role of this store: refused "
+                    "(a session is a uuid, a prefix of one, or ROLE/UUID)",
+                )
+            ref = name
+        elif ref and not is_safe_name(ref):
             safe_name(ref, "session", self.root)  # a uuid or a prefix of one: never a path
         catalog = self.catalog()
         if catalog is None:
-            return self._resolve(ref, self.scan_sessions())
+            return self._resolve(ref, [s for s in self.scan_sessions() if role in (None, s.role)], role)
         if not self.root.is_dir():
             raise StoreError(self.root, "no such store directory")
         for directory in self._direct_candidates(catalog, ref):
             catalog.index_session_dir(directory)
-        rows = [
-            r for r in catalog.session_rows("WHERE s.name = ? OR s.uuid = ?", (ref, ref)) if r.dir.is_dir()
-        ]
+        where, params = "WHERE (s.name = ? OR s.uuid = ?)", [ref, ref]
+        if role is not None:
+            where, params = f"{where} AND s.role = ?", [ref, ref, role]
+        rows = [r for r in catalog.session_rows(where, tuple(params)) if r.dir.is_dir()]
         if len(rows) != 1:
             catalog.refresh()
-            return self._resolve(ref, [_summary_of(r) for r in catalog.session_rows()])
+            rows = [r for r in catalog.session_rows() if role in (None, r.role)]
+            return self._resolve(ref, [_summary_of(r) for r in rows], role)
         return _summary_of(rows[0])
 
     def _direct_candidates(self, catalog: Catalog, ref: str) -> list[Path]:
@@ -337,7 +364,14 @@ class Store:
         on_disk = [self.agents_dir / role / ref for role in roles] + [self.sessions_dir / ref]
         return [d for d in on_disk if d.is_dir()]
 
-    def _resolve(self, ref: str, candidates: list[SessionSummary]) -> SessionSummary:
+    def _resolve(self, ref: str, candidates: list[SessionSummary], role: str | None = None) -> SessionSummary:
+        """The one of ``candidates`` (one role's sessions, given ``role``) that ``ref``
+        names; an ambiguity lists the sessions as the ``ROLE/FOLDER`` forms that name
+        each of them alone (twin role names shown apart)."""
+        if role is not None:  # a folder name is unique within a role, whatever the uuids inside
+            named = [s for s in candidates if s.path.name == ref]
+            if len(named) == 1:
+                return named[0]
         exact = [s for s in candidates if ref in (s.uuid, s.path.name)]
         if len(exact) == 1:
             return exact[0]
@@ -346,10 +380,17 @@ class Store:
         ]
         if len(matches) == 1:
             return matches[0]
+        shown = distinct_names([s.role for s in candidates] + ([role] if role is not None else []))
         if not matches:
-            raise SessionNotFoundError(self.root, f"no session matches {ref!r}")
-        names = ", ".join(f"{s.role}/{s.path.name}" for s in matches[:5])
-        raise AmbiguousSessionError(self.root, f"{ref!r} matches {len(matches)} sessions: {names}")
+            where = f" of role {shown[role]}" if role is not None else ""
+            raise SessionNotFoundError(self.root, f"no session{where} matches {ref!r}")
+        forms = [f"{shown[s.role]}/{s.path.name}" for s in matches[:5]]
+        more = f" and {len(matches) - 5} more" if len(matches) > 5 else ""
+        raise AmbiguousSessionError(
+            self.root,
+            f"{ref!r} matches {len(matches)} sessions: {', '.join(forms)}{more}; "
+            f"name one as ROLE/UUID as listed here (e.g. {forms[0]})",
+        )
 
     # -- loading ------------------------------------------------------------------------
 
