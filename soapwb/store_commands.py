@@ -6,7 +6,15 @@ import argparse
 from typing import Any
 
 from soap_core import UNKNOWN_ROLE, describe_node, fork_tree, message_rows, search_store, session_overview
-from soapwb.common import UsageError, add_store_options, emit_json, format_table, open_store
+from soapwb.common import (
+    SESSION_HELP,
+    UsageError,
+    add_store_options,
+    emit_json,
+    format_table,
+    open_store,
+    role_names,
+)
 
 
 def register(commands: Any) -> None:
@@ -21,7 +29,7 @@ def register(commands: Any) -> None:
     ls.set_defaults(handler=cmd_ls)
 
     show = commands.add_parser("show", help="show the messages of a session's context")
-    show.add_argument("session", metavar="SESSION", help="session uuid or a unique prefix of one")
+    show.add_argument("session", metavar="SESSION", help=SESSION_HELP)
     show.add_argument("--context", metavar="ID", help="context id or prefix (default: the active one)")
     show.add_argument(
         "--chronological", action="store_true", help="order by sequence number instead of display order"
@@ -30,7 +38,7 @@ def register(commands: Any) -> None:
     show.set_defaults(handler=cmd_show)
 
     tree = commands.add_parser("tree", help="show a session's fork tree")
-    tree.add_argument("session", metavar="SESSION", help="session uuid or a unique prefix of one")
+    tree.add_argument("session", metavar="SESSION", help=SESSION_HELP)
     add_store_options(tree)
     tree.set_defaults(handler=cmd_tree)
 
@@ -55,9 +63,10 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if not rows:
         print(f"no sessions in {store.root} (looked in {store.agents_dir} and {store.sessions_dir})")
         return 0
+    shown = role_names(store, *(r.role for r in rows))
     table = [
         (
-            f"{r.role} ({r.instance})" if r.instance else r.role,
+            f"{shown[r.role]} ({r.instance})" if r.instance else shown[r.role],
             r.uuid,
             r.thread_id,
             "yes" if r.is_active else "no",
@@ -76,7 +85,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     )
     for r in rows:
         if r.error:
-            print(f"broken: {r.role}/{r.uuid}: {r.error}")
+            print(f"broken: {shown[r.role]}/{r.uuid}: {r.error}")
     for problem in store.instance_problems():
         print(f"broken instance: {problem} (the sessions it claims are listed as {UNKNOWN_ROLE})")
     return 0
@@ -107,7 +116,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         )
         return 0
     origin = f"  fork of {context.origin_context_id}" if context.origin_context_id else ""
-    print(f"{session.role}/{session.uuid}  context {context.id}{origin}")
+    print(f"{role_names(store, session.role)[session.role]}/{session.uuid}  context {context.id}{origin}")
     print(f"{len(rows)} messages, {header['tokens']} tokens (cl100k_base)")
     table = []
     for r in rows:
@@ -150,7 +159,7 @@ def cmd_tree(args: argparse.Namespace) -> int:
             }
         )
         return 0
-    print(f"{session.role}/{session.uuid}")
+    print(f"{role_names(store, session.role)[session.role]}/{session.uuid}")
     for i, n in enumerate(nodes):
         last = not any(m.depth == n.depth for m in nodes[i + 1 :] if m.parent_id == n.parent_id)
         indent = "    " * max(n.depth - 1, 0) + (("└── " if last else "├── ") if n.depth else "")
@@ -166,14 +175,16 @@ def cmd_search(args: argparse.Namespace) -> int:
         raise UsageError("--limit must be at least 1")
     if not args.text:
         raise UsageError("the text to find is empty")
-    hits = search_store(open_store(args), args.text, limit=args.limit)
+    store = open_store(args)
+    hits = search_store(store, args.text, limit=args.limit)
     if args.json:
         emit_json([hit.as_dict() for hit in hits])
         return 0
     if not hits:
         print(f"no message contains {args.text!r}")
         return 0
-    rows = [(h.role, h.session, h.context_id, h.index, h.message_role, h.snippet) for h in hits]
+    shown = role_names(store, *(h.role for h in hits))
+    rows = [(shown[h.role], h.session, h.context_id, h.index, h.message_role, h.snippet) for h in hits]
     print(format_table(("ROLE", "SESSION", "CONTEXT", "MESSAGE", "FROM", "SNIPPET"), rows))
     if len(hits) == args.limit:
         print(f"(the first {args.limit} hits: --limit shows more)")
