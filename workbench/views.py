@@ -64,6 +64,13 @@ SHOWN_ORDER = (
 uuid last (the error column goes last when nothing is broken)."""
 
 _MARKDOWN_SPECIALS = re.compile("([" + re.escape(string.punctuation) + "])")
+WORD_JOINER = "\u2060"
+"""An invisible character that joins the characters either side of it (no space, no
+line break): :func:`escape_markdown` puts one where Markdown would start a link."""
+_LINK_STARTS = re.compile(r"(?<=:)(?=//)|(?<=www)(?=\.)|(?<=@)", re.IGNORECASE)
+"""Where GitHub-flavoured Markdown finds a link in plain text (``http://``, ``https://``,
+``www.``, ``name@host.tld``): between the colon and the slashes, between ``www`` and
+its dot, right after an at sign."""
 _UNSAFE_FILE_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -254,13 +261,18 @@ def media_file_name(message_id: str, part_index: int, part: MediaPart) -> str:
 
 
 def escape_markdown(text: str) -> str:
-    """``text`` with every ASCII punctuation character backslash-escaped.
+    """``text`` with every ASCII punctuation character backslash-escaped, and a
+    :data:`WORD_JOINER` where a link would start.
 
-    st.error, st.warning and st.info render Markdown, and error messages quote values
-    from the files (paths, ids, wrong values); escaped, they show as written and cannot
-    become links, images, math or formatting.
+    st.error, st.warning and st.info render Markdown, and so do expander, radio, tab and
+    caption labels, which quote values from the files (paths, ids, tool names, message
+    text); escaped, they show as written and cannot become links, images, math or
+    formatting. Escapes alone do not stop a bare ``https://…``, ``www.…`` or
+    ``name@host.tld`` from becoming a link: Streamlit's Markdown (remark-gfm) looks
+    for those in the text after it has undone the escapes. The invisible joiner breaks
+    the pattern, so the label reads the same and links nowhere.
     """
-    return _MARKDOWN_SPECIALS.sub(r"\\\1", text)
+    return _MARKDOWN_SPECIALS.sub(r"\\\1", _LINK_STARTS.sub(WORD_JOINER, text))
 
 
 _PATH_LIMIT = 80
