@@ -147,3 +147,16 @@ def test_a_role_typed_in_the_other_normalization_reaches_it_when_it_has_no_twin(
     assert Store(store_copy).find(f"{NFC}/{SESSION_UUID}").role == NFD  # a terminal types NFC
     proc = soapwb("show", f"{NFC}/3f0c", "--store", store_copy)
     assert proc.returncode == 0 and "decomposed" in proc.stdout, proc
+
+
+def test_the_pages_session_picker_labels_twin_roles_apart(store_copy: Path) -> None:
+    from tests.apptest import open_app_page
+
+    for role, uuid in ((NFC, "20250612-c0ffee00-1111-4222-8333-444444444444"), (NFD, "20250612-c0ffee11-1111-4222-8333-444444444444")):  # fmt: skip
+        folder = copy_role(store_copy, role, role, folder=uuid)
+        session = json.loads((folder / "session.json").read_text())
+        (folder / "session.json").write_text(json.dumps({**session, "uuid": uuid}, indent=2))
+    at = open_app_page(store_copy, "fork_tree")
+    options = next(box for box in at.selectbox if box.label == "Session").options
+    roles = [o.split(" · ")[0] for o in options if not o.startswith("HelloPete ")]
+    assert len(roles) == 2 and len({unicodedata.normalize("NFC", r) for r in roles}) == 2, options

@@ -7,9 +7,12 @@ fall back to sensible defaults and write the choice back.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import streamlit as st
 
 from soap_core import Context, Session, SessionOverview, SoapError
+from soap_core._names import distinct_names
 from workbench.loading import (
     agent_names,
     chosen_store,
@@ -79,7 +82,8 @@ def selected_session(
     overviews = store_overviews(root)
     uuids = [o.uuid for o in overviews]
     names = agent_names(root)
-    labels = {o.uuid: session_label(o, names.get(o.uuid)) for o in overviews}
+    roles = distinct_names(o.role for o in overviews)  # twins (Café composed, decomposed) apart
+    labels = {o.uuid: session_label(replace(o, role=roles[o.role]), names.get(o.uuid)) for o in overviews}
     wanted = st.query_params.get("session")
     matching = [u for u in uuids if wanted and matches_session(u, wanted)]
     current = matching[0] if len(matching) == 1 else None
