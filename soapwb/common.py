@@ -117,14 +117,20 @@ class TerminalText:
 @contextlib.contextmanager
 def terminal_safe_output() -> Iterator[None]:
     """stdout and stderr as :class:`TerminalText` while the block runs, text and
-    ``--json`` alike (JSON holds no raw control character: :func:`emit_json`)."""
+    ``--json`` alike (JSON holds no raw control character: :func:`emit_json`). An
+    exception other than SystemExit leaves them in place, so that the traceback Python
+    prints for it (``SOAPWB_DEBUG=1``) is escaped too."""
     saved = sys.stdout, sys.stderr
     wrapped = [s if isinstance(s, TerminalText) else TerminalText(s) for s in saved]
     sys.stdout, sys.stderr = wrapped  # type: ignore[assignment]
     try:
         yield
-    finally:
+    except Exception:
+        raise
+    except BaseException:
         sys.stdout, sys.stderr = saved
+        raise
+    sys.stdout, sys.stderr = saved
 
 
 def progress_line(text: str, *, last: bool = False) -> None:
