@@ -122,7 +122,7 @@ def terminal_safe_output() -> Iterator[None]:
     prints for it (``SOAPWB_DEBUG=1``) is escaped too."""
     saved = sys.stdout, sys.stderr
     wrapped = [s if isinstance(s, TerminalText) else TerminalText(s) for s in saved]
-    sys.stdout, sys.stderr = wrapped  # type: ignore[assignment]
+    sys.stdout, sys.stderr = wrapped
     try:
         yield
     except Exception:
