@@ -22,6 +22,26 @@ some requests fail and others not):
 * ``json_not_object``: status 200, ``application/json``, the valid JSON ``[1, 2]``.
 * ``html_page``: status 200 with an HTML page (a proxy's answer), ``text/html``.
 
+Hostile modes, for the bounds of a call (``tests/test_hostile_server.py``); none of them
+ever holds its body in memory, and each stops when the client hangs up or the server stops:
+
+* ``drip``: status 200 and a ``content-length``, then a valid chat completion one byte
+  every ``drip_s`` seconds (default 1 s: 300-odd seconds for the whole body).
+* ``drip_headers``: the status line and headers one byte every ``drip_s`` seconds (a
+  client's timeout per read never fires, and the headers never end within a test).
+* ``silent``: reads the request and never answers, not even a status line.
+* ``huge``: status 200 and a ``content-length`` of ``huge_bytes`` (default 2 GiB): a chat
+  completion whose content is that many ``0`` characters, generated a MiB at a time.
+* ``huge_chunked``: the same body chunked, with no length announced.
+* ``gzip_bomb``: a gzip-compressed body (``content-encoding: gzip``, chunked, whether asked
+  for or not) that inflates to ``huge_bytes``, compressed as it is sent (about 2 MB on the
+  wire for 2 GiB).
+* ``long_retry_after``: status 429 with ``retry-after: 60`` (the ``openai`` client honours
+  up to 120 s), so a client that obeys it waits a minute before its retry.
+
+``sent`` counts the bytes of body the server got out, so a test can tell how far a client
+read before it gave up.
+
 Retries stay fast: every error answer also carries ``retry-after-ms: 1``, because the
 ``openai`` client ignores a zero ``retry-after`` and falls back to its 0.5 s backoff.
 Only timeouts and refused connections (no answer, so no header) pay that backoff.
@@ -31,9 +51,12 @@ and :class:`RefusedPort` also counts the attempts to connect there.
 
 from __future__ import annotations
 
+import itertools
 import json
 import socket
 import threading
+import time
+import zlib
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -52,7 +75,17 @@ MODES = (
     "text_message",
     "json_not_object",
     "html_page",
+    "drip",
+    "drip_headers",
+    "silent",
+    "huge",
+    "huge_chunked",
+    "gzip_bomb",
+    "long_retry_after",
 )
+_STREAMED = ("drip", "drip_headers", "silent", "huge", "huge_chunked", "gzip_bomb")
+GIB = 1024**3
+MIB = 1024**2
 
 OK_COMPLETION: dict[str, Any] = {
     "id": "cmpl-1",
@@ -81,7 +114,29 @@ _SHAPES: dict[str, dict[str, Any]] = {
 _ERRORS: dict[str, tuple[int, str, str]] = {
     "http500": (500, "server_error", "the model server fell over"),
     "rate_limit": (429, "rate_limit_exceeded", "slow down"),
+    "long_retry_after": (429, "rate_limit_exceeded", "come back in a minute"),
 }
+_RETRY_AFTER = {"long_retry_after": {"retry-after": "60"}}
+"""What each error mode says about waiting; the others ask for 1 ms."""
+
+
+def huge_completion(size: int) -> tuple[bytes, bytes, int]:
+    """The head and tail of a chat completion whose content is ``0`` characters, and how
+    many of them make the whole body ``size`` bytes long."""
+    head = (
+        b'{"id": "cmpl-1", "object": "chat.completion", "created": 0, "model": "m", "choices": '
+        b'[{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "'
+    )
+    tail = b'"}}]}'
+    return head, tail, max(0, size - len(head) - len(tail))
+
+
+def zeros(count: int, chunk: int = MIB) -> Iterator[bytes]:
+    """``count`` ``0`` characters, a chunk at a time, from one chunk held in memory."""
+    block = b"0" * chunk
+    while count > 0:
+        yield block[: min(chunk, count)]
+        count -= chunk
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -98,6 +153,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(404, b'{"error": {"message": "no such route"}}')
             return
         mode = self.server.owner.record_request()
+        if mode in _STREAMED:
+            self._hostile(mode)
+            return
         if mode == "timeout":
             self.server.owner.stopping.wait(self.server.owner.stall_s)
             self.close_connection = True
@@ -105,7 +163,8 @@ class _Handler(BaseHTTPRequestHandler):
         if mode in _ERRORS:
             status, code, message = _ERRORS[mode]
             body = {"error": {"message": message, "type": code, "code": code}}
-            self._send(status, json.dumps(body).encode(), {"retry-after": "0", "retry-after-ms": "1"})
+            waits = _RETRY_AFTER.get(mode, {"retry-after": "0", "retry-after-ms": "1"})
+            self._send(status, json.dumps(body).encode(), waits)
         elif mode == "malformed_json":
             self._send(200, b'{"id": "cmpl-1", "choices": [ this is not JSON')
         elif mode == "json_not_object":
@@ -116,6 +175,63 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, json.dumps(_SHAPES[mode]).encode())
         else:
             raise ValueError(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
+
+    def _hostile(self, mode: str) -> None:
+        """A hostile answer; it ends when the client hangs up or the server stops."""
+        owner = self.server.owner
+        self.close_connection = True
+        try:
+            if mode == "silent":
+                owner.stopping.wait()
+                return
+            if mode == "drip_headers":
+                body = json.dumps(OK_COMPLETION).encode()
+                status = f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+                for byte in status.encode() + body:
+                    self._write(bytes([byte]))
+                    if owner.stopping.wait(owner.drip_s):
+                        return
+                return
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            if mode == "drip":
+                body = json.dumps(OK_COMPLETION).encode()
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                for byte in body:
+                    self._write(bytes([byte]))
+                    if owner.stopping.wait(owner.drip_s):
+                        return
+                return
+            head, tail, count = huge_completion(owner.huge_bytes)
+            if mode == "huge":
+                self.send_header("content-length", str(owner.huge_bytes))
+                self.end_headers()
+                for part in itertools.chain([head], zeros(count), [tail]):
+                    if owner.stopping.is_set():
+                        return
+                    self._write(part)
+                return
+            self.send_header("transfer-encoding", "chunked")
+            if mode == "gzip_bomb":
+                self.send_header("content-encoding", "gzip")
+            self.end_headers()
+            pack = zlib.compressobj(1, zlib.DEFLATED, 31) if mode == "gzip_bomb" else None
+            for part in itertools.chain([head], zeros(count), [tail, b""]):
+                if owner.stopping.is_set():
+                    return
+                if pack is not None:
+                    part = pack.compress(part) if part else pack.flush()
+                if part:
+                    self._write(b"%x\r\n%s\r\n" % (len(part), part))
+            self._write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up: what these modes are for
+
+    def _write(self, data: bytes) -> None:
+        self.wfile.write(data)
+        self.wfile.flush()
+        self.server.owner.count_sent(len(data))
 
     def _send(
         self,
@@ -145,12 +261,19 @@ class _Server(ThreadingHTTPServer):
 class MisbehavingLLM:
     """A started server on a free port of 127.0.0.1 (use it as a context manager)."""
 
-    def __init__(self, mode: Mode = "ok", *, stall_s: float = 2.0) -> None:
+    def __init__(
+        self, mode: Mode = "ok", *, stall_s: float = 2.0, drip_s: float = 1.0, huge_bytes: int = 2 * GIB
+    ) -> None:
         self.mode = mode
         self.stall_s = stall_s
+        self.drip_s = drip_s
+        self.huge_bytes = huge_bytes
         self.stopping = threading.Event()
         self._lock = threading.Lock()
         self._requests = 0
+        self._sent = 0
+        self.first_request_at: float | None = None
+        """``time.monotonic()`` when the first request arrived (to time a client from then)."""
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.owner = self
         self._thread = threading.Thread(
@@ -167,11 +290,23 @@ class MisbehavingLLM:
         with self._lock:
             return self._requests
 
+    @property
+    def sent(self) -> int:
+        """How many bytes of hostile bodies went out so far (what the clients were sent)."""
+        with self._lock:
+            return self._sent
+
+    def count_sent(self, count: int) -> None:
+        with self._lock:
+            self._sent += count
+
     def record_request(self) -> str:
         """Count one request and return the mode it gets."""
         with self._lock:
             self._requests += 1
             number = self._requests
+            if self.first_request_at is None:
+                self.first_request_at = time.monotonic()
         return self.mode(number) if callable(self.mode) else self.mode
 
     def __enter__(self) -> MisbehavingLLM:
