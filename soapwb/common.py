@@ -81,8 +81,17 @@ def emit_json(value: Any) -> None:
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """Plain left-aligned columns; None shows as '-'."""
-    cells = [[("-" if v is None else escape_controls(str(v))) for v in row] for row in rows]
+    """Plain left-aligned columns; None shows as '-'. A control character in a cell is
+    shown escaped and the columns are as wide as what is shown (one look over the whole
+    text; the cells are escaped one by one only when it finds one)."""
+    cells = [[("-" if v is None else str(v)) for v in row] for row in rows]
+    text = _layout(headers, cells)
+    if escape_controls(text) is text:
+        return text
+    return _layout(headers, [[escape_controls(c) for c in row] for row in cells])
+
+
+def _layout(headers: Sequence[str], cells: list[list[str]]) -> str:
     widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
