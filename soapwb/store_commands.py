@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from soap_core import UNKNOWN_ROLE, describe_node, fork_tree, message_rows, search_store, session_overview
+from soap_core import UNKNOWN_ROLE, fork_tree, message_rows, search_store, session_overview
+from soap_core._tree import tree_lines
 from soapwb.common import (
     SESSION_HELP,
     UsageError,
@@ -160,10 +161,8 @@ def cmd_tree(args: argparse.Namespace) -> int:
         )
         return 0
     print(f"{role_names(store, session.role)[session.role]}/{session.uuid}")
-    for i, n in enumerate(nodes):
-        last = not any(m.depth == n.depth for m in nodes[i + 1 :] if m.parent_id == n.parent_id)
-        indent = "    " * max(n.depth - 1, 0) + (("└── " if last else "├── ") if n.depth else "")
-        print(f"{indent}{n.id}  {describe_node(n)}")
+    for line in tree_lines(nodes):
+        print(line)
     for name, error in session.load_errors.items():
         print(f"unreadable: {name}: {error}")
     return 0
