@@ -94,8 +94,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     store = open_store(args)
-    session = store.load_session(args.session, require_active=args.context is None)
-    context = session.context(args.context) if args.context else session.active_context
+    session, context = store.load_context(args.session, args.context)  # that one file, not the session
     rows = message_rows(context, chronological=args.chronological)
     header: dict[str, Any] = {
         "role": session.role,
