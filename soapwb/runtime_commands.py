@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from soap_core.runtime import TraceFrame, invocation_chain
+from soap_core.runtime import TraceFrame
+from soap_core.runtime._trace import InvocationChain, invocation_chains
 from soapwb.common import add_store_options, emit_json, open_store
 
 
 def register(commands: Any) -> None:
-    trace = commands.add_parser("trace", help="show the invocation chain through a session")
+    trace = commands.add_parser(
+        "trace", help="show the invocation chains through a session, each invocation once with its depth"
+    )
     trace.add_argument("session", metavar="SESSION", help="session uuid or a unique prefix of one")
     add_store_options(trace)
     trace.set_defaults(handler=cmd_trace)
@@ -29,23 +32,42 @@ def frame_line(frame: TraceFrame) -> str:
     return f"{frame.role}/{frame.session}  [{site}]  {times}  {outcome}{error}"
 
 
+INDENT_LIMIT = 16
+"""Levels a chain indents at most; a deeper frame stays at this indent (its depth is
+printed anyway), so a line's length never grows with the chain."""
+
+
+def chain_lines(chain: InvocationChain) -> list[str]:
+    """A chain as text, one line per invocation depth first: ``>`` marks the session's
+    own invocations, then the depth, then the frame indented by its depth (at most
+    ``INDENT_LIMIT`` levels). Each invocation is printed once, so the text grows with the
+    number of invocations only."""
+    traced = set(chain.traced)
+    lines = []
+    for frame in chain.frames:
+        mark = ">" if frame.invocation_id in traced else " "
+        indent = "  " * min(frame.depth, INDENT_LIMIT)
+        lines.append(f"{mark} {frame.depth:>3} {indent}{frame_line(frame)}")
+    return lines
+
+
 def cmd_trace(args: argparse.Namespace) -> int:
     store = open_store(args)
-    traces = invocation_chain(store, args.session)
+    chains = invocation_chains(store, args.session)
     if args.json:
-        emit_json([t.as_dict() for t in traces])
+        emit_json([chain.as_dict() for chain in chains])
         return 0
-    if not traces:
+    if not chains:
         print(f"no invocation records for session {args.session} (written by peteos, or never invoked)")
         return 0
-    for number, trace in enumerate(traces, 1):
-        print(f"invocation {number} of {len(traces)}:")
-        for frame in trace.callers:
-            print(f"  {frame_line(frame)}")
-        if trace.invocation is not None:
-            print(f"> {frame_line(trace.invocation)}")
-        for frame in trace.callees:
-            print(f"  {'    ' * frame.depth}-> {frame_line(frame)}")
-        if trace.loop:
-            print(f"  note: {trace.loop}")
+    for number, chain in enumerate(chains, 1):
+        own = len(chain.traced)
+        print(
+            f"chain {number} of {len(chains)}: {len(chain.frames)} invocation{'' if len(chain.frames) == 1 else 's'}, "
+            f"{own} of this session (marked >), by depth from the outermost"
+        )
+        for line in chain_lines(chain):
+            print(line)
+        if chain.loop:
+            print(f"  note: {chain.loop}")
     return 0

@@ -339,7 +339,8 @@ def test_soapwb_trace_shows_the_hand_off(tmp_path: Path, capsys: pytest.CaptureF
     capsys.readouterr()
     assert main(["trace", agent, "--store", str(tmp_path / "store")]) == 0
     out = capsys.readouterr().out
-    assert f"> OpenPokeExecution/{agent}  [called from OpenPokeInteraction/{session.uuid}" in out
+    # each hand-off once, at depth 1 under the turn that made it, marked as this session's
+    assert f">   1   OpenPokeExecution/{agent}  [called from OpenPokeInteraction/{session.uuid}" in out
     assert "message 1]" in out and "message 5]" in out
 
 

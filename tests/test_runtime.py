@@ -31,6 +31,7 @@ from soap_core.runtime import (
     read_invocations,
     tool,
 )
+from soap_core.runtime._trace import invocation_chains
 from soap_core.runtime.local_model import LocalModelServer
 from soapwb.cli import main
 from tests.conftest import snapshot
@@ -202,12 +203,16 @@ def test_soapwb_trace_prints_the_chain_from_the_files(
     store_arg = ["--store", str(runtime.store.root)]
     assert main(["trace", leaf_session[:15], *store_arg, "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
-    assert printed == [t.as_dict() for t in invocation_chain(runtime.store, leaf_session)]
+    assert printed == [c.as_dict() for c in invocation_chains(runtime.store, leaf_session)]
+    [chain] = printed  # the chain once, each frame with its depth from the outermost
+    assert [(f["role"], f["depth"]) for f in chain["frames"]] == [("Top", 0), ("Middle", 1), ("Leaf", 2)]
+    assert chain["traced"] == [chain["frames"][2]["invocation_id"]]
     assert main(["trace", leaf_session, *store_arg]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[1].lstrip().startswith("Top/") and "called from Python" in lines[1]
-    assert lines[2].lstrip().startswith("Middle/") and "called from Top/" in lines[2]
-    assert lines[3].startswith("> Leaf/") and lines[3].endswith("ok")
+    assert lines[0].startswith("chain 1 of 1: 3 invocations, 1 of this session")
+    assert lines[1].startswith("    0 Top/") and "called from Python" in lines[1]
+    assert lines[2].startswith("    1   Middle/") and "called from Top/" in lines[2]
+    assert lines[3].startswith(">   2     Leaf/") and lines[3].endswith("ok")
 
 
 def test_invoking_a_session_up_the_chain_is_refused_and_recorded(runtime: Runtime) -> None:
