@@ -45,16 +45,15 @@ def session_traces(root: str, session_uuid: str) -> SessionTraces:
 
 
 def pick_invocation(traced: SessionTraces) -> InvocationTrace:
-    """The invocation of ``?invocation=`` (id or prefix), else the latest one."""
-    traces = [t for t in traced.traces if t.invocation is not None]
-    ids = [t.invocation.invocation_id for t in traces if t.invocation is not None]
+    """The invocation of ``?invocation=`` (id or prefix), else the latest one; its stack."""
+    by_id = {i.id: i for i in traced.invocations}
+    ids = list(by_id)
     wanted = st.query_params.get("invocation")
-    matches = matching_invocations(traces, wanted) if wanted else []
+    matches = matching_invocations(ids, wanted) if wanted else []
     if wanted and len(matches) != 1:
         st.error(escape_markdown(f"invocation {wanted!r}: no single invocation of this session matches"))
         st.stop()
     current = matches[0] if matches else ids[-1]
-    by_id = dict(zip(ids, traces, strict=True))
     chosen = st.selectbox(
         "Invocation",
         ids,
@@ -62,7 +61,7 @@ def pick_invocation(traced: SessionTraces) -> InvocationTrace:
         format_func=lambda i: invocation_label(by_id[i], traced.prompts),
     )
     st.query_params["invocation"] = chosen
-    return by_id[chosen]
+    return traced.trace(by_id[chosen])
 
 
 def show_call_sites(root: str, trace: InvocationTrace) -> None:
@@ -110,9 +109,9 @@ if not traced.has_records:
         "(a store written by peteos has none), so there is no chain to show."
     )
     st.stop()
-if not traced.traces:
+if not traced.invocations:
     st.info("This session's records are all of calls it made; it was never invoked itself.")
     st.stop()
 st.subheader("Invocations of this session")
-st.dataframe(invocations_table(traced.traces, traced.prompts), hide_index=True)
+st.dataframe(invocations_table(traced.invocations, traced.prompts), hide_index=True)
 show_trace(root, pick_invocation(traced), traced)

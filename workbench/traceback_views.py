@@ -2,7 +2,9 @@
 them, and its timeline across objects.
 
 Plain functions without Streamlit: the page lays out what these return, and a test
-checks them against :func:`soap_core.runtime.invocation_chain`.
+checks them against :func:`soap_core.runtime.invocation_chain`. Each chain through the
+session is walked and held once; the page cuts the stack of the invocation it shows
+from it.
 """
 
 from __future__ import annotations
@@ -21,11 +23,11 @@ from soap_core.runtime import (
     InvocationRecord,
     InvocationTrace,
     TraceFrame,
-    invocation_chain,
     read_calls,
     read_invocation,
     read_invocations,
 )
+from soap_core.runtime._trace import InvocationChain, invocation_chains
 from workbench.views import short_id
 
 OUTCOME_ICONS = {"ok": "✅", "refused": "⛔", "error": "❌", "running": "⏳", "interrupted": "💥"}
@@ -75,19 +77,47 @@ class Span:
 
 
 @dataclass(frozen=True)
-class SessionTraces:
-    """What the page needs about one session's invocations, read once and cached."""
+class Invocation:
+    """One invocation of the session, as the page lists and picks it."""
 
-    traces: list[InvocationTrace]
-    """One per invocation of the session, in the order of their records (start time)."""
+    frame: TraceFrame
+    """Its frame in its chain (``depth`` counted from the chain's outermost invocation)."""
+    chain: int
+    """Which of :attr:`SessionTraces.chains` holds it."""
+    callers: int
+    callees: int
+    """How many invocations are above it and below it (at any depth)."""
+
+    @property
+    def id(self) -> str:
+        return self.frame.invocation_id
+
+
+@dataclass(frozen=True)
+class SessionTraces:
+    """What the page needs about one session's invocations, read once and cached.
+
+    Each chain through the session is kept once (:func:`soap_core.runtime.invocation_chains`);
+    the stack through one invocation is cut from its chain when it is shown
+    (:meth:`trace`). One stack kept per invocation held n² frames for a session whose
+    object invoked itself n times, each invocation made by the one before."""
+
+    chains: list[InvocationChain]
+    invocations: list[Invocation]
+    """Every invocation of the session, in the order of their records (start time)."""
     prompts: dict[str, str]
-    """Invocation id → prompt, for every frame of every trace (TraceFrame has none)."""
+    """Invocation id → prompt, for every frame of every chain."""
     has_records: bool
     """Whether the session folder holds any invocation record at all (peteos writes none)."""
     spans: dict[str, list[Span]] = field(default_factory=dict)
     """Invocation id → its LLM calls and tool runs, in time order."""
     methods: dict[str, str] = field(default_factory=dict)
     """Invocation id → how it was called: the caller's tool, or ``from Python``."""
+
+    def trace(self, invocation: Invocation) -> InvocationTrace:
+        """The stack through one invocation: callers, itself, callees (depths counted from
+        it), in time linear in its chain."""
+        return self.chains[invocation.chain].trace(invocation.id)
 
 
 def load_traces(root: str, session_uuid: str) -> SessionTraces:
@@ -96,15 +126,28 @@ def load_traces(root: str, session_uuid: str) -> SessionTraces:
 
     Records come from the sessions themselves, each read from the session it ran in,
     because a frame of a deeper callee is recorded only in its own and its caller's
-    sessions; call records are read once per session of the chain. Raises SoapError
-    for a broken store or record.
+    sessions; call records are read once per session of the chain. Each frame is read
+    and built once, whatever the nesting. Raises SoapError for a broken store or record.
     """
     store = Store(root)
     directories = {s.uuid: s.path for s in store.sessions()}
-    own = read_invocations(store.find(session_uuid).path)
-    traces = invocation_chain(store, session_uuid)
+    summary = store.find(session_uuid)
+    own = read_invocations(summary.path)
+    chains = invocation_chains(store, session_uuid)
+    where: dict[str, tuple[int, TraceFrame, tuple[int, int]]] = {}
+    for number, chain in enumerate(chains):
+        sizes = chain.stack_sizes()
+        traced = set(chain.traced)
+        for frame in chain.frames:
+            if frame.invocation_id in traced:
+                where.setdefault(frame.invocation_id, (number, frame, sizes[frame.invocation_id]))
+    invocations = [
+        Invocation(where[r.id][1], where[r.id][0], *where[r.id][2])
+        for r in own
+        if r.callee.session == summary.uuid and r.id in where
+    ]
     records = {r.id: r for r in own}
-    frames = [f for trace in traces for f in trace_frames(trace)]
+    frames = [f for chain in chains for f in chain.frames]
     for frame in frames:
         if frame.invocation_id not in records and frame.session in directories:
             record = read_invocation(directories[frame.session], frame.invocation_id)
@@ -114,7 +157,8 @@ def load_traces(root: str, session_uuid: str) -> SessionTraces:
     calls = {c.id: c for uuid in sessions if uuid in directories for c in read_calls(directories[uuid])}
     by_message = {c.message_id: c for c in calls.values() if c.message_id}
     return SessionTraces(
-        traces,
+        chains,
+        invocations,
         {i: r.prompt for i, r in records.items()},
         bool(own),
         {i: frame_spans(r, calls) for i, r in records.items()},
@@ -175,9 +219,9 @@ def trace_frames(trace: InvocationTrace) -> list[TraceFrame]:
     return [*trace.callers, *own, *trace.callees]
 
 
-def matching_invocations(traces: Sequence[InvocationTrace], ref: str) -> list[str]:
-    """Ids of the session's invocations that are ``ref`` or start with it (exact first)."""
-    ids = [t.invocation.invocation_id for t in traces if t.invocation is not None]
+def matching_invocations(ids: Sequence[str], ref: str) -> list[str]:
+    """Those of the session's invocation ``ids`` that are ``ref`` or start with it (exact
+    first)."""
     return [ref] if ref in ids else [i for i in ids if i.startswith(ref)]
 
 
@@ -197,29 +241,26 @@ def one_line(text: str, limit: int = 80) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-def invocation_label(trace: InvocationTrace, prompts: dict[str, str]) -> str:
+def invocation_label(invocation: Invocation, prompts: dict[str, str]) -> str:
     """How an invocation is named in the picker: start time, outcome, prompt."""
-    frame = trace.invocation
-    if frame is None:
-        return "(no invocation)"
+    frame = invocation.frame
     prompt = one_line(prompts.get(frame.invocation_id, ""), 60)
     return f"{frame.started_at}  {outcome_label(frame.outcome)}  {prompt}"
 
 
-def invocations_table(traces: Sequence[InvocationTrace], prompts: dict[str, str]) -> pd.DataFrame:
+def invocations_table(invocations: Sequence[Invocation], prompts: dict[str, str]) -> pd.DataFrame:
     """Every invocation of the session: when, what it was asked, how it ended, and how
     many frames sit above and below it."""
     rows = [
         (
-            t.invocation.started_at,
-            one_line(prompts.get(t.invocation.invocation_id, "")),
-            outcome_label(t.invocation.outcome),
-            len(t.callers),
-            len(t.callees),
-            t.invocation.invocation_id,
+            i.frame.started_at,
+            one_line(prompts.get(i.id, "")),
+            outcome_label(i.frame.outcome),
+            i.callers,
+            i.callees,
+            i.id,
         )
-        for t in traces
-        if t.invocation is not None
+        for i in invocations
     ]
     return pd.DataFrame.from_records(rows, columns=list(INVOCATION_COLUMNS))
 
