@@ -38,6 +38,9 @@ KIND_STYLE: Mapping[str, tuple[str, str]] = {
 }
 """Marker symbol and colour per node kind; discarded contexts are hollow (no file)."""
 
+DISCARDED_SHOWN = 50
+"""Discarded children of one parent drawn each as a node; the rest are one node."""
+
 _HOVER_VALUE_LIMIT = 200
 _CHART_TEXT_LIMIT = 70
 
@@ -128,15 +131,30 @@ def _tidy_order(names: SessionNames) -> list[tuple[ContextNode, str | None]]:
 def tree_items(names: SessionNames, fold_runs: bool = True) -> list[TreeItem]:
     """The nodes to draw, in depth-first order: every context, or with ``fold_runs``
     one node per replay run in place of its forks (and of the contexts below them;
-    a later run made from one of those hangs from the run's node)."""
+    a later run made from one of those hangs from the run's node).
+
+    A parent naming more than :data:`DISCARDED_SHOWN` discarded children shows that many,
+    and one node standing for the rest (a context naming 100,000 drew 100,000 markers,
+    each with its hover, in a chart 4 million pixels high)."""
     owner: dict[str, str] = {}  # context id -> the item that shows it
     items: dict[str, TreeItem] = {}
     members: dict[str, list[str]] = {}
+    discarded: Counter[str | None] = Counter()  # discarded children shown, by parent item
+    folds: dict[str | None, str] = {}  # parent item -> the item standing for the rest
     for node, tree_parent in _tidy_order(names):
         parent = owner.get(tree_parent) if tree_parent is not None else None
         depth = items[parent].depth + 1 if parent is not None else 0
         run = names.run_of.get(node.id) if fold_runs else None
-        if run is not None and run.id in items:
+        if node.kind == "discarded" and run is None:
+            discarded[parent] += 1
+        if node.kind == "discarded" and run is None and discarded[parent] > DISCARDED_SHOWN:
+            fold = folds.setdefault(parent, node.id)
+            owner[node.id] = fold
+            if fold not in items:
+                items[fold] = TreeItem(fold, "discarded", "", parent, depth, None, False, ())
+                members[fold] = []
+            members[fold].append(node.id)
+        elif run is not None and run.id in items:
             owner[node.id] = run.id
             members[run.id].append(node.id)
         elif run is not None:
@@ -152,6 +170,10 @@ def tree_items(names: SessionNames, fold_runs: bool = True) -> list[TreeItem]:
             owner[node.id] = node.id
             items[node.id] = _context_item(node, names, parent, depth)
     by_id = {node.id: node for node in names.nodes}
+    for fold in folds.values():
+        listed = members.pop(fold)
+        name = f"{len(listed):,} more discarded fork{'' if len(listed) == 1 else 's'}"
+        items[fold] = dataclasses.replace(items[fold], name=name, members=tuple(listed))
     for run_id, listed in members.items():
         item = items[run_id]
         assert item.run is not None
@@ -250,12 +272,25 @@ def run_lines(
     return lines
 
 
+def fold_lines(item: TreeItem) -> list[str]:
+    """What the node standing for many discarded children tells: how many, and the
+    first and last of them."""
+    first, last = item.members[0], item.members[-1]
+    return [
+        item.name,
+        "named as children by their parent, never saved",
+        f"ids {short_id(first)} … {short_id(last)}" if len(item.members) > 1 else f"id {first}",
+    ]
+
+
 def item_lines(
     item: TreeItem, replays: Mapping[str, Mapping[str, Any]], names: Mapping[str, str] | None = None
 ) -> list[str]:
     """The hover of any item, as plain lines."""
     if item.node is not None:
         return hover_lines(item.node, replays.get(item.id), names)
+    if item.run is None:
+        return fold_lines(item)
     return run_lines(item, replays, names)
 
 
