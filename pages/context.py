@@ -43,7 +43,6 @@ from soap_core import (
     ToolResultPart,
     ToolUsePart,
     UnknownPart,
-    fork_tree,
     part_to_dict,
 )
 from workbench.context_names import session_names
@@ -54,6 +53,7 @@ from workbench.context_views import (
     OutlineEntry,
     choose_listing,
     fork_label,
+    fork_tree_excerpt,
     forks_after,
     landmarks,
     outline_counts,
@@ -94,7 +94,6 @@ from workbench.views import (
     anchors_at_no_message,
     context_label,
     escape_markdown,
-    fork_tree_lines,
     load_error_line,
     media_file_name,
     session_heading,
@@ -581,11 +580,11 @@ def show_session(root: str, ref: str, signature: StoreSignature, session: Sessio
     names = session_names(session).names
     if not session.contexts:
         st.info("This session has no readable context.")
-        st.text("\n".join(fork_tree_lines(fork_tree(session), names=names)))
+        st.text("\n".join(fork_tree_excerpt(session_names(session).nodes, names=names)))
         st.stop()
     context = pick_context(session)
     with st.expander(f"Fork tree ({len(names)} contexts)", expanded=len(names) <= 6):
-        st.text("\n".join(fork_tree_lines(fork_tree(session), shown_id=context.id, names=names)))
+        st.text("\n".join(fork_tree_excerpt(session_names(session).nodes, shown_id=context.id, names=names)))
     prompts_slot = st.container()
     if is_interaction(session):
         show_two_tracks(session)

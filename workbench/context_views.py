@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import bisect
 from array import array
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -23,11 +23,13 @@ from soap_core import (
     TURN,
     CallPairs,
     Context,
+    ContextNode,
     Message,
     MessageFacts,
     MessageRow,
     Session,
     collector_paused,
+    describe_node,
     facts_of,
     fork_tree,
     kind_code,
@@ -423,3 +425,37 @@ def outline_counts(index: ContextIndex) -> str:
             count(len(index.forks), "fork", "forks"),
         ]
     )
+
+
+TREE_AROUND = 20
+"""Contexts of the fork tree listed on either side of the shown one."""
+TREE_INDENT_LIMIT = 24
+"""Levels the listed tree indents at most."""
+
+
+def fork_tree_excerpt(
+    nodes: Sequence[ContextNode], shown_id: str | None = None, names: Mapping[str, str] | None = None
+) -> list[str]:
+    """The fork tree as indented lines (as :func:`workbench.views.fork_tree_lines` writes
+    them), but only the :data:`TREE_AROUND` contexts before and after the shown one (the
+    first, if none is shown), and never indented more than :data:`TREE_INDENT_LIMIT`
+    levels beyond the least deep of them; a line says how many are left out.
+
+    A session of 30,000 contexts listed them all, and a chain of 2,000 compaction forks
+    indented by depth was 8 MB of text: what the page shows of the tree now stays the
+    same size whatever the session holds (the Fork tree page draws it all)."""
+    names = names or {}
+    at = next((k for k, node in enumerate(nodes) if node.id == shown_id), 0)
+    first, end = max(at - TREE_AROUND, 0), min(at + TREE_AROUND + 1, len(nodes))
+    window = nodes[first:end]
+    base = min((node.depth for node in window), default=0)
+    lines = [f"… {first:,} context{'' if first == 1 else 's'} before these"] if first else []
+    for node in window:
+        indent = "    " * min(node.depth - base, TREE_INDENT_LIMIT)
+        shown = "  <- shown" if node.id == shown_id else ""
+        name = names.get(node.id, node.kind)
+        lines.append(f"{indent}- {name}  {describe_node(node)}  {short_id(node.id)}{shown}")
+    after = len(nodes) - end
+    if after:
+        lines.append(f"… {after:,} context{'' if after == 1 else 's'} after these")
+    return lines
