@@ -1,24 +1,56 @@
 """A damaged or hostile file costs about what an intact one of the same size does:
-each test times both in the same run (or counts the files opened) and compares."""
+each test times both in the same run (or counts the files opened) and compares. A
+hostile shape (a context naming 100,000 children, thousands of forks in a chain,
+thousands of invocations each made by the one before, thousands of contexts in one
+session) costs linear work: each test counts the work at n and at n / 8 and compares."""
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import io
 import json
 import os
 import random
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from soap_core import FormatError, InvocationRecord, Message, Party, Store, TextPart, write_invocation
+from soap_core import (
+    FormatError,
+    InvocationRecord,
+    Message,
+    Party,
+    Session,
+    Store,
+    TextPart,
+    fork_tree,
+    write_invocation,
+)
 from soap_core._jsonio import JSON5_LIMIT, unsynced_writes
 from soap_core._parts import MediaPart, base64_source
 from soap_core._tokens import LONG_RUN, count_text, get_encoding
-from soap_core.runtime import invocation_chain
+from soap_core.runtime import TraceFrame, invocation_chain
+from soapwb.cli import main
 from tests.conftest import SESSION_UUID, session_dir
+from tests.test_hostile_shapes import (
+    ROOT_ID,
+    chain_session,
+    chain_store,
+    context_id,
+    invocation_chain_store,
+    many_contexts_store,
+    wide_session,
+    wide_store,
+)
+from workbench.context_names import replay_records, session_names
+from workbench.context_views import fork_tree_excerpt
+from workbench.fork_tree_views import DISCARDED_SHOWN, fork_tree_figure, node_table, tree_items
+from workbench.traceback_views import load_traces
 
 RATIO = 5.0
 
@@ -152,3 +184,250 @@ def test_a_trace_opens_each_invocation_record_once(store_copy: Path, monkeypatch
     assert [len(t.callers) for t in traces[:3]] == [0, 1, 2] and len(traces[-1].callees) == 0
     # once for the catalog's index of the records, once for the walk (n^2 / 2 before)
     assert len(opened) == 2 * 300
+
+
+# -- hostile shapes: the same code at n and at n / 8 ---------------------------------------------
+#
+# Linear code does 8 times the work at 8 times the size; LINEAR allows for what does not
+# grow (a store opened, a header printed) and for rounding. The work is counted, never
+# timed: id operations (the hashes and comparisons of context ids, which C-level list scans
+# make too), lines of our own code run, bytes printed, files read. A count past the budget
+# stops the run there, so that quadratic code fails in a second, not in a minute.
+
+LINEAR = 12
+
+
+class OverBudget(BaseException):
+    """Raised inside the code measured once its count passes the budget (a BaseException:
+    the command line turns every Exception into an exit status)."""
+
+
+class CountedId(str):
+    """A context id that counts its hashes and comparisons."""
+
+    operations = 0
+    budget: int | None = None
+
+    def _count(self) -> None:
+        CountedId.operations += 1
+        if CountedId.budget is not None and CountedId.operations > CountedId.budget:
+            raise OverBudget
+
+    def __hash__(self) -> int:
+        self._count()
+        return str.__hash__(self)
+
+    def __eq__(self, other: object) -> bool:
+        self._count()
+        return str.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+
+def id_operations(action: Callable[[], object], budget: int | None = None) -> int:
+    """How many hashes and comparisons of CountedIds ``action`` made (more than
+    ``budget``: stopped there)."""
+    CountedId.operations, CountedId.budget = 0, budget
+    try:
+        action()
+    except OverBudget:
+        pass
+    finally:
+        CountedId.budget = None
+    return CountedId.operations
+
+
+OUR_CODE = tuple(str(Path(__file__).resolve().parents[1] / d) for d in ("soap_core", "soapwb", "workbench"))
+
+
+def lines_run(action: Callable[[], object], budget: int | None = None) -> int:
+    """Lines of our own code (soap_core, soapwb, workbench) that ``action`` ran, loops and
+    generator steps included (more than ``budget``: stopped there)."""
+    count = 0
+
+    def line(frame: Any, event: str, arg: Any) -> Any:
+        nonlocal count
+        if event == "line":
+            count += 1
+            if budget is not None and count > budget:
+                raise OverBudget
+        return line
+
+    def call(frame: Any, event: str, arg: Any) -> Any:
+        return line if frame.f_code.co_filename.startswith(OUR_CODE) else None
+
+    sys.settrace(call)
+    try:
+        action()
+    except OverBudget:
+        pass
+    finally:
+        sys.settrace(None)
+    return count
+
+
+class ByteCount(io.TextIOBase):
+    """A stdout that keeps nothing but the number of characters written to it."""
+
+    def __init__(self) -> None:
+        self.written = 0
+
+    def write(self, text: str) -> int:
+        self.written += len(text)
+        return len(text)
+
+
+def printed(*argv: str | Path) -> int:
+    """Characters ``soapwb argv`` printed on stdout (it must succeed)."""
+    out = ByteCount()
+    with contextlib.redirect_stdout(out):
+        assert main([str(a) for a in argv]) == 0
+    return out.written
+
+
+def counted_ids(n: int) -> list[str]:
+    return [CountedId(context_id(i)) for i in range(n)]
+
+
+@pytest.mark.parametrize("shape", [wide_session, chain_session], ids=["100,000-children", "fork-chain"])
+def test_the_fork_tree_costs_linear_id_operations_on_a_wide_or_deep_session(
+    shape: Callable[[list[str]], Session],
+) -> None:
+    small = id_operations(lambda: fork_tree(shape(counted_ids(500))))
+    big = id_operations(lambda: fork_tree(shape(counted_ids(4000))), budget=LINEAR * small)
+    assert big <= LINEAR * small  # 60 times (wide) and 62 times (chain) before: n^2 / 2
+
+
+@pytest.mark.parametrize("shape", [wide_session, chain_session], ids=["100,000-children", "fork-chain"])
+def test_the_fork_tree_page_figures_cost_linear_id_operations(shape: Callable[[list[str]], Session]) -> None:
+    def page(ids: list[str]) -> None:  # what pages/fork_tree.py computes and draws
+        session = shape(ids)
+        names = session_names(session)
+        items = tree_items(names)
+        fork_tree_figure(items, replay_records(session), names.names)
+        node_table(items)
+
+    small = id_operations(lambda: page(counted_ids(500)))
+    big = id_operations(lambda: page(counted_ids(4000)), budget=LINEAR * small)
+    assert big <= LINEAR * small
+
+
+def test_the_fork_tree_page_draws_a_bounded_number_of_discarded_children() -> None:
+    def markers(children: int) -> int:
+        session = wide_session([context_id(i) for i in range(children)])
+        figure = fork_tree_figure(tree_items(session_names(session)))
+        return sum(len(trace.x) for trace in figure.data if trace.name not in ("edges", "active"))
+
+    assert markers(16_000) == markers(2_000) == 1 + DISCARDED_SHOWN + 1  # 16,001 and 2,001 before
+
+
+def counting_ids_as_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every context read from a file holds CountedIds: its id, origin and children."""
+    real = Store.read_context
+
+    def read(self: Store, path: Path) -> Any:
+        context = real(self, path)
+        context.id = CountedId(context.id)
+        context.children = [CountedId(c) for c in context.children]
+        if context.origin_context_id is not None:
+            context.origin_context_id = CountedId(context.origin_context_id)
+        return context
+
+    monkeypatch.setattr(Store, "read_context", read)
+
+
+@pytest.mark.parametrize("shape", [wide_store, chain_store], ids=["100,000-children", "fork-chain"])
+def test_tree_costs_and_prints_linear_in_the_contexts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shape: Callable[[Path, int], Path]
+) -> None:
+    small, big = shape(tmp_path / "small", 64), shape(tmp_path / "big", 512)
+    for root in (small, big):
+        Store(root).sessions()  # the catalog's first build reads every file once: not what is measured
+    small_bytes = printed("tree", SESSION_UUID, "--store", small)
+    big_bytes = printed("tree", SESSION_UUID, "--store", big)
+    assert big_bytes <= LINEAR * small_bytes  # the chain: 47 times before (indented 4 spaces a level)
+    counting_ids_as_read(monkeypatch)
+    small_work = id_operations(lambda: printed("tree", SESSION_UUID, "--store", small))
+    big_work = id_operations(
+        lambda: printed("tree", SESSION_UUID, "--store", big), budget=LINEAR * small_work
+    )
+    assert big_work <= LINEAR * small_work  # a membership test on a growing list, a walk up per context
+
+
+def test_trace_of_a_deep_invocation_chain_prints_each_invocation_once(tmp_path: Path) -> None:
+    small, big = (
+        invocation_chain_store(tmp_path / "small", 100),
+        invocation_chain_store(tmp_path / "big", 800),
+    )
+    for argv in (["trace"], ["trace", "--json"]):
+        small_bytes = printed(*argv, SESSION_UUID, "--store", small)
+        big_bytes = printed(*argv, SESSION_UUID, "--store", big)
+        assert big_bytes <= LINEAR * small_bytes, argv  # about 64 times before: n stacks of n frames
+    small_lines = lines_run(lambda: printed("trace", SESSION_UUID, "--store", small))
+    big_lines = lines_run(lambda: printed("trace", SESSION_UUID, "--store", big), budget=LINEAR * small_lines)
+    assert big_lines <= LINEAR * small_lines
+
+
+def test_the_traceback_page_builds_each_frame_of_a_deep_chain_a_bounded_number_of_times(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    small, big = (
+        invocation_chain_store(tmp_path / "small", 100),
+        invocation_chain_store(tmp_path / "big", 800),
+    )
+    built = 0
+    real = TraceFrame.__init__
+
+    def counting(self: TraceFrame, *args: Any, **kwargs: Any) -> None:
+        nonlocal built
+        built += 1
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(TraceFrame, "__init__", counting)
+
+    def frames(root: Path) -> int:
+        nonlocal built
+        built = 0
+        traced = load_traces(str(root), SESSION_UUID)  # what pages/traceback.py caches
+        traced.trace(traced.invocations[-1])  # and the stack it shows first: 800 deep
+        return built
+
+    assert frames(big) <= LINEAR * frames(small)  # 4 frames an invocation, where 400 were built
+
+
+@pytest.mark.parametrize("context", [None, "0000001f"], ids=["active", "by-prefix"])
+def test_show_reads_one_context_file_whatever_the_session_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, context: str | None
+) -> None:
+    small, big = many_contexts_store(tmp_path / "small", 40), many_contexts_store(tmp_path / "big", 320)
+    read: list[Path] = []
+    real = Store.read_context
+
+    def counting(self: Store, path: Path) -> Any:
+        read.append(path)
+        return real(self, path)
+
+    for root in (small, big):
+        Store(root).sessions()  # the catalog's first build (ls does it) reads every file once
+    monkeypatch.setattr(Store, "read_context", counting)
+    for root in (small, big):
+        read.clear()
+        argv: list[str | Path] = [
+            "show",
+            SESSION_UUID,
+            *(["--context", context] if context else []),
+            "--store",
+            root,
+        ]
+        assert printed(*argv) > 0
+        assert [p.name for p in read] == [f"{context_id(0x1F) if context else ROOT_ID}.json"]  # 320 before
+
+
+def test_the_context_page_lists_a_bounded_excerpt_of_a_long_chain_of_forks() -> None:
+    def listed(contexts: int) -> int:
+        ids = [context_id(i) for i in range(contexts)]
+        named = session_names(chain_session(ids))
+        return len("\n".join(fork_tree_excerpt(named.nodes, ids[contexts // 2], named.names)))
+
+    assert listed(8000) <= 1.2 * listed(1000)  # all 8,000, indented by depth: 128 MB, before
