@@ -378,7 +378,7 @@ def chain_budget(
     for uuid, depth in sorted(depth_of.items(), key=lambda item: item[1]):
         budgets = (known or {}).get(uuid)
         if budgets is None:
-            budgets = call_budgets(store.load_session(uuid, require_active=False))
+            budgets = call_budgets(store.load_session(f"{role_of[uuid]}/{uuid}", require_active=False))
         completions = [b.usage.get("completion_tokens") for b in budgets if b.usage]
         rows.append(
             SessionSpend(

@@ -48,7 +48,7 @@ def find_context(store: Store, ref: str) -> tuple[Session, Context]:
     )
     found: list[tuple[Session, Context]] = []
     for directory in hits:
-        session = store.load_session(directory.name, require_active=False)
+        session = store.load_session(store.ref_for(directory), require_active=False)
         found += [(session, c) for cid, c in session.contexts.items() if cid.startswith(ref)]
     if len(found) != 1:
         problem = f"matches {len(found)} contexts" if found else "matches no context"

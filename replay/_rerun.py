@@ -444,10 +444,11 @@ def rerun_noise_band(
     their branches differ from each other: an edited re-run whose distance from the
     original lies within it is noise, beyond it a change. Each is kept as a branch
     labelled ``noise``; a band needs two that succeeded (``samples`` < 2: no pairs)."""
+    ref = store.ref_for(session.directory) if session.directory is not None else session.uuid
     runs = [
-        rerun(store, store.load_session(session.uuid), context, at, endpoint, tools=tools, label="noise")
+        rerun(store, store.load_session(ref), context, at, endpoint, tools=tools, label="noise")
         for _ in range(samples)
     ]
-    reloaded = store.load_session(session.uuid)
+    reloaded = store.load_session(ref)
     band = branch_noise_band([branch_of(reloaded, run)[1] for run in runs if run.ok])
     return band, runs

@@ -98,7 +98,7 @@ def verify_store(store: Store) -> list[Verification]:
     results: list[Verification] = []
     for summary in store.sessions():
         try:
-            session = store.load_session(summary.path.name, require_active=False)
+            session = store.load_session(summary.ref, require_active=False)
         except SoapError as exc:
             results.append(
                 Verification("-", summary.uuid, summary.role, "-", -1, "-", None, False, error=str(exc))

@@ -220,7 +220,7 @@ def _scan_search(store: Store, needle: str, limit: int) -> list[SearchHit]:
         if summary.error:
             continue
         try:
-            session = store.load_session(summary.path.name, require_active=False)
+            session = store.load_session(summary.ref, require_active=False)
         except SoapError:
             continue
         contexts = sorted(session.contexts.values(), key=lambda c: c.id != session.active_context_id)

@@ -94,6 +94,12 @@ class SessionSummary:
     def broken(self) -> bool:
         return self.error is not None
 
+    @property
+    def ref(self) -> str:
+        """``ROLE/FOLDER``: names this session to :meth:`Store.find` even where its uuid or
+        folder name is not unique in the store (a copied folder, twin roles)."""
+        return f"{self.role}/{self.path.name}"
+
 
 @dataclass(frozen=True)
 class ActiveFigures:
@@ -353,6 +359,13 @@ class Store:
             return self._resolve(ref, [_summary_of(r) for r in rows], role)
         return _summary_of(rows[0])
 
+    def ref_for(self, directory: Path) -> str:
+        """What names the session folder ``directory`` to :meth:`find` alone: ``ROLE/FOLDER``
+        for a folder of ``agents/<role>/``, the folder's name for a 0.6 session."""
+        if directory.parent.parent == self.agents_dir:
+            return f"{directory.parent.name}/{directory.name}"
+        return directory.name
+
     def _direct_candidates(self, catalog: Catalog, ref: str) -> list[Path]:
         """The folders ``ref`` names exactly: known to the catalog, or present on disk."""
         if not ref or "/" in ref or "\\" in ref or ref in (".", ".."):
@@ -515,7 +528,7 @@ class Store:
         for path in (summary.path / f"{active}.json", *summary.path.glob(f"*-{glob.escape(active)}.json")):
             if path.is_file():
                 return self.read_context(path)
-        return self.load_session(summary.path.name).active_context
+        return self.load_session(summary.ref).active_context
 
     def load_context(self, ref: str, context_ref: str | None = None) -> tuple[Session, Context]:
         """One context of the session ``ref`` (uuid or unique prefix): ``context_ref`` (id

@@ -57,7 +57,7 @@ def cmd_tokens(args: argparse.Namespace) -> int:
     messages = (
         message_budgets(session.active_context) if session.active_context_id in session.contexts else []
     )
-    chain = chain_budget(store, session.uuid)
+    chain = chain_budget(store, args.session)
     if args.json:
         emit_json(
             {

@@ -136,7 +136,7 @@ def cmd_rerun(args: argparse.Namespace) -> int:
         results = [
             rerun(
                 store,
-                store.load_session(session.uuid),
+                store.load_session(args.session, require_active=False),
                 found.context_id,
                 found.index,
                 endpoint,
@@ -150,7 +150,7 @@ def cmd_rerun(args: argparse.Namespace) -> int:
             band, _ = rerun_noise_band(
                 store, session, found.context_id, found.index, endpoint, tools=modes, samples=args.noise
             )
-    reloaded = store.load_session(session.uuid)
+    reloaded = store.load_session(args.session, require_active=False)
     measured = band if band is not None and band.samples >= 2 else None
     reports = [_report(result, diff_rerun(reloaded, result), measured, args.threshold) for result in results]
     failed = any(not r["ok"] or (args.check and r["beyond"]) for r in reports)

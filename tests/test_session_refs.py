@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from soap_core import Store, message_rows
+from soap_core import Store, message_rows, search_store
 from soap_core._paths import UnsafeNameError
 from tests.cli_process import soapwb
 from tests.conftest import CHILD_ID, SESSION_UUID, load_fixture_context, snapshot
@@ -160,3 +160,22 @@ def test_the_pages_session_picker_labels_twin_roles_apart(store_copy: Path) -> N
     options = next(box for box in at.selectbox if box.label == "Session").options
     roles = [o.split(" · ")[0] for o in options if not o.startswith("HelloPete ")]
     assert len(roles) == 2 and len({unicodedata.normalize("NFC", r) for r in roles}) == 2, options
+
+
+def test_verify_tokens_and_search_reach_each_copy_of_a_uuid_under_two_roles(
+    store_copy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Commands that walk the store look each session up by ``ROLE/FOLDER``, not by its
+    bare uuid, which a copied folder makes ambiguous."""
+    copy_role(store_copy, "Copy", "reached the copy")
+    verify = soapwb("verify", "--store", store_copy, "--json")
+    assert verify.returncode == 0 and json.loads(verify.stdout)["mismatches"] == 0, verify
+    for role in ("HelloPete", "Copy"):
+        tokens = soapwb("tokens", f"{role}/{SESSION_UUID}", "--store", store_copy, "--json")
+        assert tokens.returncode == 0, tokens
+    store = Store(store_copy)
+    for summary in store.sessions():
+        assert store.load_session(summary.ref).directory == summary.path
+    monkeypatch.setenv("SOAPWB_NO_CATALOG", "1")  # search by reading every session
+    hits = search_store(Store(store_copy), "reached the copy")
+    assert [h.role for h in hits] == ["Copy"], hits

@@ -134,7 +134,7 @@ def _thread_session(obj: AgenticObject, thread: str) -> Session | None:
         return _scanned_thread_session(obj, thread)
     for attempt in range(2):
         for directory in catalog.thread_sessions(obj.role, thread, obj.object_id):
-            session = store.load_session(directory.name)  # the lookup re-reads what changed
+            session = store.load_session(store.ref_for(directory))  # the lookup re-reads what changed
             if _keeps_thread(obj, session, thread):
                 return session
         if attempt == 0:
@@ -164,7 +164,7 @@ def _scanned_thread_session(obj: AgenticObject, thread: str) -> Session | None:
     if not matches:
         return None
     newest = max(matches, key=lambda s: (s.path / "session.json").stat().st_mtime_ns)
-    return store.load_session(newest.path.name)
+    return store.load_session(newest.ref)
 
 
 def _session_for(obj: AgenticObject, thread: str | None, branch: bool) -> tuple[Session, bool]:
@@ -497,7 +497,7 @@ def run_invocation(
             write_invocation(dirs, record)
             raise
         if (directory / SESSION_FILE).is_file():  # read again under the lock: another process
-            session = obj.runtime.store.load_session(directory.name)  # may have just run it
+            session = obj.runtime.store.load_session(obj.runtime.store.ref_for(directory))  # may have run it
         run = _Run(obj, session, record, schema, branch=branch)
         context = callee_branch(session, record) if branch and not created else None
         return _run_locked(
