@@ -559,9 +559,12 @@ class Store:
                 ).fetchall()
         except (sqlite3.Error, OSError, ValueError):
             return whole()
+        token = read_token(save_lock_path(self.layout.config_dir, summary.path))
+        signature = file_signature(summary.path / SESSION_FILE)
         session = self.read_session_file(summary.role, summary.path)
         session.directory = summary.path
         session.layout = summary.layout
+        session.base = SavedBase(token, {SESSION_FILE: signature or UNKNOWN}, session.to_dict())
         holders: dict[str, str] = {}  # context id -> the first file holding it
         for name, context_id, error in files:
             if error is not None or context_id is None:
