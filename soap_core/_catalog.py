@@ -2,15 +2,35 @@
 read every file every time.
 
 The files stay the truth. The catalog remembers, per file, the signature it was indexed
-at (size, modification time, inode) and what was read from it: one row per session
-(``session.json``), per context file (its figures and true token count of each message),
-per message (role, tokens, time, size, text for search through FTS5) and per recorded
-call and invocation. :meth:`Catalog.refresh` walks the store with ``stat`` calls only and
-reads again just the files whose signature changed, so a rebuild from the files alone
-gives the same answers as the updates did (a test compares both with a full scan).
+at (size, modification time, change time, inode) and what was read from it: one row per
+session (``session.json``), per context file (its figures and true token count of each
+message), per message (role, tokens, time, size, text for search through FTS5) and per
+recorded call and invocation. :meth:`Catalog.refresh` walks the store with ``stat`` calls
+only and reads again just the files whose signature changed, so a rebuild from the files
+alone gives the same answers as the updates did (a test compares both with a full scan).
+A rewrite in place that restores the size and the modification time (``cp -p``,
+``rsync --inplace``) still moves the change time, which no one can set back.
 
-It is a cache: deleting it loses nothing, a damaged or older catalog is rebuilt, and a
-store whose folder cannot be written gets its catalog in the user's cache directory.
+It is a cache: deleting it loses nothing, and whatever happens to its database, every
+answer is the one the files give. The database is trusted only while it is the file this
+code left: beside it, a lock file (opened without following links, never deleted) holds
+the *stamp*, the database's own signature and build id, written under an exclusive
+``flock`` after every change of the database file (SQLite changes it only when it copies
+its write-ahead log back, which here happens under that lock: automatic checkpoints are
+off). A database whose signature is not its stamp was changed by something else (a disk,
+a hand, another program) and is rebuilt, even where SQLite would read it without error:
+SQLite keeps no checksums, and a flipped byte in a value reads as another value. An
+error while reading or writing it (damage, a missing table, text that is not UTF-8)
+rebuilds it too, at any point of use, and the question is asked again of the rebuilt
+catalog, refreshed from the files. The first build and every rebuild happen under the
+lock, so two processes never build over each other; a rebuild empties the database in
+place through SQLite (other processes' connections stay coherent) and only a file SQLite
+cannot open at all is set aside (renamed, not deleted, so no process holding it open
+loses it to a new file of the same inode). Where none of that works (no folder the
+catalog can be written in, a lock held too long), the catalog is built in memory for
+the process. A store whose folder cannot be written gets its catalog in the user's cache
+directory.
+
 peteos writes files in place (``open(path, "w")``), which does not change the folder's
 modification time, so every session and context file is ``stat``-ed on a refresh; our
 own record folders (``calls/``, ``invocations/``) are written once per file by rename,
@@ -26,17 +46,20 @@ folders (:mod:`soap_core._tempfiles`).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import sqlite3
+import stat
 import threading
 import time
+import weakref
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from soap_core._context import Context
 from soap_core._errors import ContextNotFoundError, FormatError, SoapError, StoreError
@@ -58,13 +81,30 @@ from soap_core._spans import SPANNED_FROM, message_spans
 from soap_core._tempfiles import sweep_names
 from soap_core._tokens import count_text, message_token_text
 
+T = TypeVar("T")
+
 CATALOG_FILE = ".soapwb-catalog.sqlite3"
-SCHEMA_VERSION = "6"
+SCHEMA_VERSION = "7"
 """Bumped whenever what the catalog vouches for changes: a context file it indexed is
 loaded without its messages being checked again (they are built on first use), so a
 catalog written under older reading rules must not vouch for a file the current rules
 refuse (4: ids, records and links checked as in soap_core._ids; 5: message spans and
-facts, soap_core._spans; 6: the facts of soap_core._facts)."""
+facts, soap_core._spans; 6: the facts of soap_core._facts; 7: signatures with the change
+time, the stamp in the lock file)."""
+LOCK_SUFFIX = ".lock"
+"""The lock file beside the database (``.soapwb-catalog.sqlite3.lock``): its ``flock``
+orders builds, rebuilds and checkpoints across processes; its bytes are the stamp."""
+SET_ASIDE_SUFFIX = ".damaged"
+"""Where a database SQLite cannot open is renamed to before a new one is built (one is
+kept: the next one replaces it)."""
+LOCK_TIMEOUT_S = 120.0
+"""How long a process waits for another's build, rebuild or checkpoint before it builds
+its catalog in memory instead."""
+CHECKPOINT_BYTES = 4 * 1024 * 1024
+"""The write-ahead log is copied back into the database once it grows past this (what
+SQLite's own automatic checkpoint does at 1,000 pages), and when a catalog is closed."""
+_STAMP_BYTES = 160
+
 SESSION_FILE = "session.json"
 
 _SCHEMA = """
@@ -187,14 +227,26 @@ class _Connection(sqlite3.Connection):
         return super().executemany(sql, (_storable_row(p) for p in parameters))
 
 
-def _signature(info: os.stat_result) -> str:
-    return f"{info.st_size}:{info.st_mtime_ns}:{info.st_ino}"
+def stat_signature(info: os.stat_result) -> str:
+    """What a file is trusted by: size, modification time, change time and inode. An
+    in-place rewrite that keeps the size and restores the modification time (``cp -p``,
+    ``rsync --inplace``, ``os.utime``) still moves the change time; a rename brings
+    another inode. All of it comes from the one ``stat`` the walk makes anyway."""
+    return f"{info.st_size}:{info.st_mtime_ns}:{info.st_ctime_ns}:{info.st_ino}"
+
+
+_signature = stat_signature
 
 
 RACY_NS = 2_000_000_000
 """A file modified this recently may change again within the same tick of the file
-system's clock without its signature changing (same size, same mtime): as git does
-with "racily clean" entries, its signature is not trusted until it is older."""
+system's clock without its signature changing (same size, same times): as git does
+with "racily clean" entries, its signature is not trusted until it is older. The rule
+reads the modification time, as it always did: a file written in place with its
+modification time set back has a change time of now, so a second such rewrite is missed
+only if it lands in the same tick of the change-time clock as the first one, after the
+catalog read the first (milliseconds on a coarse kernel clock, never where change times
+are fine-grained, as on Linux 6.13 and later)."""
 
 
 def _settled(sig: str) -> str:
@@ -294,8 +346,357 @@ class _Known:
         )
 
 
+# -- the lock, the stamp, the connection ------------------------------------------------------
+
+
+class CatalogDamage(Exception):
+    """A value read from the catalog that this code cannot have written there."""
+
+
+class _Busy(Exception):
+    """The lock beside the catalog stayed held past :data:`LOCK_TIMEOUT_S`."""
+
+
+class _Stale(Exception):
+    """Another process rebuilt the catalog since this one last looked."""
+
+
+_BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+_ENVIRONMENT_CODES = frozenset(
+    {
+        sqlite3.SQLITE_IOERR,
+        sqlite3.SQLITE_FULL,
+        sqlite3.SQLITE_READONLY,
+        sqlite3.SQLITE_CANTOPEN,
+        sqlite3.SQLITE_NOMEM,
+        sqlite3.SQLITE_PERM,
+        sqlite3.SQLITE_AUTH,
+        sqlite3.SQLITE_INTERRUPT,
+        sqlite3.SQLITE_NOLFS,
+    }
+)
+_FAILURES = (sqlite3.Error, UnicodeError, CatalogDamage, _Busy, OSError)
+"""What using a catalog file can raise: each is answered by rebuilding or bypassing it."""
+
+
+def _failure_kind(exc: BaseException) -> str | None:
+    """``busy`` (another process holds it: wait, then bypass), ``environment`` (no disk,
+    no permission: bypass), ``damage`` (rebuild), or None: not the catalog's failure."""
+    if isinstance(exc, _Busy):
+        return "busy"
+    if isinstance(exc, (CatalogDamage, UnicodeError)):
+        return "damage"
+    if isinstance(exc, OSError):  # the catalog's own files (the walk turns the store's into StoreError)
+        return "environment"
+    if isinstance(exc, sqlite3.Error):
+        code = getattr(exc, "sqlite_errorcode", None)
+        primary = code & 0xFF if isinstance(code, int) else None
+        if primary in _BUSY_CODES:
+            return "busy"
+        return "environment" if primary in _ENVIRONMENT_CODES else "damage"
+    return None
+
+
+@dataclass(frozen=True)
+class _Stamp:
+    """What the lock file says: the build id of the database and its signature when this
+    code last left it."""
+
+    build: str = ""
+    sig: str = ""
+
+    def vouches_for(self, info: os.stat_result | None) -> bool:
+        return info is not None and bool(self.build) and self.sig == stat_signature(info)
+
+
+def _open_lock_file(path: Path) -> int:
+    """The lock file, created if missing, never through a link (a link planted there
+    would have its target written), and only a regular file."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{path}: not a regular file")
+    return fd
+
+
+class _CatalogLock:
+    """The ``flock`` beside one catalog file, one per process (its catalogs share it:
+    two file descriptions of one process would lock each other out), and the stamp."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fd = _open_lock_file(path)
+        self._threads = threading.RLock()
+        self._depth = 0
+        weakref.finalize(self, os.close, self.fd)  # once no catalog of this process uses it
+
+    def is_current(self) -> bool:
+        """Whether the lock file at the path is still the one held open (a lock file
+        deleted by hand must not leave two processes with two "the" locks)."""
+        try:
+            held, there = os.fstat(self.fd), os.lstat(self.path)
+        except OSError:
+            return False
+        return (held.st_dev, held.st_ino) == (there.st_dev, there.st_ino)
+
+    @contextlib.contextmanager
+    def held(self, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+        if not self._threads.acquire(timeout=timeout):
+            raise _Busy(f"{self.path}: held by another thread")
+        try:
+            if self._depth == 0:
+                self._flock(timeout)
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+                if self._depth == 0:
+                    fcntl.flock(self.fd, fcntl.LOCK_UN)
+        finally:
+            self._threads.release()
+
+    def _flock(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise _Busy(f"{self.path}: held by another process for {timeout:g} s") from None
+                time.sleep(0.002)
+
+    def stamp(self) -> _Stamp:
+        try:
+            parts = os.pread(self.fd, _STAMP_BYTES, 0).decode("ascii", "replace").split()
+        except OSError:
+            return _Stamp()
+        return _Stamp(parts[0], parts[1]) if len(parts) == 2 else _Stamp()
+
+    def write_stamp(self, stamp: _Stamp) -> None:
+        """Fixed width, one ``pwrite``: a reader never sees half of it."""
+        os.pwrite(self.fd, f"{stamp.build} {stamp.sig}\n".encode().ljust(_STAMP_BYTES), 0)
+
+
+_LOCKS: weakref.WeakValueDictionary[str, _CatalogLock] = weakref.WeakValueDictionary()
+_LOCKS_GUARD = threading.Lock()
+
+
+def _lock_for(database: Path) -> _CatalogLock:
+    key = f"{database}{LOCK_SUFFIX}"
+    with _LOCKS_GUARD:
+        lock = _LOCKS.get(key)
+        if lock is None or not lock.is_current():
+            lock = _CatalogLock(Path(key))
+            _LOCKS[key] = lock
+        return lock
+
+
+def _forget_locks_in_child() -> None:
+    """A forked child shares its parent's lock file descriptions (and so its locks):
+    it opens its own."""
+    global _LOCKS_GUARD
+    _LOCKS_GUARD = threading.Lock()
+    _LOCKS.clear()
+
+
+os.register_at_fork(after_in_child=_forget_locks_in_child)
+
+
+def _stat(path: Path) -> os.stat_result | None:
+    try:
+        return path.stat()
+    except OSError:
+        return None
+
+
+BUSY_WAIT_MS = 30_000
+"""How long a statement waits for another connection's write lock."""
+REBUILD_WAIT_MS = 2_000
+"""How long emptying a catalog in place waits for other connections before the file is
+set aside instead."""
+
+
+def _connect(path: Path | str) -> sqlite3.Connection:
+    return sqlite3.connect(
+        path, timeout=BUSY_WAIT_MS / 1000, check_same_thread=False, isolation_level=None, factory=_Connection
+    )
+
+
+def _prepare(db: sqlite3.Connection) -> None:
+    """WAL, and no checkpoint but those this code makes (under the lock, then stamped)."""
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.execute("PRAGMA wal_autocheckpoint=0")
+
+
+def _quietly_close(db: sqlite3.Connection | None) -> None:
+    if db is not None:
+        with contextlib.suppress(sqlite3.Error):
+            db.close()
+
+
+def _meta(db: sqlite3.Connection) -> dict[str, str]:
+    rows = db.execute("SELECT key, value FROM meta").fetchall()
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in rows):
+        raise CatalogDamage("meta holds values this code never writes")
+    return dict(rows)
+
+
+def _holds_build(db: sqlite3.Connection, build: str) -> bool:
+    """The database is of this schema and this build, and answers."""
+    try:
+        _prepare(db)
+        meta = _meta(db)
+    except _FAILURES:
+        return False
+    return meta.get("schema") == SCHEMA_VERSION and meta.get("epoch") == build
+
+
+def _create_schema(db: sqlite3.Connection, build: str) -> None:
+    script = (
+        f"BEGIN IMMEDIATE;\n{_SCHEMA}\n"
+        f"INSERT INTO meta VALUES ('schema', '{SCHEMA_VERSION}');\n"
+        "INSERT INTO meta VALUES ('generation', '1');\n"
+        f"INSERT INTO meta VALUES ('epoch', '{build}');\nCOMMIT;"
+    )
+    try:
+        db.executescript(script)
+    except BaseException:
+        with contextlib.suppress(sqlite3.Error):
+            db.execute("ROLLBACK")
+        raise
+
+
+def _empty_in_place(db: sqlite3.Connection, build: str) -> None:
+    """Make the database an empty catalog without replacing its file: every other
+    connection to it, in any process, goes on through SQLite's own locks and sees the
+    change. The schema is forgotten in one transaction (no table is walked, so damaged
+    pages are never read) and VACUUM writes the file anew."""
+    _prepare(db)
+    if db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+        version = int(db.execute("PRAGMA schema_version").fetchone()[0])
+        db.execute("PRAGMA writable_schema=ON")
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.execute("DELETE FROM sqlite_master")
+                db.execute(f"PRAGMA schema_version={version + 1}")
+                db.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
+                raise
+        finally:
+            db.execute("PRAGMA writable_schema=OFF")
+        db.execute("VACUUM")
+    _create_schema(db, build)
+    if db.execute("PRAGMA quick_check").fetchone() != ("ok",):
+        raise CatalogDamage("still damaged after it was emptied")
+
+
+def _set_aside(path: Path) -> None:
+    """Rename the database and its -wal and -shm out of the way (a connection another
+    process still holds stays on the renamed file; its inode is not freed for the new
+    database to reuse, which would make SQLite take the new file for the one it has)."""
+    for suffix in ("-wal", "-shm", ""):
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(f"{path}{suffix}", f"{path}{SET_ASIDE_SUFFIX}{suffix}")
+
+
+def _build_at(
+    path: Path, lock: _CatalogLock, db: sqlite3.Connection | None
+) -> tuple[sqlite3.Connection, str]:
+    """An empty catalog at ``path`` (under its lock): the file emptied in place through
+    ``db`` when SQLite can, else set aside and made anew. Stamped."""
+    build = os.urandom(8).hex()
+    try:
+        db = db if db is not None else _connect(path)
+        db.execute(f"PRAGMA busy_timeout={REBUILD_WAIT_MS}")  # another process holding it: set it aside
+        _empty_in_place(db, build)
+        db.execute(f"PRAGMA busy_timeout={BUSY_WAIT_MS}")
+    except _FAILURES:
+        _quietly_close(db)
+        _set_aside(path)
+        db = _connect(path)
+        try:
+            _prepare(db)
+            _create_schema(db, build)
+        except BaseException:
+            _quietly_close(db)
+            raise
+    try:
+        db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        lock.write_stamp(_Stamp(build, stat_signature(path.stat())))
+    except BaseException:
+        _quietly_close(db)
+        raise
+    return db, build
+
+
+class _Handle:
+    """One open connection to a catalog file (or to memory: ``lock`` None), with the
+    build it holds; :meth:`close` copies the log back and stamps the file when it was
+    trusted, so that the next process trusts it too."""
+
+    def __init__(
+        self, db: sqlite3.Connection, lock: _CatalogLock | None, path: Path | None, build: str, ino: int
+    ) -> None:
+        self.db = db
+        self.lock = lock
+        self.path = path
+        self.build = build
+        self.ino = ino
+
+    def ours(self) -> bool:
+        """The file at the path is the one this connection has open."""
+        info = _stat(self.path) if self.path is not None else None
+        return info is not None and info.st_ino == self.ino
+
+    def checkpoint(self) -> None:
+        """Copy the log back into the database, under the lock, and stamp it, if the
+        database is still the file the stamp vouches for (else leave it unstamped: the
+        next use rebuilds it)."""
+        if self.lock is None or self.path is None:
+            return
+        with self.lock.held():
+            stamp = self.lock.stamp()
+            if stamp.vouches_for(_stat(self.path)) and self.ours():
+                self.db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                self.lock.write_stamp(_Stamp(stamp.build, stat_signature(self.path.stat())))
+
+    def close(self) -> None:
+        db = self.db
+        if self.lock is None or self.path is None:
+            _quietly_close(db)
+            return
+        try:
+            with self.lock.held(timeout=10.0):
+                stamp = self.lock.stamp()
+                trusted = stamp.vouches_for(_stat(self.path)) and self.ours()
+                if trusted:
+                    db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                _quietly_close(db)  # the last connection copies the rest back and removes the log
+                if trusted:
+                    self.lock.write_stamp(_Stamp(stamp.build, stat_signature(self.path.stat())))
+        except _FAILURES:
+            _quietly_close(db)
+
+
+def _close_handles(holder: list[_Handle]) -> None:
+    for handle in holder:
+        handle.close()
+    holder.clear()
+
+
 class Catalog:
-    """The index of one store. Open it through :meth:`Store.catalog`."""
+    """The index of one store. Open it through :meth:`Store.catalog`.
+
+    Every question goes through :meth:`_run`: the database is first checked against its
+    stamp (one ``pread`` and one ``stat``), and a failure of the database while the
+    question is asked rebuilds it (or, failing that, moves the catalog to memory) and
+    asks again."""
 
     def __init__(self, layout: StoreLayout, path: Path | None = None) -> None:
         self.layout = layout
@@ -303,13 +704,15 @@ class Catalog:
         self.path = path or self._choose_path()
         self._lock = threading.RLock()
         self._roots: list[str] | None = None
-        self._db = self._open()
+        self._depth = 0
+        self._holder: list[_Handle] = [self._attach_somewhere()]
+        self._finalizer = weakref.finalize(self, _close_handles, self._holder)
 
     # -- opening --------------------------------------------------------------------------
 
     def _choose_path(self) -> Path:
         beside = self.config_dir / CATALOG_FILE
-        if any(os.path.islink(f"{beside}{suffix}") for suffix in ("", "-wal", "-shm")):
+        if any(os.path.islink(f"{beside}{suffix}") for suffix in ("", "-wal", "-shm", LOCK_SUFFIX)):
             return cache_catalog_path(self.config_dir)  # a planted link: never written through
         if beside.exists():
             return beside if os.access(beside, os.W_OK) else cache_catalog_path(self.config_dir)
@@ -317,58 +720,203 @@ class Catalog:
             return beside
         return cache_catalog_path(self.config_dir)
 
-    def _connect(self, path: Path) -> sqlite3.Connection:
+    @property
+    def _handle(self) -> _Handle:
+        return self._holder[0]
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        return self._holder[0].db
+
+    @property
+    def in_memory(self) -> bool:
+        """Whether no catalog file could be used, and this one lives in memory."""
+        return self._holder[0].lock is None
+
+    def _attach_somewhere(self) -> _Handle:
+        """The catalog file chosen, else the one in the user's cache, else memory."""
+        cache = cache_catalog_path(self.config_dir)
+        for path in dict.fromkeys((self.path, cache)):
+            try:
+                handle = self._attach(path)
+            except _FAILURES:
+                continue
+            self.path = path
+            return handle
+        return self._in_memory()
+
+    @staticmethod
+    def _attach(path: Path) -> _Handle:
+        """A connection to the catalog at ``path``: the file as its stamp vouches for it,
+        else an empty catalog built there (under the lock either way)."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(
-            path, timeout=30, check_same_thread=False, isolation_level=None, factory=_Connection
-        )
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=NORMAL")
-        return db
-
-    def _open(self) -> sqlite3.Connection:
-        try:
-            db = self._connect(self.path)
-        except (OSError, sqlite3.Error):
-            if self.path == cache_catalog_path(self.config_dir):
+        if os.path.islink(path):
+            raise OSError(f"{path}: a link, not followed")
+        lock = _lock_for(path)
+        with lock.held():
+            stamp = lock.stamp()
+            db = _connect(path)
+            try:
+                if stamp.vouches_for(_stat(path)) and _holds_build(db, stamp.build):
+                    build = stamp.build
+                else:
+                    db, build = _build_at(path, lock, db)
+                return _Handle(db, lock, path, build, path.stat().st_ino)
+            except BaseException:
+                _quietly_close(db)
                 raise
-            self.path = cache_catalog_path(self.config_dir)  # the store's folder refused it
-            db = self._connect(self.path)
-        try:
-            version = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
-        except sqlite3.DatabaseError:
-            version = None
-        if version is None or version[0] != SCHEMA_VERSION:
-            db = self._recreate(db)
-        return db
 
-    def _recreate(self, db: sqlite3.Connection) -> sqlite3.Connection:
-        """A catalog of another version, or damaged: it is a cache, so start afresh."""
-        db.close()
-        for suffix in ("", "-wal", "-shm"):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(f"{self.path}{suffix}")
-        db = self._connect(self.path)
-        db.executescript(_SCHEMA)
-        db.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
-        db.execute("INSERT INTO meta VALUES ('generation', '1')")
-        db.execute("INSERT INTO meta VALUES ('epoch', ?)", (os.urandom(8).hex(),))
-        return db
+    @staticmethod
+    def _in_memory() -> _Handle:
+        build = os.urandom(8).hex()
+        db = _connect(":memory:")
+        _create_schema(db, build)
+        return _Handle(db, None, None, build, 0)
+
+    def _replace_handle(self, handle: _Handle) -> None:
+        old = self._holder[0]
+        self._holder[0] = handle
+        if old is not handle and old.db is not handle.db:
+            old.close()
+
+    # -- keeping it usable ------------------------------------------------------------------
+
+    def _run(self, question: Callable[[], T]) -> T:
+        """``question()`` against a catalog that is what this code left and whose
+        database works. A failure of the database rebuilds it (refreshed from the
+        files) and asks again; a second one, or one a rebuild cannot help, moves the
+        catalog to memory; one even there is a StoreError naming the catalog."""
+        with self._lock:
+            if self._depth:  # inside another question: the outer one recovers
+                return question()
+            failures = 0
+            while True:
+                self._depth += 1
+                try:
+                    self._ensure_current()
+                    return question()
+                except _Stale:
+                    failures += 1
+                    if failures > 3:
+                        self._recover("damage", failures)
+                except Exception as exc:
+                    kind = _failure_kind(exc)
+                    if kind is None:
+                        raise
+                    failures += 1
+                    self._recover(kind, failures, exc)
+                finally:
+                    self._depth -= 1
+
+    def _ensure_current(self) -> None:
+        """Cheap when nothing happened (one ``pread``, one ``stat``): else catch up with
+        another process's rebuild, or rebuild a database changed behind every catalog's
+        back (and read the store again into it)."""
+        handle = self._handle
+        if handle.lock is None or handle.path is None:
+            return
+        stamp = handle.lock.stamp()
+        info = _stat(handle.path)
+        if (
+            stamp.build == handle.build
+            and stamp.vouches_for(info)
+            and info is not None
+            and info.st_ino == handle.ino
+        ):
+            return
+        if not handle.lock.is_current():  # the lock file itself was deleted or replaced
+            self._replace_handle(self._attach_somewhere())
+            self._refresh_now(records=True)
+            return
+        with handle.lock.held():
+            stamp = handle.lock.stamp()
+            info = _stat(handle.path)
+            if stamp.vouches_for(info) and info is not None:
+                if stamp.build == handle.build and info.st_ino == handle.ino:
+                    return  # a checkpoint of another process was under way
+                if info.st_ino == handle.ino:  # emptied in place by another process
+                    handle.build = stamp.build
+                else:  # built anew by another process
+                    self._replace_handle(self._attach(handle.path))
+            else:  # changed behind every catalog's back, or deleted
+                self._build_in_place_of(handle)
+        self._refresh_now(records=True)
+
+    def _recover(self, kind: str, failures: int, exc: BaseException | None = None) -> None:
+        """After a failure of the database: wait once for a busy one, rebuild a damaged
+        one, else move to memory; each followed by a refresh from the files."""
+        if failures <= 4 and not self.in_memory:
+            if kind == "busy" and failures == 1:
+                return  # another process held it past the timeout: one more wait
+            if kind == "damage" and failures == 1:
+                with contextlib.suppress(*_FAILURES):
+                    self._rebuild()
+                    self._refresh_now(records=True)
+                    return
+            with contextlib.suppress(*_FAILURES):
+                self._replace_handle(self._in_memory())
+                self._refresh_now(records=True)
+                return
+        problem = exc or "it kept changing while it was read"
+        raise StoreError(self.path, f"the catalog cannot be used, even in memory: {problem}") from None
+
+    def _rebuild(self) -> None:
+        """An empty catalog in place of this one, under the lock; if another process
+        rebuilt it meanwhile, that one."""
+        handle = self._handle
+        if handle.lock is None or handle.path is None:
+            self._replace_handle(self._in_memory())
+            return
+        with handle.lock.held():
+            stamp = handle.lock.stamp()
+            info = _stat(handle.path)
+            if stamp.build != handle.build and stamp.vouches_for(info):
+                self._replace_handle(self._attach(handle.path))
+                return
+            self._build_in_place_of(handle)
+
+    def _build_in_place_of(self, handle: _Handle) -> None:
+        """An empty catalog where ``handle``'s is (under its lock). This process's own
+        connection to the old file is closed first: it would hold the file against being
+        emptied."""
+        assert handle.lock is not None and handle.path is not None
+        handle.close()
+        db, build = _build_at(handle.path, handle.lock, None)
+        self._holder[0] = _Handle(db, handle.lock, handle.path, build, handle.path.stat().st_ino)
 
     def close(self) -> None:
         with self._lock:
-            self._db.close()
+            self._finalizer()
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, on the build this catalog last read (another process's
+        rebuild since then is caught up with first: :class:`_Stale`)."""
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
+            handle = self._handle
+            db = handle.db
+            db.execute("BEGIN IMMEDIATE")
             try:
-                yield self._db
+                row = db.execute("SELECT value FROM meta WHERE key = 'epoch'").fetchone()
+                if row is None:
+                    raise CatalogDamage("no build id")
+                if row[0] != handle.build:
+                    raise _Stale()
+                yield db
             except BaseException:
-                self._db.execute("ROLLBACK")
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
                 raise
-            self._db.execute("COMMIT")
+            db.execute("COMMIT")
+            self._after_write(handle)
+
+    @staticmethod
+    def _after_write(handle: _Handle) -> None:
+        if handle.path is None:
+            return
+        log = _stat(Path(f"{handle.path}-wal"))
+        if log is not None and log.st_size > CHECKPOINT_BYTES:
+            handle.checkpoint()
 
     @staticmethod
     def _bump(db: sqlite3.Connection) -> None:
@@ -379,24 +927,31 @@ class Catalog:
     def state(self) -> str:
         """The catalog's identity and generation: changes whenever what it holds does,
         and never repeats across a rebuild (a cache key for pages)."""
-        with self._lock:
-            values = dict(
-                self._db.execute("SELECT key, value FROM meta WHERE key IN ('epoch', 'generation')")
-            )
-        return f"{values.get('epoch', '')}:{values.get('generation', '0')}"
+
+        def question() -> str:
+            meta = _meta(self._db)
+            return f"{meta.get('epoch', '')}:{meta.get('generation', '0')}"
+
+        return self._run(question)
 
     @property
     def generation(self) -> int:
         """Goes up with every change to what the catalog holds, in any process: a cache
         key for whatever is computed from the store."""
-        with self._lock:
-            row = self._db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
-        return int(row[0]) if row else 0
+        return self._run(self._generation_now)
+
+    def _generation_now(self) -> int:
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
+        if row is None:
+            return 0
+        if not isinstance(row[0], str) or not row[0].isdigit():
+            raise CatalogDamage(f"generation {row[0]!r}")
+        return int(row[0])
 
     def clear(self) -> None:
-        """Forget everything (the next refresh reads every file again)."""
-        with self._lock:
-            self._db = self._recreate(self._db)
+        """Forget everything (the next refresh reads every file again): the database is
+        emptied in place under the lock, as a rebuild does."""
+        self._run(self._rebuild)
 
     # -- walking the store ----------------------------------------------------------------
 
@@ -499,14 +1054,22 @@ class Catalog:
         ``records=True`` also looks at every session's ``calls/`` and ``invocations/``
         (two more ``stat`` calls a session); listings and lookups do not need them."""
         claims, _errors = read_instances(self.layout.instances_dir)
-        found = self._walk(claims, records)
+        found = self._walk(claims, records)  # stat calls only, outside the lock
+        return self._run(lambda: self._apply_walk(found))
+
+    def _refresh_now(self, *, records: bool) -> int:
+        claims, _errors = read_instances(self.layout.instances_dir)
+        return self._apply_walk(self._walk(claims, records))
+
+    def _apply_walk(self, found: list[_Found]) -> int:
+        """Read again what the walk found changed, forget what it did not find."""
         with self._lock:
             known = self._known()
             on_disk = {f.rel for f in found}
             changes = [f for f in found if known.differs(f)]
             gone = [d for d in known.sessions if d not in on_disk]
             if not changes and not gone:
-                return self.generation
+                return self._generation_now()
             with self._write() as db:
                 changed = bool(gone)
                 for rel in gone:
@@ -515,7 +1078,7 @@ class Catalog:
                     changed = self._index_found(db, item, known) or changed
                 if changed:
                     self._bump(db)
-            return self.generation
+            return self._generation_now()
 
     def _known(self, rel: str | None = None) -> _Known:
         """The signatures the catalog holds (of every session, or of one)."""
@@ -652,13 +1215,17 @@ class Catalog:
     def note_saved(self, session: Session, directory: Path, written: Iterable[Path]) -> None:
         """Index what :meth:`Store.save_session` just wrote into ``directory``, from the
         objects in hand (no file is read again), so this process and the next see it."""
+        names = list(written)
+        self._run(lambda: self._note_saved_now(session, directory, names))
+
+    def _note_saved_now(self, session: Session, directory: Path, written: Iterable[Path]) -> None:
         rel = self._relative(directory)
         if rel is None:
             return
         written_names = {p.name for p in written}
         by_file = {name: cid for cid, name in session.context_files.items()}
         if self._db.execute("SELECT 1 FROM sessions WHERE dir=?", (rel,)).fetchone() is None:
-            self.index_session_dir(directory)  # a new session: its files, all of them
+            self._index_session_dir_now(directory)  # a new session: its files, all of them
             return
         with self._write() as db:
             for name in sorted(written_names - {SESSION_FILE}):
@@ -685,6 +1252,9 @@ class Catalog:
 
     def note_records(self, directory: Path) -> None:
         """Index the record folders of one session (after the runtime wrote a record)."""
+        self._run(lambda: self._note_records_now(directory))
+
+    def _note_records_now(self, directory: Path) -> None:
         rel = self._relative(directory)
         if rel is None:
             return
@@ -696,6 +1266,9 @@ class Catalog:
 
     def index_session_dir(self, directory: Path) -> None:
         """Index one session folder from its files (a lookup found it on disk)."""
+        self._run(lambda: self._index_session_dir_now(directory))
+
+    def _index_session_dir_now(self, directory: Path) -> None:
         rel = self._relative(directory)
         if rel is None:
             return
@@ -740,8 +1313,7 @@ class Catalog:
             FROM sessions s LEFT JOIN context_files c
                  ON c.dir = s.dir AND c.file = s.active_context_id || '.json'
             {where} ORDER BY s.sort_key"""
-        with self._lock:
-            return [self._row(*row) for row in self._db.execute(query, params).fetchall()]
+        return self._run(lambda: [self._row(*row) for row in self._db.execute(query, params).fetchall()])
 
     def _row(self, *row: Any) -> SessionRow:
         rel, layout, role, instance, uuid, thread_id, is_active, active, error, files = row[:10]
@@ -817,11 +1389,12 @@ class Catalog:
         rel = self._relative(directory)
         if rel is None:
             return None
-        with self._lock:
-            return self._db.execute(
+        return self._run(
+            lambda: self._db.execute(
                 f"SELECT {columns} FROM context_files WHERE dir=? AND file=? AND sig=? AND error IS NULL",
                 (rel, file, sig),
             ).fetchone()
+        )
 
     def indexed(self, directory: Path, file: str, sig: str) -> tuple[list[int], array[int] | None] | None:
         """The true counts of a context file's messages and their byte spans (None for a
@@ -829,13 +1402,24 @@ class Catalog:
         row = self._indexed_file(directory, file, sig, "counts, spans")
         if row is None or row[0] is None:
             return None
-        counts = array("i")
-        counts.frombytes(row[0])
-        spans = None
-        if row[1] is not None:
-            spans = array("q")
-            spans.frombytes(row[1])
+        counts, spans = _int_array("i", row[0]), None if row[1] is None else _int_array("q", row[1])
+        if counts is None or (row[1] is not None and spans is None):
+            self.forget_file(directory, file)  # not what this code writes: read the file
+            return None
         return counts.tolist(), spans
+
+    def forget_file(self, directory: Path, file: str) -> None:
+        """Stop vouching for one context file (its spans turned out not to frame it): the
+        next read parses it whole, the next refresh indexes it again."""
+        rel = self._relative(directory)
+        if rel is None:
+            return
+
+        def forget() -> None:
+            with self._write() as db:
+                db.execute("UPDATE context_files SET sig = '' WHERE dir=? AND file=?", (rel, file))
+
+        self._run(forget)
 
     def message_facts(self, directory: Path, file: str, sig: str) -> MessageFacts | None:
         """The :class:`~soap_core._facts.MessageFacts` of a big context file indexed at
@@ -845,7 +1429,8 @@ class Catalog:
 
     def find_dirs(self, ref: str, *, exact_only: bool = False) -> list[Path]:
         """Session folders whose uuid or name is ``ref``, or (if none) starts with it."""
-        with self._lock:
+
+        def question() -> list[Path]:
             exact = self._db.execute(
                 "SELECT dir FROM sessions WHERE name = ? OR uuid = ? ORDER BY sort_key", (ref, ref)
             ).fetchall()
@@ -856,16 +1441,19 @@ class Catalog:
                    ORDER BY sort_key""",
                 (len(ref), ref, len(ref), ref),
             ).fetchall()
-        return [self.config_dir / d for (d,) in prefix]
+            return [self.config_dir / d for (d,) in prefix]
+
+        return self._run(question)
 
     def thread_sessions(self, role: str, thread_id: str, object_id: str) -> list[Path]:
         """Readable sessions of ``object_id`` for ``thread_id`` (not re-runs), newest first."""
-        with self._lock:
-            rows = self._db.execute(
+        rows = self._run(
+            lambda: self._db.execute(
                 """SELECT dir FROM sessions WHERE thread_id = ? AND role = ? AND object_id = ?
                    AND rerun = 0 AND error IS NULL ORDER BY mtime_ns DESC, sort_key""",
                 (thread_id, role, object_id),
             ).fetchall()
+        )
         return [self.config_dir / d for (d,) in rows]
 
     def search(self, query: str) -> Iterator[CatalogHit]:
@@ -884,40 +1472,83 @@ class Catalog:
             JOIN context_files c ON c.dir = m.dir AND c.file = m.file
             WHERE {where} AND s.error IS NULL
             ORDER BY s.sort_key, (c.id IS NOT s.active_context_id), m.file, m.idx"""
-        with self._lock:
-            cursor = self._db.execute(sql, params)
-            while batch := cursor.fetchmany(256):
-                for rel, role, uuid, context_id, idx, message_id, message_role, text in batch:
-                    yield CatalogHit(rel, role, uuid, context_id, int(idx), message_id, message_role, text)
+        handed = 0  # hits already yielded: a question asked again after a rebuild skips them
+        failures = 0
+        while True:
+            try:
+                with self._lock:
+                    self._depth += 1
+                    try:
+                        self._ensure_current()
+                        cursor = self._db.execute(sql, params)
+                        skip = handed
+                        while batch := cursor.fetchmany(256):
+                            for rel, role, uuid, context_id, idx, message_id, message_role, text in batch:
+                                if skip:
+                                    skip -= 1
+                                    continue
+                                hit = CatalogHit(
+                                    rel, role, uuid, context_id, int(idx), message_id, message_role, text
+                                )
+                                handed += 1
+                                yield hit
+                        return
+                    finally:
+                        self._depth -= 1
+            except Exception as exc:
+                kind = "damage" if isinstance(exc, (_Stale, TypeError, ValueError)) else _failure_kind(exc)
+                if kind is None:
+                    raise
+                failures += 1
+                with self._lock:
+                    self._depth += 1
+                    try:
+                        self._recover(kind, failures, exc)
+                    finally:
+                        self._depth -= 1
 
     def stats(self) -> dict[str, int]:
-        with self._lock:
-            return {
+        return self._run(
+            lambda: {
                 table: int(self._db.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
                 for table in ("sessions", "context_files", "messages", "calls", "invocations", "token_counts")
             }
+        )
 
     def invocation_session_dirs(self) -> dict[str, Path]:
         """Session uuid -> folder, for every readable session (the trace walk's map)."""
-        with self._lock:
+
+        def question() -> dict[str, Path]:
             rows = self._db.execute("SELECT uuid, dir FROM sessions WHERE uuid IS NOT NULL ORDER BY sort_key")
             found: dict[str, Path] = {}
             for uuid, rel in rows:
                 found.setdefault(uuid, self.config_dir / rel)
             return found
 
+        return self._run(question)
+
     def child_invocations(self, directory: Path, parent_id: str) -> list[str]:
         rel = self._relative(directory) or ""
-        with self._lock:
-            return [
+        return self._run(
+            lambda: [
                 i
                 for (i,) in self._db.execute(
                     "SELECT id FROM invocations WHERE dir=? AND parent_invocation_id=?", (rel, parent_id)
                 )
             ]
+        )
 
 
 # -- rows -----------------------------------------------------------------------------------
+
+
+def _int_array(typecode: str, raw: Any) -> array[int] | None:
+    """A BLOB column of integers read back; None if it is not one this code wrote."""
+    values = array(typecode)
+    if not isinstance(raw, bytes) or len(raw) % values.itemsize:
+        return None
+    values.frombytes(raw)
+    return values
 
 
 def _read_bytes(path: Path) -> bytes | None:
@@ -963,13 +1594,6 @@ def _subdirs_and_links(path: Path) -> tuple[list[str], set[str]]:
         sweep_names(path, temps)
     dirs = sorted(e.name for e in entries if not e.name.startswith(".") and e.is_dir())
     return dirs, {e.name for e in entries if e.is_symlink()}
-
-
-def _stat(path: Path) -> os.stat_result | None:
-    try:
-        return path.stat()
-    except OSError:
-        return None
 
 
 def _like_escape(text: str) -> str:

@@ -19,10 +19,11 @@ any other way gets no spans and is read whole, as before.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, overload
 
+from soap_core._errors import FormatError, StoreError
 from soap_core._jsonio import parse_json_bytes
 
 SPANNED_FROM = 1_000
@@ -72,12 +73,24 @@ class SpannedMessages(Sequence[Any]):
 
     Holds the file's bytes (read once, at the signature the catalog indexed), not the
     parsed messages: a dict is parsed again on every access, so callers keep what they
-    built (``Context.message_at`` does)."""
+    built (``Context.message_at`` does).
 
-    def __init__(self, path: Path, raw: bytes, spans: array[int]) -> None:
+    A span that does not parse means the file changed under a signature that could not
+    tell (the catalog vouched for spans of other bytes): the bytes are then parsed whole
+    and the messages come from there, ``on_stale`` is called (the catalog stops vouching
+    for the file), and only bytes that do not parse whole are reported broken. Bytes
+    that parse whole into another number of messages than the spans said raise a
+    StoreError asking for the file to be read again (the context was sized from the
+    spans)."""
+
+    def __init__(
+        self, path: Path, raw: bytes, spans: array[int], on_stale: Callable[[], None] | None = None
+    ) -> None:
         self.path = path
         self._raw = raw
         self._spans = spans
+        self._on_stale = on_stale
+        self._whole: list[Any] | None = None
 
     def __len__(self) -> int:
         return len(self._spans) // 2 - 1
@@ -93,8 +106,27 @@ class SpannedMessages(Sequence[Any]):
             index += len(self)
         if not 0 <= index < len(self):
             raise IndexError(index)
+        if self._whole is not None:
+            return self._whole[index]
         start, end = self._spans[2 * index + 2], self._spans[2 * index + 3]
-        return parse_json_bytes(self.path, self._raw[start:end])
+        try:
+            return parse_json_bytes(self.path, self._raw[start:end])
+        except FormatError:
+            return self._parsed_whole()[index]
+
+    def _parsed_whole(self) -> list[Any]:
+        """The messages of the bytes parsed whole (a span did not parse)."""
+        on_stale, self._on_stale = self._on_stale, None
+        if on_stale is not None:
+            on_stale()
+        data = parse_json_bytes(self.path, self._raw)  # bytes that do not parse: that error names the file
+        messages = data.get("messages") if isinstance(data, dict) else None
+        if not isinstance(messages, list) or len(messages) != len(self):
+            raise StoreError(
+                self.path, "changed since the catalog indexed it (its messages moved): read it again"
+            )
+        self._whole = messages
+        return messages
 
     def __iter__(self) -> Iterator[Any]:
         return (self[i] for i in range(len(self)))

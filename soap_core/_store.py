@@ -15,6 +15,7 @@ catalog can be opened.
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import random
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from soap_core._catalog import Catalog, SessionRow
+from soap_core._catalog import Catalog, SessionRow, stat_signature
 from soap_core._context import Context
 from soap_core._errors import (
     AmbiguousSessionError,
@@ -141,10 +142,16 @@ def _read_bytes(path: Path) -> bytes:
 
 
 def _parse_context_bytes(
-    path: Path, raw: bytes, spans: array[int] | None
+    path: Path, raw: bytes, spans: array[int] | None, on_stale: Callable[[], None] | None = None
 ) -> tuple[Any, SpannedMessages | None]:
     """The context file's dict, and with ``spans`` (that still frame a ``messages``
-    array in ``raw``) its messages apart, unparsed: the dict then has none."""
+    array in ``raw``) its messages apart, unparsed: the dict then has none.
+
+    Spans that do not frame the file (it changed under a signature that could not
+    tell) are not used: the whole file is parsed, as without a catalog, and
+    ``on_stale`` is called (the catalog stops vouching for it); a message whose span
+    turns out not to parse later does the same (:class:`SpannedMessages`). Only a file
+    that does not parse whole is reported broken."""
     frames = (
         spans is not None
         and len(spans) >= 2
@@ -152,9 +159,14 @@ def _parse_context_bytes(
         and raw[spans[1] - 1 : spans[1]] == b"]"
     )
     if spans is not None and frames:
-        data = parse_json_bytes(path, without_messages(raw, spans))
+        try:
+            data = parse_json_bytes(path, without_messages(raw, spans))
+        except FormatError:
+            data = None
         if isinstance(data, dict) and data.get("messages") == []:
-            return data, SpannedMessages(path, raw, spans)
+            return data, SpannedMessages(path, raw, spans, on_stale=on_stale)
+    if spans is not None and on_stale is not None:
+        on_stale()
     return parse_json_bytes(path, raw), None
 
 
@@ -186,9 +198,9 @@ class Store:
         """The store's catalog, opened on first use; None if it cannot be (then every
         question is answered from the files)."""
         if self._catalog is None and self._use_catalog and self.root.is_dir():
-            try:
+            try:  # a damaged or unwritable catalog is rebuilt, moved or kept in memory by Catalog
                 self._catalog = Catalog(self.layout)
-            except (OSError, sqlite3.Error):
+            except (OSError, sqlite3.Error, ValueError, SoapError):
                 self._use_catalog = False
         return self._catalog
 
@@ -425,7 +437,9 @@ class Store:
         The true token counts come from the catalog when it indexed this very file
         (same signature before and after the read), so a warm load encodes nothing; for a
         big file it also has each message's byte span, and only the rest of the file is
-        parsed now (soap_core._spans: a message is parsed when first asked for)."""
+        parsed now (soap_core._spans: a message is parsed when first asked for). Spans
+        that turn out not to frame the file are dropped with the counts, and the catalog
+        stops vouching for it: an intact file is never reported broken."""
         self.confine(path, "context file")
         before = _signature_of(path)
         catalog = self._catalog
@@ -439,7 +453,13 @@ class Store:
                 raw = _read_bytes(path)
                 if _signature_of(path) != before:
                     indexed = None  # changed while read: check it all
-                data, spanned = _parse_context_bytes(path, raw, None if indexed is None else indexed[1])
+                spans = None if indexed is None else indexed[1]
+                stale = None
+                if catalog is not None:  # a span that does not frame the file: stop vouching for it
+                    stale = functools.partial(catalog.forget_file, path.parent, path.name)
+                data, spanned = _parse_context_bytes(path, raw, spans, stale)
+                if spans is not None and spanned is None:
+                    indexed = None  # the spans did not frame it: neither they nor the counts hold
             counts = None if indexed is None else indexed[0]
             context = Context.from_dict(data, known_token_counts=counts, spanned=spanned)
         except FormatError as exc:
@@ -669,8 +689,10 @@ class Store:
 
 
 def _signature_of(path: Path) -> str | None:
+    """The signature the catalog indexes a file at (with the change time: an in-place
+    rewrite that restores the modification time is still seen)."""
     try:
         info = path.stat()
     except OSError:
         return None
-    return f"{info.st_size}:{info.st_mtime_ns}:{info.st_ino}"
+    return stat_signature(info)
