@@ -367,8 +367,10 @@ def test_a_checked_file_builds_its_messages_on_first_use_and_a_save_keeps_every_
 def test_a_file_changed_behind_a_trusted_signature_is_reported_with_its_name_when_built(
     tmp_path: Path,
 ) -> None:
-    """Same size, same time, same inode: the catalog cannot tell, and the messages are
-    built on first use; the damage found then names the file, as a check at load does."""
+    """Same size, same time, same inode, and a signature the catalog cannot tell apart
+    (the change time moved, so the collision is made by hand, as a clock set back would
+    make it): the messages are built on first use; the damage found then names the
+    file, as a check at load does."""
     root = tmp_path / "store"
     context = Context.create(Message.system_prompt("sys"))
     context.append(_say("user", "first"))
@@ -384,6 +386,10 @@ def test_a_file_changed_behind_a_trusted_signature_is_reported_with_its_name_whe
     with path.open("r+b") as handle:  # in place: the inode stays
         handle.write(damaged)
     os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
+    catalog = Store(root).catalog()
+    assert catalog is not None
+    catalog._db.execute("UPDATE context_files SET sig = ?", (store_module._signature_of(path),))
+    catalog.close()
     loaded = Store(root).load_session(session.uuid)
     with pytest.raises(FormatError) as raised:
         loaded.active_context.messages  # noqa: B018

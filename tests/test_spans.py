@@ -245,9 +245,11 @@ def test_an_unchanged_big_context_is_not_rewritten_and_a_changed_one_is_as_a_ful
 def test_a_file_changed_under_the_catalogs_signature_names_the_file_and_spares_the_others(
     big: tuple[Path, Session], tmp_path: Path
 ) -> None:
-    """Same size, same modification time, different bytes in message 1,200: the catalog
-    cannot see it, so its span no longer holds JSON. Asking for that message raises a
-    FormatError naming the file; other messages still read; the file is not rewritten."""
+    """Same size, same modification time, different bytes in message 1,200, and a
+    signature the catalog cannot tell apart (the change time moved, so the collision is
+    made by hand, as a clock set back would make it): its span no longer holds JSON, nor
+    does the file. Asking for that message raises a FormatError naming the file; other
+    messages still read; the file is not rewritten."""
     root, saved = big
     copy = fresh_copy(root, tmp_path / "store")
     load(copy, saved.uuid)  # indexed
@@ -264,6 +266,11 @@ def test_a_file_changed_under_the_catalogs_signature_names_the_file_and_spares_t
     info = path.stat()
     path.write_bytes(broken)
     os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
+    catalog = Store(copy).catalog()
+    assert catalog is not None
+    signature = f"{info.st_size}:{info.st_mtime_ns}:{path.stat().st_ctime_ns}:{info.st_ino}"
+    catalog._db.execute("UPDATE context_files SET sig = ? WHERE file = ?", (signature, path.name))
+    catalog.close()
 
     context = load(copy, saved.uuid).contexts[json.loads(raw)["id"]]
     assert context.message_at(1199).id
