@@ -29,6 +29,8 @@ def _replay(directory: Path) -> int:
                 "--json",
             ]
         )
+    elif meta["mode"].startswith("catalog-"):
+        _replay_catalog(files, meta)
     else:
         read_store(files, meta["focus"], list(STORE_READERS), catalog=meta["mode"] == "catalog")
         name = meta["focus"].rsplit("/", 1)[1] if meta["focus"] else None
@@ -36,6 +38,25 @@ def _replay(directory: Path) -> int:
             check_cli(argv)
     print("no failure: the readers read it as they should now")
     return 0
+
+
+def _replay_catalog(files: Path, meta: dict[str, object]) -> None:
+    """A damaged catalog again: every answer through it against the files' (a forged
+    case first makes the stamp vouch for the damaged bytes, with a build id of its own,
+    so the catalog's build check is what stops it there)."""
+    from fuzz._catalog import answers, differences, forge_stamp, remove_catalog
+
+    database = files / str(meta["file"])
+    damaged = database.read_bytes()
+    remove_catalog(files)
+    database.write_bytes(damaged)
+    if meta["mode"] == "catalog-forged":
+        forge_stamp(database, str(meta.get("build") or "forged"))
+    got = answers(files, catalog=True)
+    remove_catalog(files)
+    truth = answers(files, catalog=False)
+    for line in differences(got, truth):
+        print(f"  differs: {line}")
 
 
 def _atheris(args: argparse.Namespace) -> int:
@@ -69,6 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("test-output/fuzz"), help="where failures are saved")
     parser.add_argument("--no-workbench", action="store_true", help="leave out the runtime-written seed")
     parser.add_argument("--replay", type=Path, metavar="DIR", help="read a saved failure again")
+    parser.add_argument(
+        "--kinds",
+        default="",
+        help="mutate only files of these kinds, comma-separated (e.g. catalog: the catalog's database)",
+    )
     args = parser.parse_args(argv)
     if args.replay is not None:
         return _replay(args.replay)
@@ -77,7 +103,16 @@ def main(argv: list[str] | None = None) -> int:
     from fuzz._corpus import build_corpus
 
     corpus = build_corpus(with_workbench=not args.no_workbench)
-    report = run(corpus, args.cases, workers=args.workers, seed=args.seed, engine=args.engine, out=args.out)
+    kinds = frozenset(k for k in args.kinds.split(",") if k) or None
+    report = run(
+        corpus,
+        args.cases,
+        workers=args.workers,
+        seed=args.seed,
+        engine=args.engine,
+        out=args.out,
+        kinds=kinds,
+    )
     print("\n".join(report.lines()))
     (args.out / "summary.json").write_text(json.dumps(report.as_dict(), indent=2, default=str))
     return 1 if report.failures else 0

@@ -4,11 +4,17 @@ Each worker keeps a :class:`Workbench`: a pristine copy of every seed on disk. A
 writes the mutated file into it, runs the readers under a time limit, checks that no
 file of the seed changed (readers never write) and puts the original bytes back, so a
 case costs its readers and two small writes.
+
+A case whose file is the store's catalog (:mod:`fuzz._catalog`) writes the damaged
+database where the catalog lives, in a copy of the seed kept for these cases, and
+compares every answer through it with the answer from the files alone; the catalog's
+files are removed after each such case (it is a cache).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import signal
 import traceback
@@ -17,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fuzz._catalog import answers, build_pristine, differences, forge_stamp, mutate_catalog, remove_catalog
 from fuzz._choices import Chooser
 from fuzz._corpus import Corpus, Seed, file_kind
 from fuzz._mutators import mutate_file
@@ -24,9 +31,11 @@ from fuzz._targets import (
     STORE_READERS,
     ReaderFailure,
     check_cli,
+    check_cli_result,
     cli_commands,
     read_openpoke_dir,
     read_store,
+    run_cli,
 )
 
 CASE_SECONDS = 20.0
@@ -88,13 +97,17 @@ def _ids(value: Any, into: set[str]) -> None:
 
 
 class Workbench:
-    """Pristine copies of the seeds under ``base``, and the ids they hold."""
+    """Pristine copies of the seeds under ``base``, and the ids they hold. ``kinds``
+    limits the files cases mutate to those kinds (:func:`fuzz._corpus.file_kind`)."""
 
-    def __init__(self, corpus: Corpus, base: Path) -> None:
+    def __init__(self, corpus: Corpus, base: Path, kinds: frozenset[str] | None = None) -> None:
         import json
 
         self.corpus = corpus
         self.base = base
+        self.kinds = kinds
+        self._catalogs: dict[str, tuple[str, bytes, str]] = {}
+        self._truths: dict[str, dict[str, Any]] = {}
         found: set[str] = set()
         for seed in corpus.seeds:
             for copy in (self.dir_of(seed, catalog=False), self.dir_of(seed, catalog=True)):
@@ -113,6 +126,31 @@ class Workbench:
     @property
     def scratch(self) -> Path:
         return self.base / "scratch-store"
+
+    def damage_dir(self, seed: Seed) -> Path:
+        """The copy of a store seed whose catalog catalog cases damage."""
+        directory = self.base / f"{seed.name}-catalog-damage"
+        if not directory.is_dir():
+            for rel, raw in seed.files.items():
+                (directory / rel).parent.mkdir(parents=True, exist_ok=True)
+                (directory / rel).write_bytes(raw)
+        return directory
+
+    def pristine_catalog(self, seed: Seed) -> tuple[str, bytes, str]:
+        """The catalog of the seed's intact files: where it lies (relative), its bytes
+        and its build id; built once."""
+        if seed.name not in self._catalogs:
+            directory = self.damage_dir(seed)
+            remove_catalog(directory)
+            self._catalogs[seed.name] = build_pristine(directory)
+            remove_catalog(directory)
+        return self._catalogs[seed.name]
+
+    def truth(self, seed: Seed) -> dict[str, Any]:
+        """Every answer of the seed's intact files, read without a catalog."""
+        if seed.name not in self._truths:
+            self._truths[seed.name] = answers(self.damage_dir(seed), catalog=False)
+        return self._truths[seed.name]
 
 
 def session_folder(rel: str) -> str | None:
@@ -195,9 +233,17 @@ def _readers(
 
 def run_case(bench: Workbench, c: Chooser, *, seconds: float = CASE_SECONDS) -> str:
     """One case; returns what it did, raises :class:`CaseFailure` if a reader failed."""
-    seed = c.choice(bench.corpus.seeds)
-    rel = c.choice(seed.mutable_files())
+    kinds = bench.kinds
+    seeds = [
+        s
+        for s in bench.corpus.seeds
+        if kinds is None or any(file_kind(f) in kinds for f in s.mutable_files())
+    ]
+    seed = c.choice(seeds)
+    rel = c.choice([f for f in seed.mutable_files() if kinds is None or file_kind(f) in kinds])
     kind = file_kind(rel) or "context"
+    if kind == "catalog":
+        return _catalog_case(bench, seed, c, seconds)
     original = seed.files[rel]
     mutated, description = mutate_file(kind, original, c, bench.ids)
     roll = c.integer(0, 99)
@@ -211,6 +257,59 @@ def run_case(bench: Workbench, c: Chooser, *, seconds: float = CASE_SECONDS) -> 
         changed = _unchanged(directory, seed, rel, mutated) if seed.kind == "store" else None
     finally:
         path.write_bytes(original)
+    if failure is None and changed is not None:
+        failure = (changed, "readers-write", "")
+    if failure is not None:
+        problem, where, trace = failure
+        raise CaseFailure(seed.name, rel, description, mode, problem, mutated, where, trace)
+    return f"{seed.name}:{rel} [{description}] ({mode})"
+
+
+def _catalog_case(bench: Workbench, seed: Seed, c: Chooser, seconds: float) -> str:
+    """The seed's catalog damaged (:func:`fuzz._catalog.mutate_catalog`), its files
+    intact: every answer through it must be the files' (``catalog-damage``), or, with a
+    forged stamp, nothing but typed errors may come out (``catalog-forged``); a
+    ``soapwb`` command prints what it prints without a catalog (``catalog-cli``)."""
+    rel, pristine, build = bench.pristine_catalog(seed)
+    mutated, description = mutate_catalog(pristine, c)
+    roll = c.integer(0, 99)
+    mode = "catalog-damage" if roll < 50 else "catalog-forged" if roll < 85 else "catalog-cli"
+    directory = bench.damage_dir(seed)
+    folders = [session_folder(r) for r in seed.files]
+    name = next((f.rsplit("/", 1)[1] for f in folders if f), None)
+    argv = c.choice(cli_commands(directory, name))
+    truth = bench.truth(seed) if mode == "catalog-damage" else None
+
+    def readers() -> None:
+        if mode == "catalog-cli":
+            with_catalog = run_cli(argv)
+            check_cli_result(argv, with_catalog)
+            os.environ["SOAPWB_NO_CATALOG"] = "1"
+            try:
+                without = run_cli(argv)
+            finally:
+                del os.environ["SOAPWB_NO_CATALOG"]
+            if with_catalog != without:
+                shown = " ".join(argv)
+                raise ReaderFailure(f"soapwb {shown}: through the damaged catalog it printed otherwise")
+            return
+        got = answers(directory, catalog=True)
+        if truth is not None and got != truth:
+            raise ReaderFailure(
+                "answers through the catalog differ: " + "; ".join(differences(got, truth)[:3])
+            )
+
+    remove_catalog(directory)
+    path = directory / rel
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(mutated)
+        if mode == "catalog-forged":
+            forge_stamp(path, build)
+        failure = _outcome(readers, seconds)
+        changed = _unchanged(directory, seed, rel, mutated)
+    finally:
+        remove_catalog(directory)
     if failure is None and changed is not None:
         failure = (changed, "readers-write", "")
     if failure is not None:

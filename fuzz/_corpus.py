@@ -7,6 +7,8 @@
 * ``workbench``: a store our runtime wrote (tool calls, a three-deep cross-object chain,
   a refusal, a compaction fork, a replay fork, call and invocation records);
 * ``openpoke-short``, ``openpoke-long``, ``openpoke-legacy``: OpenPoke data dirs.
+
+Each store seed's catalog database is one more of its files (:mod:`fuzz._catalog`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import json
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from fuzz._catalog import CATALOG_MARK
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
@@ -33,7 +37,9 @@ class Seed:
     data_dir: str = ""
 
     def mutable_files(self) -> list[str]:
-        return sorted(p for p in self.files if file_kind(p) is not None)
+        """The files a case may mutate; a store's catalog database among them."""
+        found = sorted(p for p in self.files if file_kind(p) is not None)
+        return [*found, CATALOG_MARK] if self.kind == "store" else found
 
 
 @dataclass
@@ -48,6 +54,8 @@ def file_kind(rel: str) -> str | None:
     """What a file of a seed is, by its place (None: not mutated)."""
     parts = rel.split("/")
     name = parts[-1]
+    if name == CATALOG_MARK:
+        return "catalog"
     if name.endswith(".log"):
         return "log"
     if name == "timezone.txt":

@@ -64,6 +64,9 @@ def save_failure(failure: CaseFailure, corpus: Corpus, out: Path, number: str) -
         path = target / "files" / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(failure.data if rel == failure.file else raw)
+    if failure.file not in seed.files:  # the store's catalog, damaged
+        (target / "files" / failure.file).parent.mkdir(parents=True, exist_ok=True)
+        (target / "files" / failure.file).write_bytes(failure.data)
     meta = {
         "seed": failure.seed,
         "kind": seed.kind,
@@ -184,15 +187,24 @@ def _random_cases(bench: Workbench, result: WorkerResult, cases: int, seed: int,
 
 
 def run_worker(
-    worker: int, corpus: Corpus, cases: int, seed: int, engine: str, out: Path, *, limit_memory: bool = True
+    worker: int,
+    corpus: Corpus,
+    cases: int,
+    seed: int,
+    engine: str,
+    out: Path,
+    *,
+    limit_memory: bool = True,
+    kinds: frozenset[str] | None = None,
 ) -> WorkerResult:
-    """``cases`` cases in this process (a worker of :func:`run`)."""
+    """``cases`` cases in this process (a worker of :func:`run`); ``kinds``: only files
+    of those kinds are mutated."""
     if limit_memory:
         _limit_memory()
     started = time.perf_counter()
     result = WorkerResult(worker)
     with tempfile.TemporaryDirectory(prefix=f"fuzz-{worker}-") as tmp:
-        bench = Workbench(corpus, Path(tmp))
+        bench = Workbench(corpus, Path(tmp), kinds)
         if engine == "hypothesis":
             _hypothesis_batches(bench, result, cases, seed, out)
         else:
@@ -240,18 +252,30 @@ class Report:
 
 
 def run(
-    corpus: Corpus, cases: int, *, workers: int, seed: int, engine: str, out: Path, in_process: bool = False
+    corpus: Corpus,
+    cases: int,
+    *,
+    workers: int,
+    seed: int,
+    engine: str,
+    out: Path,
+    in_process: bool = False,
+    kinds: frozenset[str] | None = None,
 ) -> Report:
     """``cases`` cases over ``workers`` worker processes (each with a memory limit), or in
-    this process with ``in_process`` (a test's quick run: no limit is set on the caller)."""
+    this process with ``in_process`` (a test's quick run: no limit is set on the caller);
+    ``kinds`` limits the files mutated to those kinds (``catalog``: the catalog only)."""
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     shares = [cases // workers + (1 if i < cases % workers else 0) for i in range(workers)]
     if in_process:
-        results = [run_worker(0, corpus, cases, seed, engine, out, limit_memory=False)]
+        results = [run_worker(0, corpus, cases, seed, engine, out, limit_memory=False, kinds=kinds)]
     else:
         with ProcessPoolExecutor(workers, mp_context=get_context("fork")) as pool:
-            futures = [pool.submit(run_worker, i, corpus, n, seed, engine, out) for i, n in enumerate(shares)]
+            futures = [
+                pool.submit(run_worker, i, corpus, n, seed, engine, out, kinds=kinds)
+                for i, n in enumerate(shares)
+            ]
             results = [f.result() for f in futures]
     by_seed: Counter[str] = Counter()
     for result in results:

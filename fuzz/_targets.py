@@ -225,7 +225,12 @@ def run_cli(argv: list[str]) -> tuple[int, bytes, bytes]:
 def check_cli(argv: list[str]) -> None:
     """The command exits 0, 1 or 2 with UTF-8 output (valid JSON with ``--json``) and
     no traceback."""
-    code, out, err = run_cli(argv)
+    check_cli_result(argv, run_cli(argv))
+
+
+def check_cli_result(argv: list[str], result: tuple[int, bytes, bytes]) -> None:
+    """:func:`check_cli` of a command already run."""
+    code, out, err = result
     shown = " ".join(argv)
     if code not in (0, 1, 2):
         raise ReaderFailure(f"soapwb {shown}: exit {code}: {err.decode('utf-8', 'replace').strip()[:300]}")

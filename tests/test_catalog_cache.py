@@ -503,3 +503,74 @@ def test_the_catalogs_lock_file_is_never_followed_through_a_link(
     assert answers(Store(store_copy)) == full_scan(store_copy)
     assert outside.read_bytes() == b"precious"
     assert not [p for p in store_copy.iterdir() if is_catalog_file(p) and not p.is_symlink()]
+
+
+# -- the fuzzer's contract covers the catalog ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def corpus(workbench_store: Path) -> Any:
+    from fuzz import build_corpus
+
+    return build_corpus(workbench=workbench_store)
+
+
+def test_the_fuzzer_damages_each_store_seeds_catalog_and_every_answer_is_the_files(
+    corpus: Any, tmp_path: Path
+) -> None:
+    from fuzz._runner import run
+
+    report = run(
+        corpus,
+        120,
+        workers=1,
+        seed=22,
+        engine="random",
+        out=tmp_path,
+        in_process=True,
+        kinds=frozenset({"catalog"}),
+    )
+    assert report.cases == 120
+    assert not report.failures, "\n".join(report.lines())
+    assert set(report.by_seed) == {s.name for s in corpus.seeds if s.kind == "store"}
+
+
+@pytest.mark.parametrize("planted", ["answers one token off", "no recovery from damage"])
+def test_the_fuzzer_reports_a_catalog_that_breaks_its_contract(
+    corpus: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, planted: str
+) -> None:
+    """The catalog cases have teeth: a catalog whose answers differ from the files', or
+    that lets a damaged database's error out, is reported and saved for replay."""
+    from fuzz._corpus import Corpus
+    from fuzz._runner import run
+    from soap_core._catalog import Catalog, SessionRow
+
+    if planted == "answers one token off":
+        real_row = Catalog._row
+
+        def off_by_one(self: Catalog, *row: Any) -> SessionRow:
+            found = real_row(self, *row)
+            tokens = None if found.tokens is None else found.tokens + 1
+            return SessionRow(**{**found.__dict__, "tokens": tokens})
+
+        monkeypatch.setattr(Catalog, "_row", off_by_one)
+    else:
+        monkeypatch.setattr(catalog_module, "_failure_kind", lambda exc: None)
+    only = Corpus([corpus.named("hellopete")])
+    cases = 40 if planted == "answers one token off" else 120  # needs a forged stamp, then an error in use
+    report = run(
+        only,
+        cases,
+        workers=1,
+        seed=3,
+        engine="random",
+        out=tmp_path,
+        in_process=True,
+        kinds=frozenset({"catalog"}),
+    )
+    assert report.failures, f"{planted}: not found in {cases} catalog cases"
+    saved = json.loads((Path(report.failures[0].saved) / "case.json").read_text())
+    assert (
+        saved["mode"].startswith("catalog-")
+        and (Path(report.failures[0].saved) / "files" / saved["file"]).is_file()
+    )
