@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import sys
 from collections.abc import Iterator
@@ -28,6 +29,7 @@ from replay import (
 from replay._refs import resolve_reference
 from soap_core import Session, SoapError
 from soap_core.runtime import LLMEndpoint
+from soap_core.runtime._llm import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT_S
 from soapwb.common import UsageError, add_store_options, emit_json, open_store, progress_line
 
 
@@ -118,8 +120,56 @@ def add_endpoint_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--base-url", help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL, else the local model)"
     )
-    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per request (default 120)")
-    parser.add_argument("--retries", type=int, default=2, help="retries with backoff per request (default 2)")
+    parser.add_argument(
+        "--timeout",
+        type=_positive,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="SECONDS",
+        help="the most one attempt at a model call may take, all of it: connecting, sending, the "
+        f"headers and the whole answer (default {DEFAULT_TIMEOUT_S:g})",
+    )
+    parser.add_argument(
+        "--retries",
+        type=_count,
+        default=2,
+        metavar="N",
+        help="attempts after a refused connection, a timeout, a 429 or a 5xx (default 2). Between "
+        "attempts the client waits 0.5 s, doubling up to 8 s, or the server's Retry-After if it is no "
+        "longer than --timeout (a longer one is not retried): a call ends within "
+        "(N + 1) x --timeout plus those waits",
+    )
+    parser.add_argument(
+        "--max-response-mb",
+        type=_positive,
+        default=DEFAULT_MAX_RESPONSE_BYTES / MIB,
+        metavar="MIB",
+        help="the largest answer read, in MiB, after inflating a compressed one (default "
+        f"{DEFAULT_MAX_RESPONSE_BYTES / MIB:g}); a larger one fails the call, which is recorded "
+        "with the error and without the answer",
+    )
+
+
+MIB = 1024 * 1024
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 0")
+    return value
 
 
 def add_target(parser: argparse.ArgumentParser) -> None:
@@ -192,7 +242,12 @@ def endpoint_for(args: argparse.Namespace) -> Iterator[LLMEndpoint]:
             from soap_core.runtime.local_model import LocalModelServer
 
             base_url = stack.enter_context(LocalModelServer(deterministic=True)).base_url
-        yield LLMEndpoint(base_url, timeout=args.timeout, max_retries=args.retries)
+        yield LLMEndpoint(
+            base_url,
+            timeout=args.timeout,
+            max_retries=args.retries,
+            max_response_bytes=max(1, int(args.max_response_mb * MIB)),
+        )
 
 
 def overrides_from(args: argparse.Namespace, messages: int) -> Overrides:

@@ -336,8 +336,9 @@ class RefusedPort:
     """A port where nothing listens, counting the client's attempts to connect to it.
 
     No server sees a refused request, so the count comes from the client's side: while
-    the port is watched, ``socket.create_connection`` (which the ``openai`` client's
-    transport calls for every new connection) is wrapped to count the calls aimed at it.
+    the port is watched, ``socket.socket.connect`` (which every transport calls for a new
+    connection, the sync one through ``socket.create_connection`` and asyncio's through
+    ``sock_connect``) is wrapped to count the calls aimed at it.
     """
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -345,15 +346,15 @@ class RefusedPort:
         self.base_url = refused_base_url(self._port)
         self._lock = threading.Lock()
         self._attempts = 0
-        connect = socket.create_connection
+        connect = socket.socket.connect
 
-        def counting(address: Any, *args: Any, **kwargs: Any) -> socket.socket:
-            if address[1] == self._port:
+        def counting(sock: socket.socket, address: Any) -> None:
+            if isinstance(address, tuple) and len(address) >= 2 and address[1] == self._port:
                 with self._lock:
                     self._attempts += 1
-            return connect(address, *args, **kwargs)
+            connect(sock, address)
 
-        monkeypatch.setattr(socket, "create_connection", counting)
+        monkeypatch.setattr(socket.socket, "connect", counting)
 
     @property
     def requests(self) -> int:
