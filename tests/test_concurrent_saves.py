@@ -44,7 +44,8 @@ from tests import save_racers as sr
 FULL = os.environ.get("SOAPWB_RELIABILITY") == "full"
 ROUNDS = 1000 if FULL else 40
 RACERS = 4
-SESSIONS = 20
+SESSIONS = 100 if FULL else 20
+"""Rounds pick a session among these: each stays small enough that loading it is cheap."""
 FIGURES = Path(__file__).parents[1] / "test-output" / "reliability"
 FORK = multiprocessing.get_context("fork")
 
