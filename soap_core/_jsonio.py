@@ -15,7 +15,7 @@ import json
 import os
 import re
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -206,11 +206,12 @@ def dump_json(value: Any) -> str:
     return json.dumps(value, indent=2)
 
 
-def write_json_atomic(path: Path, value: Any) -> bool:
+def write_json_atomic(path: Path, value: Any, before_write: Callable[[], None] | None = None) -> bool:
     """Write ``value`` to ``path`` unless the file already holds it; True if written.
 
     A file whose parsed content already equals ``value`` is left alone, so loading and
     saving never rewrites a file (hand-edited comments and all) that nothing changed.
+    ``before_write`` runs just before the file is replaced, if it is.
     """
     text = dump_json(value)
     if path.exists() and not path.is_symlink():  # a link is replaced, never read through
@@ -219,6 +220,8 @@ def write_json_atomic(path: Path, value: Any) -> bool:
                 return False
         except (OSError, UnicodeDecodeError, FormatError, StoreError):
             pass  # unreadable or broken: replacing it is the point of this write
+    if before_write is not None:
+        before_write()
     write_text_atomic(path, text)
     return True
 

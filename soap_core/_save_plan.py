@@ -47,13 +47,11 @@ class FileWrite:
     """The disk holds this very content already: nothing to write."""
 
 
-def plan_save(session: Session, directory: Path, folder: Path, token: str | None) -> list[FileWrite]:
+def plan_save(session: Session, directory: Path, folder: Path) -> list[FileWrite]:
     """The files a save of ``session`` into ``folder`` (``directory`` itself, or the temp
-    folder that becomes it) writes. ``token`` is the save lock's token, None for a new
-    folder (nothing to compare with). A session made in memory (no ``base``) replaces
-    the files it holds."""
-    base = session.base if token is not None else None
-    trusted = base is not None and base.token == token
+    folder that becomes it) writes: those memory changed since they were read or last
+    written (every one, for a session made in memory). Nothing is compared with the disk
+    yet (:func:`checked_against_disk` does that, under the save lock)."""
     plans: list[FileWrite] = []
     for context_id, context in session.contexts.items():
         if context_id not in session.context_files:  # a new context: its file is named after it
@@ -66,13 +64,30 @@ def plan_save(session: Session, directory: Path, folder: Path, token: str | None
         digest = fingerprint([str(directory / name), value])
         if digest is not None and digest == context.saved_fingerprint and (folder / name).is_file():
             continue  # unchanged since it was read or written: not even dumped
-        plan = FileWrite(name, value, context, digest)
-        plans.append(plan if base is None else _checked_context(plan, base, directory, trusted))
+        plans.append(FileWrite(name, value, context, digest))
     value = session.to_dict()
+    base = session.base
     if base is None or value != base.session_dict or not (folder / SESSION_FILE).is_file():
-        plan = FileWrite(SESSION_FILE, value)
-        plans.append(plan if base is None else _checked_session(plan, session, base, directory, trusted))
+        plans.append(FileWrite(SESSION_FILE, value))
     return plans
+
+
+def checked_against_disk(
+    plans: list[FileWrite], session: Session, directory: Path, token: str
+) -> list[FileWrite]:
+    """``plans`` as they may be written over what is on disk now, ``token`` being the
+    save lock's: merged with another process's save where they can be, else
+    SaveConflictError. A session made in memory (no ``base``) replaces the files it holds."""
+    base = session.base
+    if base is None:
+        return plans
+    trusted = base.token == token
+    return [
+        _checked_context(plan, base, directory, trusted)
+        if plan.context is not None
+        else _checked_session(plan, session, base, directory, trusted)
+        for plan in plans
+    ]
 
 
 def _conflict(path: Path, problem: str) -> SaveConflictError:

@@ -132,6 +132,7 @@ class SaveLock:
             os.ftruncate(self._fd, len(token))
         except OSError as exc:
             raise StoreError(self.path, f"cannot write the save lock: {exc.strerror}") from None
+        self.token = token
         return token
 
 

@@ -52,7 +52,7 @@ from soap_core._paths import (
     real,
     safe_name,
 )
-from soap_core._save_plan import FileWrite, plan_save, saved
+from soap_core._save_plan import FileWrite, checked_against_disk, plan_save, saved
 from soap_core._saves import (
     UNKNOWN,
     SaveConflictError,
@@ -640,17 +640,19 @@ class Store:
         if not os.path.lexists(directory):  # a new session appears whole or not at all
             try:
                 with new_folder(directory, sync=syncing()) as staging:
-                    plans = plan_save(session, directory, staging, None)
+                    plans = plan_save(session, directory, staging)
                     written = self._write_planned(plans, directory, staging)
                     saved(session, plans, staging, "")
             except FileExistsError:
                 plans = None  # another process made it meanwhile: saved into like any other
         if plans is None:
+            plans = plan_save(session, directory, directory)
+            if not plans:
+                return []  # nothing changed: not even the lock is taken
             with save_lock(save_lock_path(self.layout.config_dir, directory)) as lock:
-                plans = plan_save(session, directory, directory, lock.token)
-                token = lock.replace_token()
-                written = self._write_planned(plans, directory, directory)
-                saved(session, plans, directory, token)
+                plans = checked_against_disk(plans, session, directory, lock.token)
+                written = self._write_planned(plans, directory, directory, lock.replace_token)
+                saved(session, plans, directory, lock.token)
         catalog = self.catalog()
         if catalog is not None and written:
             if any(p.on_disk_only or p.header is not None for p in plans):
@@ -678,12 +680,24 @@ class Store:
         raise AssertionError("unreachable")
 
     @staticmethod
-    def _write_planned(plans: list[FileWrite], directory: Path, folder: Path) -> list[Path]:
+    def _write_planned(
+        plans: list[FileWrite], directory: Path, folder: Path, new_token: Callable[[], object] | None = None
+    ) -> list[Path]:
         """Write the planned files into ``folder`` (contexts first, ``session.json``
-        last); the files written, as paths in ``directory``."""
+        last); the files written, as paths in ``directory``. ``new_token`` runs once,
+        before the first file that is replaced: a save that changes no file leaves the
+        save token as it was."""
         written: list[Path] = []
+        token_replaced = new_token is None
+
+        def first_write() -> None:
+            nonlocal token_replaced
+            if not token_replaced and new_token is not None:
+                new_token()
+                token_replaced = True
+
         for plan in plans:
-            if not plan.already_there and write_json_atomic(folder / plan.name, plan.value):
+            if not plan.already_there and write_json_atomic(folder / plan.name, plan.value, first_write):
                 written.append(directory / plan.name)
         return written
 

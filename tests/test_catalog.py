@@ -306,9 +306,9 @@ def test_a_save_writes_and_indexes_only_what_changed(tmp_path: Path, monkeypatch
     dumped: list[Any] = []
     real_dump = store_module.write_json_atomic
 
-    def recording(path: Path, value: Any) -> bool:
+    def recording(path: Path, value: Any, before_write: Any = None) -> bool:
         dumped.append(path.name)
-        return real_dump(path, value)
+        return real_dump(path, value, before_write)
 
     monkeypatch.setattr(store_module, "write_json_atomic", recording)
     loaded.active_context.append(_say("user", "second"))
@@ -346,7 +346,9 @@ def test_a_checked_file_builds_its_messages_on_first_use_and_a_save_keeps_every_
     monkeypatch.setattr(
         store_module,
         "write_json_atomic",
-        lambda path, value: written.append(path.name) or real_write(path, value),
+        lambda path, value, before_write=None: (
+            written.append(path.name) or real_write(path, value, before_write)
+        ),
     )
     assert Store(root).save_session(loaded) == [] and written == [], "nothing changed: nothing dumped"
 

@@ -329,3 +329,22 @@ def test_processes_appending_and_forking_at_once_keep_every_message_and_every_fo
         json.dumps({"full": FULL, "racers per round": RACERS, **figures}, indent=2)
     )
     assert figures["attempts redone after a conflict"] > 0, figures  # the racers did collide
+
+
+def test_a_save_that_changes_no_file_leaves_the_save_token_as_it_was(tmp_path: Path) -> None:
+    """Another writer's loaded copy then still saves at once, without reading back."""
+    store, uuid, root_id = new_store(tmp_path)
+    session = store.load_session(uuid)
+    say(session, root_id, "one")
+    store.save_session(session)
+    [lock] = (store.root / SAVE_LOCKS_DIR).iterdir()
+    token = lock.read_text()
+    other = store.load_session(uuid)
+    assert store.save_session(store.load_session(uuid)) == []  # nothing changed: no lock taken
+    replaced = store.load_session(uuid)
+    replaced.contexts[root_id] = Context.from_dict(replaced.contexts[root_id].to_dict())  # same content anew
+    assert store.save_session(replaced) == []
+    assert lock.read_text() == token
+    say(other, root_id, "two")
+    store.save_session(other)
+    assert texts(store.load_session(uuid).contexts[root_id])[-2:] == ["one", "two"]

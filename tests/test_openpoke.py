@@ -32,7 +32,7 @@ from importers.openpoke import (
     working_memory_at,
 )
 from replay import MaterializeError, Output, Overrides, diff_outputs, materialize, replay
-from soap_core import Context, Session, Store, fork_tree, tool_schema
+from soap_core import SAVE_LOCKS_DIR, Context, Session, Store, fork_tree, tool_schema
 from soap_core._catalog import is_catalog_file
 from soap_core.runtime import LLMEndpoint, invocation_chain, read_invocations
 from soap_core.runtime.local_model import LocalModelServer
@@ -56,11 +56,12 @@ def root_of(session: Session) -> Context:
 
 
 def files(root: Path) -> dict[str, tuple[bytes, int]]:
-    """Every file under ``root``: its bytes and modification time (ns)."""
+    """Every file under ``root``: its bytes and modification time (ns). The catalog and
+    the save locks (``.soapwb-saves/``) are the workbench's own, not the store's."""
     return {
         str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns)
         for p in sorted(root.rglob("*"))
-        if p.is_file() and not is_catalog_file(p)
+        if p.is_file() and not is_catalog_file(p) and SAVE_LOCKS_DIR not in p.parts
     }
 
 
