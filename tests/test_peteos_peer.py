@@ -33,7 +33,7 @@ from deepdiff import DeepDiff
 
 import soap_core
 from replay import Overrides, materialize, replay
-from soap_core import Session, Store, read_calls
+from soap_core import SAVE_LOCKS_DIR, Session, Store, read_calls
 from soap_core._catalog import is_catalog_file
 from soap_core.runtime import LLMEndpoint
 from soap_core.runtime.local_model import LocalModelServer
@@ -72,10 +72,11 @@ def expected_role(peer: PeerStore, truth: dict[str, Any]) -> str:
 
 
 def snapshot(root: Path) -> dict[str, bytes]:
+    """The store's files (not the workbench's catalog and save locks) with their bytes."""
     return {
         str(p.relative_to(root)): p.read_bytes()
         for p in sorted(root.rglob("*"))
-        if p.is_file() and not is_catalog_file(p)
+        if p.is_file() and not is_catalog_file(p) and SAVE_LOCKS_DIR not in p.parts
     }
 
 
