@@ -34,7 +34,7 @@ from soap_core import (
     ToolUsePart,
     read_calls,
 )
-from soap_core.runtime import invocation_chain
+from soap_core.runtime import invocation_chains
 
 CATEGORIES = (
     "system_prompt",
@@ -366,9 +366,8 @@ def chain_budget(
     uuid (the Token budget page has its session's): those sessions are not read again."""
     depth_of: dict[str, int] = {}
     role_of: dict[str, str] = {}
-    for trace in invocation_chain(store, session_ref):
-        frames = [*trace.callers, *([trace.invocation] if trace.invocation else []), *trace.callees]
-        for frame in frames:
+    for chain in invocation_chains(store, session_ref):
+        for frame in chain.stacks():
             depth_of.setdefault(frame.session, frame.depth)
             role_of[frame.session] = frame.role
     if not depth_of:

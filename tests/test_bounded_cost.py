@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from analysis import chain_budget
 from soap_core import (
     FormatError,
     InvocationRecord,
@@ -34,7 +35,7 @@ from soap_core import (
 from soap_core._jsonio import JSON5_LIMIT, unsynced_writes
 from soap_core._parts import MediaPart, base64_source
 from soap_core._tokens import LONG_RUN, count_text, get_encoding
-from soap_core.runtime import TraceFrame, invocation_chain
+from soap_core.runtime import TraceFrame, invocation_chain, invocation_chains
 from soapwb.cli import main
 from tests.conftest import SESSION_UUID, session_dir
 from tests.test_hostile_shapes import (
@@ -42,6 +43,7 @@ from tests.test_hostile_shapes import (
     chain_session,
     chain_store,
     context_id,
+    fan_out_store,
     invocation_chain_store,
     many_contexts_store,
     wide_session,
@@ -394,6 +396,51 @@ def test_the_traceback_page_builds_each_frame_of_a_deep_chain_a_bounded_number_o
         return built
 
     assert frames(big) <= LINEAR * frames(small)  # 4 frames an invocation, where 400 were built
+
+
+def test_the_chain_budget_builds_each_frame_of_a_deep_chain_a_bounded_number_of_times(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    small, big = (
+        invocation_chain_store(tmp_path / "small", 100),
+        invocation_chain_store(tmp_path / "big", 800),
+    )
+    built = 0
+    real = TraceFrame.__init__
+
+    def counting(self: TraceFrame, *args: Any, **kwargs: Any) -> None:
+        nonlocal built
+        built += 1
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(TraceFrame, "__init__", counting)
+
+    def frames(root: Path) -> int:
+        nonlocal built
+        built = 0
+        assert [s.session for s in chain_budget(Store(root), SESSION_UUID)] == [SESSION_UUID]
+        return built
+
+    assert frames(big) <= LINEAR * frames(small)  # the Token budget page: n stacks of n frames before
+
+
+@pytest.mark.parametrize("shape", ["chain", "fan-out callee", "fan-out caller"])
+def test_the_frames_on_a_chains_stacks_are_those_of_every_trace_through_it(
+    tmp_path: Path, shape: str
+) -> None:
+    if shape == "chain":
+        root, session = invocation_chain_store(tmp_path / "store", 30), SESSION_UUID
+    else:
+        root, callee = fan_out_store(tmp_path / "store", 40)
+        session = callee if shape == "fan-out callee" else SESSION_UUID
+    store = Store(root)
+    stacked = [f for chain in invocation_chains(store, session) for f in chain.stacks()]
+    traced: dict[str, int] = {}
+    for trace in invocation_chain(store, session):
+        for frame in [*trace.callers, *([trace.invocation] if trace.invocation else []), *trace.callees]:
+            traced.setdefault(frame.invocation_id, frame.depth)
+    assert [(f.invocation_id, f.depth) for f in stacked] == list(traced.items())
+    assert len(traced) == (30 if shape == "chain" else 41)
 
 
 @pytest.mark.parametrize("context", [None, "0000001f"], ids=["active", "by-prefix"])

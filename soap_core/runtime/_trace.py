@@ -190,6 +190,32 @@ class InvocationChain:
             sizes.setdefault(frame.invocation_id, (frame.depth, ends[at] - at - 1))
         return sizes
 
+    def stacks(self) -> list[TraceFrame]:
+        """The frames on the stacks through the session's own invocations (their callers,
+        themselves, their callees at any depth), each once, in one pass over the chain;
+        ``depth`` counts from the first of the session's invocations whose stack holds
+        the frame (callers negative), as :meth:`trace` would give it."""
+        parents, sizes = self.parents(), self.stack_sizes()
+        taken = [False] * len(self.frames)
+        out: list[TraceFrame] = []
+        covered = 0  # callees of earlier own invocations are taken up to here
+        for invocation_id in self.traced:
+            at = self.position(invocation_id)
+            own = self.frames[at]
+            places, above = [], parents[at]
+            while above >= 0 and not taken[above]:  # above a taken caller, all are taken
+                places.append(above)
+                above = parents[above]
+            places.reverse()
+            places += [at] if not taken[at] else []
+            end = at + 1 + sizes[invocation_id][1]
+            places += [p for p in range(max(at + 1, covered), end) if not taken[p]]
+            for place in places:
+                taken[place] = True
+                out.append(replace(self.frames[place], depth=self.frames[place].depth - own.depth))
+            covered = max(covered, end)
+        return out
+
     def trace(self, invocation_id: str) -> InvocationTrace:
         """The stack through one invocation of the chain, as :class:`InvocationTrace`
         holds it (depths counted from that invocation), in time linear in that stack."""
