@@ -14,19 +14,19 @@ from analysis import (
     model_summarizer,
     parse_strategy,
 )
-from soapwb.common import UsageError, add_store_options, emit_json, format_table, open_store
+from soapwb.common import SESSION_HELP, UsageError, add_store_options, emit_json, format_table, open_store
 
 
 def register(commands: Any) -> None:
     tokens = commands.add_parser("tokens", help="context size per LLM call, its make-up and compactions")
-    tokens.add_argument("session", metavar="SESSION", help="session uuid or a unique prefix of one")
+    tokens.add_argument("session", metavar="SESSION", help=SESSION_HELP)
     add_store_options(tokens)
     tokens.set_defaults(handler=cmd_tokens)
 
     compact = commands.add_parser(
         "compact", help="simulate compaction strategies over a session; measure drift"
     )
-    compact.add_argument("session", metavar="SESSION", help="session uuid or a unique prefix of one")
+    compact.add_argument("session", metavar="SESSION", help=SESSION_HELP)
     compact.add_argument(
         "--strategy",
         action="append",

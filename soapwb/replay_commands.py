@@ -28,9 +28,8 @@ from replay import (
 )
 from replay._refs import resolve_reference
 from soap_core import Session, SoapError
-from soap_core.runtime import LLMEndpoint
-from soap_core.runtime._llm import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT_S
-from soapwb.common import UsageError, add_store_options, emit_json, open_store, progress_line
+from soap_core.runtime import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT_S, LLMEndpoint
+from soapwb.common import SESSION_HELP, UsageError, add_store_options, emit_json, open_store, progress_line
 
 
 def register(commands: Any) -> None:
@@ -173,7 +172,7 @@ def _count(text: str) -> int:
 
 
 def add_target(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("session", metavar="SESSION", help="session uuid or a unique prefix of one")
+    parser.add_argument("session", metavar="SESSION", help=SESSION_HELP)
     parser.add_argument("--context", metavar="ID", help="context id or prefix (default: the active one)")
     parser.add_argument("--at", required=True, metavar="N|entry:N|message:N|ID", help=_AT_HELP)
     parser.add_argument(

@@ -5,16 +5,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from soap_core.runtime import TraceFrame
-from soap_core.runtime._trace import InvocationChain, invocation_chains
-from soapwb.common import add_store_options, emit_json, open_store
+from soap_core.runtime import InvocationChain, TraceFrame, invocation_chains
+from soapwb.common import SESSION_HELP, add_store_options, emit_json, open_store
 
 
 def register(commands: Any) -> None:
     trace = commands.add_parser(
         "trace", help="show the invocation chains through a session, each invocation once with its depth"
     )
-    trace.add_argument("session", metavar="SESSION", help="session uuid or a unique prefix of one")
+    trace.add_argument("session", metavar="SESSION", help=SESSION_HELP)
     add_store_options(trace)
     trace.set_defaults(handler=cmd_trace)
 

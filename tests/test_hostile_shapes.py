@@ -18,8 +18,7 @@ from streamlit.testing.v1 import AppTest
 
 from soap_core import Context, InvocationRecord, Party, Session, Store, fork_tree, message_rows
 from soap_core._tree import TREE_INDENT_LIMIT
-from soap_core.runtime import invocation_chain
-from soap_core.runtime._trace import invocation_chains
+from soap_core.runtime import invocation_chain, invocation_chains
 from soapwb.runtime_commands import INDENT_LIMIT
 from tests.apptest import open_app_page
 from workbench.context_views import TREE_AROUND

@@ -27,11 +27,11 @@ from soap_core.runtime import (
     Runtime,
     Summarize,
     invocation_chain,
+    invocation_chains,
     read_calls,
     read_invocations,
     tool,
 )
-from soap_core.runtime._trace import invocation_chains
 from soap_core.runtime.local_model import LocalModelServer
 from soapwb.cli import main
 from tests.conftest import snapshot

@@ -20,14 +20,15 @@ from pandas.io.formats.style import Styler
 
 from soap_core import CallRecord, Store
 from soap_core.runtime import (
+    InvocationChain,
     InvocationRecord,
     InvocationTrace,
     TraceFrame,
+    invocation_chains,
     read_calls,
     read_invocation,
     read_invocations,
 )
-from soap_core.runtime._trace import InvocationChain, invocation_chains
 from workbench.views import short_id
 
 OUTCOME_ICONS = {"ok": "✅", "refused": "⛔", "error": "❌", "running": "⏳", "interrupted": "💥"}

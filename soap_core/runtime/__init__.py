@@ -30,12 +30,26 @@ from soap_core.runtime._invoke import (
     output_schema_json,
     rerun_invocation,
 )
-from soap_core.runtime._llm import Completion, LLMEndpoint, LLMError
+from soap_core.runtime._llm import (
+    DEFAULT_MAX_RESPONSE_BYTES,
+    DEFAULT_TIMEOUT_S,
+    Completion,
+    LLMEndpoint,
+    LLMError,
+)
 from soap_core.runtime._locks import ActiveSessionError
 from soap_core.runtime._tools import ToolSpec, tool
-from soap_core.runtime._trace import InvocationTrace, TraceFrame, invocation_chain
+from soap_core.runtime._trace import (
+    InvocationChain,
+    InvocationTrace,
+    TraceFrame,
+    invocation_chain,
+    invocation_chains,
+)
 
 __all__ = [
+    "DEFAULT_MAX_RESPONSE_BYTES",
+    "DEFAULT_TIMEOUT_S",
     "RERUN",
     "ActiveSessionError",
     "AgenticObject",
@@ -43,6 +57,7 @@ __all__ = [
     "Compaction",
     "Completion",
     "ContextBudget",
+    "InvocationChain",
     "InvocationError",
     "InvocationRecord",
     "InvocationTrace",
@@ -63,6 +78,7 @@ __all__ = [
     "assistant_message",
     "class_path",
     "invocation_chain",
+    "invocation_chains",
     "output_schema_json",
     "read_calls",
     "read_invocation",
