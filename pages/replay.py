@@ -777,6 +777,9 @@ def show_rerun(number: int, kept: SavedRerun, result: RerunResult, diff: BranchD
         st.text(lines[1])
     else:
         st.error(escape_markdown(lines[1]))
+    for failure in result.tool_failures:  # each tool call that failed, as the model was told
+        st.text(f"tool call failed: {failure.get('role')}.{failure.get('tool')}({failure.get('arguments')})")
+        st.code(str(failure.get("result", "")), language=None)
     for line in (lines[0], *lines[2:]):
         st.text(line)
     st.dataframe(rerun_pairs_table(diff), hide_index=True, key=f"rerun_pairs:{result.branch_id}")
@@ -810,7 +813,7 @@ def continue_form(root: str, session_uuid: str, result: RerunResult, base_url: s
             show_error_and_stop(exc)
         turns.setdefault(result.branch_id, []).append(turn)
     for turn in turns.get(result.branch_id, []):
-        answer = json.dumps(turn.answer, ensure_ascii=False) if turn.ok else f"failed: {turn.error}"
+        answer = json.dumps(turn.answer, ensure_ascii=False) if turn.ok else f"failed: {turn.problem}"
         st.text(f"continued ({len(turn.calls)} model calls): {answer}")
 
 

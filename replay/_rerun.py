@@ -62,6 +62,7 @@ from soap_core import (
     write_call,
 )
 from soap_core.runtime import (
+    TOOL_FAILURES_KEY,
     AgenticObject,
     InvocationError,
     LLMError,
@@ -91,13 +92,33 @@ class RerunResult:
     error: str | None = None
     calls: list[str] = field(default_factory=list)
     tools: list[dict[str, Any]] = field(default_factory=list)
+    tool_failures: list[dict[str, Any]] = field(default_factory=list)
+    """Tool calls that failed as the branch ran (``{"role", "tool", "arguments",
+    "result"}``, the result the model was sent): a tool that raised, was refused, or
+    was called by a name or with arguments it does not take."""
 
     @property
     def ok(self) -> bool:
-        return self.error is None
+        """The branch ran as asked: no error, and every tool it ran answered."""
+        return self.error is None and not self.tool_failures
+
+    @property
+    def problem(self) -> str | None:
+        """Why the re-run is not :attr:`ok`, in one line; None when it is."""
+        if self.error is not None:
+            return self.error
+        if not self.tool_failures:
+            return None
+        first = self.tool_failures[0]
+        more = len(self.tool_failures) - 1
+        return (
+            f"{len(self.tool_failures)} tool call{'s' if more else ''} failed; "
+            f"{first.get('tool')}: {str(first.get('result', '')).removeprefix('[ERROR] ')}"
+            + (f" (and {more} more)" if more else "")
+        )
 
     def as_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "ok": self.ok}
+        return {**dataclasses.asdict(self), "ok": self.ok, "problem": self.problem}
 
 
 class _Steps:
@@ -226,6 +247,7 @@ def rerun(
     log = ToolLog()
     result = RerunResult(fork.id, fork.id, found.context_id, found.index)
     before = set(session.contexts)
+    marked: dict[str, Any] = {**about, "prompt": f"(re-run from message {found.index} of {found.context_id})"}
     try:
         result.answer = rerun_invocation(
             obj,
@@ -236,11 +258,12 @@ def rerun(
             follow_up=later,
             limit=max(1, obj.settings.max_iterations - made),
             tool_server=tool_server(tools, recorded_results(origin, found.index), log),
-            rerun={**about, "prompt": f"(re-run from message {found.index} of {found.context_id})"},
+            rerun=marked,
         )
     except (InvocationError, LLMError) as exc:
         result.error = f"{type(exc).__name__}: {exc}"
     result.tools = log.served
+    result.tool_failures = list(marked.get(TOOL_FAILURES_KEY, []))
     branch = [fork.id, *(cid for cid in session.contexts if cid not in before)]
     result.branch_id = branch[-1]
     made_now = read_calls(session.directory) if session.directory else []
@@ -391,6 +414,7 @@ def continue_branch(
     known = {c.id for c in read_calls(session.directory)} if session.directory else set()
     result = RerunResult(branch.id, branch.id, context.id, start)
     log = ToolLog()
+    marked: dict[str, Any] = {"kind": "continue", "of_context": context.id, "of_index": start, "prompt": text}
     try:
         result.answer = rerun_invocation(
             obj,
@@ -401,11 +425,12 @@ def continue_branch(
             follow_up="auto",
             limit=obj.settings.max_iterations,
             tool_server=tool_server(tools, [], log),
-            rerun={"kind": "continue", "of_context": context.id, "of_index": start, "prompt": text},
+            rerun=marked,
         )
     except (InvocationError, LLMError) as exc:
         result.error = f"{type(exc).__name__}: {exc}"
     result.tools = log.served
+    result.tool_failures = list(marked.get(TOOL_FAILURES_KEY, []))
     result.branch_id = [branch.id, *(cid for cid in session.contexts if cid not in before)][-1]
     made = read_calls(session.directory) if session.directory else []
     result.calls = [c.id for c in made if c.id not in known]

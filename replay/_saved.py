@@ -41,6 +41,7 @@ from soap_core import (
     read_calls,
     read_invocation,
 )
+from soap_core.runtime import TOOL_FAILURES_KEY
 
 INTERRUPTED_RUN = "the run saved no answer and no error (its process may have been stopped)"
 
@@ -238,22 +239,26 @@ def branch_contexts(session: Session, fork: Context) -> list[str]:
         branch.append(current.id)
 
 
-def _ending(session: Session, end: Context, made: Sequence[CallRecord]) -> tuple[Any, str | None]:
-    """The answer and error of a re-run: from its invocation record (our runtime's
-    re-runs), else from its last call and the branch's last message."""
+def _ending(
+    session: Session, end: Context, made: Sequence[CallRecord]
+) -> tuple[Any, str | None, list[dict[str, Any]]]:
+    """The answer, error and failed tool calls of a re-run: from its invocation record
+    (our runtime's re-runs), else from its last call and the branch's last message."""
     invocation_id = next((c.invocation_id for c in made if c.invocation_id), None)
     if invocation_id is not None and session.directory is not None:
         record = read_invocation(session.directory, invocation_id)
         if record is not None and record.rerun is not None:
+            listed = record.rerun.get(TOOL_FAILURES_KEY)
+            failures = [f for f in listed if isinstance(f, dict)] if isinstance(listed, list) else []
             if record.outcome == "ok":
-                return record.result, None
-            return None, record.error or f"the re-run ended {record.outcome}"
+                return record.result, None, failures
+            return None, record.error or f"the re-run ended {record.outcome}", failures
     if made and made[-1].error:
-        return None, made[-1].error
+        return None, made[-1].error, []
     last = end.messages[-1] if end.messages else None
     if last is not None and last.role == "assistant" and not last.tool_uses():
-        return last.text(), None
-    return None, "the branch ends without an answer (the re-run stopped or was interrupted)"
+        return last.text(), None, []
+    return None, "the branch ends without an answer (the re-run stopped or was interrupted)", []
 
 
 def saved_reruns(
@@ -281,8 +286,9 @@ def saved_reruns(
     for fork, record in forks:
         branch = branch_contexts(session, fork)
         made = sorted((c for c in log if c.context_id in branch), key=lambda c: c.id)
-        answer, error = _ending(session, session.contexts[branch[-1]], made)
+        answer, error, failures = _ending(session, session.contexts[branch[-1]], made)
         result = RerunResult(branch[-1], fork.id, context_id, index, answer, error, [c.id for c in made])
+        result.tool_failures = failures
         tools = record.get("tools")
         reruns.append(
             SavedRerun(

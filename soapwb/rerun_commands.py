@@ -167,8 +167,8 @@ def cmd_rerun(args: argparse.Namespace) -> int:
         print(f"run {number}: branch {report['branch_id']} ({len(report['calls'])} model calls)")
         for served in report["tools"]:
             print(f"  {served['tool']}({served['arguments']}): {served['how']}")
-        answer = json.dumps(report["answer"], ensure_ascii=False)
-        print(f"  answer: {answer}" if report["ok"] else f"  FAILED: {report['error']}")
+        for line in _outcome(report):
+            print(f"  {line}")
         print(f"  {report['verdict']}")
     if band is not None and measured is None:
         print(f"no noise band: {band.samples} of {args.noise} unchanged re-runs succeeded")
@@ -203,7 +203,21 @@ def cmd_continue(args: argparse.Namespace) -> int:
     print(f"{session.role}/{session.uuid}: branch {result.branch_id} ({len(result.calls)} model calls)")
     for served in result.tools:
         print(f"  {served['tool']}({served['arguments']}): {served['how']}")
-    print(
-        f"answer: {json.dumps(result.answer, ensure_ascii=False)}" if result.ok else f"FAILED: {result.error}"
-    )
+    for line in _outcome(result.as_dict()):
+        print(line)
     return 0 if result.ok else 1
+
+
+def _outcome(report: dict[str, Any]) -> list[str]:
+    """How a re-run ended: its answer or error, then each tool call that failed."""
+    if report["error"] is not None:
+        lines = [f"FAILED: {report['error']}"]
+    else:
+        lines = [f"answer: {json.dumps(report['answer'], ensure_ascii=False)}"]
+    if report["tool_failures"]:
+        lines.append(f"FAILED: {report['problem']}" if report["error"] is None else "tool calls that failed:")
+        lines += [
+            f"  {f.get('role')}.{f.get('tool')}({f.get('arguments')}): {f.get('result')}"
+            for f in report["tool_failures"]
+        ]
+    return lines

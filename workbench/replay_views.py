@@ -740,9 +740,12 @@ def tool_modes_text(modes: Mapping[str, Any]) -> str:
 def rerun_lines(result: RerunResult, diff: BranchDiff, modes: Mapping[str, Any] | None = None) -> list[str]:
     """What a re-run came to, in sentences. ``modes`` are the saved tool modes of a re-run
     rebuilt from the store, which does not keep how each call was served."""
-    outcome = (
-        f"answer: {json.dumps(result.answer, ensure_ascii=False)}" if result.ok else f"failed: {result.error}"
-    )
+    if result.error is not None:
+        outcome = f"failed: {result.error}"
+    else:
+        outcome = f"answer: {json.dumps(result.answer, ensure_ascii=False)}"
+        if result.tool_failures:
+            outcome = f"{outcome}; but {result.problem}"
     served = ", ".join(f"{t['tool']} {t['how']}" for t in result.tools) or (
         f"answered {tool_modes_text(modes)}" if modes else "no tool calls"
     )

@@ -21,6 +21,7 @@ from soap_core.runtime._compaction import (
 )
 from soap_core.runtime._invoke import (
     RERUN,
+    TOOL_FAILURES_KEY,
     InvocationError,
     IterationLimitError,
     RerunStopped,
@@ -51,6 +52,7 @@ __all__ = [
     "DEFAULT_MAX_RESPONSE_BYTES",
     "DEFAULT_TIMEOUT_S",
     "RERUN",
+    "TOOL_FAILURES_KEY",
     "ActiveSessionError",
     "AgenticObject",
     "CallRecord",

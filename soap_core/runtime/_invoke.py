@@ -86,6 +86,15 @@ class Position:
 
 POSITION: ContextVar[Position | None] = ContextVar("soapwb_position", default=None)
 
+TOOL_FAILURES_KEY = "tool_failures"
+"""Key of a re-run's record (``InvocationRecord.rerun``) listing the tool calls that failed
+during it (:data:`TOOL_FAILURES`)."""
+TOOL_FAILURES: ContextVar[list[dict[str, Any]] | None] = ContextVar("soapwb_tool_failures", default=None)
+"""Set by a re-run: every tool call that failed while it ran (raised, was refused, named
+no tool or had bad arguments), its objects' callees included, as ``{"role", "tool",
+"arguments", "result"}``; the model was sent ``result``. Results a re-run served from
+the record or injected are not runs of the tool and never listed."""
+
 
 def _output_tools(schema: dict[str, Any]) -> list[ToolPart]:
     return [
@@ -344,6 +353,15 @@ class _Run:
             served = self.tool_server(use)
             if served is not None:
                 return served, _NOTHING
+        content, final = self.run_tool(use)
+        failures = TOOL_FAILURES.get()
+        if failures is not None and content.startswith(("[ERROR] ", "[REFUSED] ")):
+            failures.append(
+                {"role": self.obj.role, "tool": use.name, "arguments": use.arguments, "result": content}
+            )
+        return content, final
+
+    def run_tool(self, use: ToolUsePart) -> tuple[str, Any]:
         spec = self.specs.get(use.name)
         if spec is None:
             return f"[ERROR] unknown tool {use.name!r}; the tools are: {', '.join(self.specs)}", _NOTHING
@@ -560,6 +578,8 @@ def rerun_invocation(
             obj, session, record, output_schema_json(output_schema), tool_server=tool_server, branch=True
         )
         token = RERUN.set(True)
+        failures = record.rerun.setdefault(TOOL_FAILURES_KEY, []) if record.rerun is not None else []
+        failed = TOOL_FAILURES.set(failures)  # the record, written at the end, lists them
         try:
             return _run_locked(
                 run,
@@ -569,6 +589,7 @@ def rerun_invocation(
                 mark_active=False,
             )
         finally:
+            TOOL_FAILURES.reset(failed)
             RERUN.reset(token)
 
 
