@@ -190,6 +190,8 @@ def build_demo_store(
     run_log_analyzer(runtime, log_file, f"analyzer-{run}", rolling_window_max_tokens, progress)
     run_poke(runtime, f"poke-{run}", progress)
     written = [s for s in store.sessions() if (s.role, s.path.name) not in before]
+    with contextlib.suppress(ValueError):  # inside the store: named from it, as the analyzer keeps it
+        log_file = log_file.resolve().relative_to(store_dir.resolve())
     return summarize_sessions(store, written, log_file=log_file, elapsed_s=time.perf_counter() - started)
 
 

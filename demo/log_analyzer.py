@@ -208,6 +208,16 @@ class ChunkSummarizer(AgenticObject):
         return ChunkSummary(first_line, last_line, str(text), list(self.last_keywords), level_counts(lines))
 
 
+def _within_store(path: Path | str, runtime: Runtime | None) -> str:
+    """``path`` relative to ``runtime``'s store when it lies inside it, else as given."""
+    if runtime is None or not Path(path).is_absolute():
+        return str(path)
+    try:
+        return Path(path).resolve().relative_to(runtime.store.root.resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
 class LogAnalyzer(AgenticObject):
     """Answers questions about one log file (the seed's Log Analyzer app)."""
 
@@ -225,7 +235,9 @@ class LogAnalyzer(AgenticObject):
         object_id: str | None = None,
     ) -> None:
         super().__init__(runtime=runtime, object_id=object_id)
-        self.log_path = str(log_path)
+        self.log_path = _within_store(log_path, runtime)
+        """The log file; relative to the store when it lies inside it, so a store that is
+        moved or renamed (``make run`` builds the demo under another name) still finds it."""
         self.rolling_window_max_tokens = rolling_window_max_tokens
         self.lines_scanned = 0
         self.lines_returned = 0
@@ -272,8 +284,14 @@ class LogAnalyzer(AgenticObject):
         )
         return str(answer)
 
+    @property
+    def log_file(self) -> Path:
+        """:attr:`log_path` as a path to open (a relative one lies in the runtime's store)."""
+        path = Path(self.log_path)
+        return path if path.is_absolute() else self.runtime.store.root / path
+
     def _read(self, tool_name: str) -> list[str]:
-        lines = Path(self.log_path).read_text(encoding="utf-8").splitlines()
+        lines = self.log_file.read_text(encoding="utf-8").splitlines()
         self.lines_scanned += len(lines)
         self.tool_calls[tool_name] = self.tool_calls.get(tool_name, 0) + 1
         return lines

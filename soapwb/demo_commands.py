@@ -100,7 +100,8 @@ def format_summary(summary: DemoSummary) -> str:
     reused = ", ".join(f"{name} ({count} invocations)" for name, count in summary.reused_threads.items())
     forks = ", ".join(f"{name} ({count})" for name, count in summary.forks.items())
     lines = [
-        f"demo store: {summary.store}  (log file {summary.log_file})",
+        f"demo store: {summary.store}  (log file {summary.log_file}"
+        + (", in the store)" if not Path(summary.log_file).is_absolute() else ")"),
         f"sessions written: {summary.session_count} ({roles})",
         f"invocations: {summary.invocations}, model calls: {summary.model_calls}, took {summary.elapsed_s:.0f} s",
         f"reused threads: {reused or 'none'}",

@@ -65,3 +65,68 @@ def test_every_page_opens_on_the_demo_store(demo_store: Path, page: str) -> None
     for role in ("LogAnalyzer", "InteractionAgent"):
         at = open_app_page(demo_store, page, session=role_session(demo_store, role))
         assert not at.error, [e.value for e in at.error]
+
+
+def first_count_lines_answer(store: Path) -> tuple[str, int]:
+    """The LogAnalyzer session and the index of its first model output calling count_lines
+    (the demo's first question forces that tool)."""
+    uuid = role_session(store, "LogAnalyzer")
+    context = Store(store).load_session(uuid).active_context
+    index = next(
+        i
+        for i, m in enumerate(context.messages)
+        if m.role == "assistant" and any(u.name == "count_lines" for u in m.tool_uses())
+    )
+    return uuid, index
+
+
+def live_rerun(store: Path, server: LocalModelServer, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict]:  # type: ignore[type-arg]
+    uuid, index = first_count_lines_answer(store)
+    argv = ["rerun", uuid, "--at", str(index), "--tools", "live", "--store", str(store)]
+    code = main([*argv, "--base-url", server.base_url, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_the_demo_reruns_with_live_tools_from_a_moved_store(
+    demo_store: Path, tmp_path: Path, llm_server: LocalModelServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`make run` builds the demo under another name and renames it: the analyzer keeps its
+    log file relative to the store, so its tools still run where the store now is."""
+    moved = tmp_path / "moved"
+    shutil.copytree(demo_store, moved)
+    with (moved / "demo" / "app.log").open("a", encoding="utf-8") as log:  # only the moved copy's
+        log.write("".join(f"2025-06-11 12:00:0{n} INFO moved copy line {n}\n" for n in range(7)))
+    total = len((moved / "demo" / "app.log").read_text(encoding="utf-8").splitlines())
+    code, report = live_rerun(moved, llm_server, capsys)
+    assert [t["how"] for t in report["tools"]][:1] == ["live"] and report["tools"][0]["tool"] == "count_lines"
+    assert report["tool_failures"] == [] and report["error"] is None, report
+    assert code == 0 and report["ok"]
+    session = Store(moved).load_session(role_session(moved, "LogAnalyzer"), require_active=False)
+    _uuid, index = first_count_lines_answer(moved)
+    fork = session.contexts[report["fork_id"]]
+    results = [p.content for m in fork.messages[index:] for p in m.tool_results()]
+    assert results and not any(str(r).startswith("[ERROR]") for r in results), results
+    assert json.loads(results[0])["total"] == total  # the moved store's log was read
+
+
+def test_a_live_rerun_whose_tool_fails_reports_it_and_exits_1(
+    demo_store: Path, tmp_path: Path, llm_server: LocalModelServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before, the model was told "[ERROR] FileNotFoundError…", answered with the error,
+    and the command printed "ok": true with exit status 0."""
+    moved = tmp_path / "moved"
+    shutil.copytree(demo_store, moved)
+    (moved / "demo" / "app.log").unlink()
+    code, report = live_rerun(moved, llm_server, capsys)
+    assert code == 1 and not report["ok"]
+    [failure, *_] = report["tool_failures"]
+    assert failure["role"] == "LogAnalyzer" and failure["tool"] == "count_lines"
+    assert failure["result"].startswith("[ERROR] FileNotFoundError") and str(moved) in failure["result"]
+    assert report["problem"].startswith("1 tool call failed; count_lines: FileNotFoundError") or report[
+        "problem"
+    ].startswith(f"{len(report['tool_failures'])} tool calls failed; count_lines: FileNotFoundError")
+    uuid, index = first_count_lines_answer(moved)
+    argv = ["rerun", uuid, "--at", str(index), "--tools", "live", "--store", str(moved)]
+    assert main([*argv, "--base-url", llm_server.base_url]) == 1
+    printed = capsys.readouterr().out
+    assert "FAILED: " in printed and "LogAnalyzer.count_lines(" in printed and "FileNotFoundError" in printed
