@@ -608,6 +608,10 @@ def show_run(
     root: str, session_uuid: str, run: ReplayRun, original: Output, diff: OutputDiff | None, kind: str
 ) -> None:
     with st.container(border=True):
+        if not run.saved:
+            st.text(f"{kind} sample {run.sample}: nothing saved, the model was never reached")
+            st.warning(escape_markdown(f"sample {run.sample} failed: {run.error}"))
+            return
         st.text(f"{kind} sample {run.sample}  fork {run.fork_id}")
         st.page_link(
             "pages/context.py",

@@ -191,6 +191,15 @@ def _choices(
     return first, later, made
 
 
+def check_reachable(endpoint: Endpoint) -> None:
+    """Raise the endpoint's connection error before anything is written, when it can tell
+    that nothing listens (:meth:`LLMEndpoint.check_reachable`): a branch that could never
+    reach the model is not saved, so the fork tree and the records do not grow by it."""
+    check = getattr(endpoint, "check_reachable", None)
+    if callable(check):
+        check()
+
+
 def _fork(session: Session, found: Materialized, overrides: Overrides, record: dict[str, Any]) -> Context:
     return branch_fork(session, found, replay_messages(found, overrides), record)
 
@@ -212,13 +221,14 @@ def rerun(
     ``on_step(n)`` is called after each model call (the objects a live tool invokes
     included), for a progress display."""
     overrides, tools = overrides or Overrides(), tools or ToolModes()
-    if on_step is not None:
-        endpoint = _Steps(endpoint, on_step)
     found = materialize(session, context, at)
     if found.message_id is None:
         raise MaterializeError(
             f"message {found.index} of {found.context_id} does not exist: nothing to re-run"
         )
+    check_reachable(endpoint)
+    if on_step is not None:
+        endpoint = _Steps(endpoint, on_step)
     if found.source != RUNTIME_SOURCE.name:
         return _rerun_from_records(store, session, found, endpoint, overrides, tools, label)
     call, record = _invocation_of(session, found)
@@ -393,6 +403,7 @@ def continue_branch(
     run live unless ``tools`` says otherwise (a new turn has no record to serve)."""
     tools = tools or ToolModes(default="live")
     record = _last_invocation(session, context)
+    check_reachable(endpoint)
     cls = load_class(record.callee_class)
     runtime = Runtime(store, endpoint)  # type: ignore[arg-type]  # any Endpoint will do
     obj = cls.rebuild(
@@ -464,16 +475,29 @@ def rerun_noise_band(
     *,
     tools: ToolModes | None = None,
     samples: int = 3,
+    on_step: Callable[[int, int], None] | None = None,
 ) -> tuple[NoiseBand, list[RerunResult]]:
     """``samples`` unchanged re-runs from the same message (same tool modes) and how much
     their branches differ from each other: an edited re-run whose distance from the
-    original lies within it is noise, beyond it a change. Each is kept as a branch
+    original lies within it is noise, beyond it a change. ``on_step(k, n)``: the k-th
+    re-run has made n model calls. Each is kept as a branch
     labelled ``noise``; a band needs two that succeeded (``samples`` < 2: no pairs)."""
     ref = store.ref_for(session.directory) if session.directory is not None else session.uuid
-    runs = [
-        rerun(store, store.load_session(ref), context, at, endpoint, tools=tools, label="noise")
-        for _ in range(samples)
-    ]
+    runs = []
+    for number in range(1, samples + 1):
+        steps = (lambda n, k=number: on_step(k, n)) if on_step is not None else None
+        runs.append(
+            rerun(
+                store,
+                store.load_session(ref),
+                context,
+                at,
+                endpoint,
+                tools=tools,
+                label="noise",
+                on_step=steps,
+            )
+        )
     reloaded = store.load_session(ref)
     band = branch_noise_band([branch_of(reloaded, run)[1] for run in runs if run.ok])
     return band, runs

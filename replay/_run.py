@@ -87,6 +87,9 @@ class ReplayRun:
     usage: dict[str, Any] | None = None
     latency_s: float | None = None
     error: str | None = None
+    saved: bool = True
+    """False for a run that never reached the model (the connection failed): it saves no
+    fork and no call record, so the fork tree does not grow by runs that made no call."""
 
     @property
     def ok(self) -> bool:
@@ -101,6 +104,7 @@ class ReplayRun:
             "overrides": self.overrides,
             "ok": self.ok,
             "error": self.error,
+            "saved": self.saved,
             "text": self.output.text() if self.output else None,
             "tool_calls": [[u.name, u.parsed_arguments()] for u in self.output.tool_uses()]
             if self.output
@@ -194,13 +198,20 @@ def replay_parameters(
 
 
 def branch_fork(
-    session: Session, found: Materialized, messages: list[Message], record: dict[str, Any]
+    session: Session,
+    found: Materialized,
+    messages: list[Message],
+    record: dict[str, Any],
+    *,
+    add: bool = True,
 ) -> Context:
     """A side fork of the context ``found`` came from, holding ``messages`` (copies) and
-    the run's ``record``; the original context is not changed."""
+    the run's ``record``; the original context is not changed. ``add=False`` leaves it
+    out of the session until its run has reached the model."""
     fork = session.contexts[found.context_id].side_fork(lambda _: [m.copy() for m in messages])
     fork.extra[REPLAY_KEY] = record
-    session.add_context(fork)
+    if add:
+        session.add_context(fork)
     return fork
 
 
@@ -230,42 +241,56 @@ def replay(
     if label is not None:
         origin["label"] = label
     runs: list[ReplayRun] = []
+    forks: dict[str, Context] = {}
     for sample in range(samples):
         call_id = new_record_id()
         record = {**origin, "overrides": overrides.as_dict(), "sample": sample, "call_id": call_id}
-        fork = branch_fork(session, found, messages, record)
+        fork = branch_fork(session, found, messages, record, add=False)
+        forks[fork.id] = fork
         runs.append(ReplayRun(fork.id, call_id, sample, request, request_hash(request), overrides.as_dict()))
-    store.save_session(session)
     done = 0
     with ThreadPoolExecutor(max_workers=max(1, min(concurrency, samples))) as pool:
         futures = {pool.submit(_complete, endpoint, request): run for run in runs}
         for future in as_completed(futures):
             run = futures[future]
-            _finish(store, session, found, endpoint, run, future.result())
+            _finish(store, session, forks[run.fork_id], endpoint, run, future.result())
             done += 1
             if on_progress is not None:
                 on_progress(done, samples)
     return sorted(runs, key=lambda r: r.sample)
 
 
-def _complete(endpoint: Endpoint, request: dict[str, Any]) -> tuple[Completion | None, str | None, str, str]:
+def _complete(
+    endpoint: Endpoint, request: dict[str, Any]
+) -> tuple[Completion | None, LLMError | None, str, str]:
     started = utc_now()
     try:
         return endpoint.complete(request), None, started, utc_now()
     except LLMError as exc:
-        return None, str(exc), started, utc_now()
+        return None, exc, started, utc_now()
+
+
+def never_reached(error: LLMError) -> bool:
+    """Whether a failed call never reached the model: no connection was made (after the
+    client's retries), so nothing was sent and there is no run to keep."""
+    return error.kind == "connection"
 
 
 def _finish(
     store: Store,
     session: Session,
-    found: Materialized,
+    fork: Context,
     endpoint: Endpoint,
     run: ReplayRun,
-    outcome: tuple[Completion | None, str | None, str, str],
+    outcome: tuple[Completion | None, LLMError | None, str, str],
 ) -> None:
-    completion, error, started, ended = outcome
-    fork = session.contexts[run.fork_id]
+    """Keep the run's fork (with the answer, or the error) and its call record; a run
+    that never reached the model keeps neither, only its error in ``run``."""
+    completion, failure, started, ended = outcome
+    error = str(failure) if failure is not None else None
+    if failure is not None and never_reached(failure):
+        run.error, run.saved = error, False
+        return
     call = CallRecord(
         id=run.call_id,
         session=session.uuid,
@@ -296,6 +321,6 @@ def _finish(
     if error is not None:
         run.error = call.error = error
         fork.extra[REPLAY_KEY] = {**fork.extra[REPLAY_KEY], "error": error}
-    directory = session.directory or store.session_dir(session.role, session.uuid)
-    write_call(directory, call)
+    session.add_context(fork)
     store.save_session(session)
+    write_call(session.directory or store.session_dir(session.role, session.uuid), call)

@@ -31,9 +31,10 @@ from replay import (
 )
 from replay._refs import resolve_reference
 from soap_core import Context, Session, SoapError, Store
-from soap_core.runtime import LLMEndpoint
+from soap_core.runtime import LLMEndpoint, LLMError
 from soap_core.runtime.local_model import LocalModelServer, free_port
 from tests.conftest import CHILD_ID, PARENT_ID, SESSION_UUID, SOAP_FIXTURE, edit_json, snapshot
+from tests.scripted import ScriptedEndpoint
 from tests.workbench_store import XSS
 from workbench.output_diff_views import call_texts, marked_output, output_sentences
 from workbench.replay_views import (
@@ -446,15 +447,24 @@ class TestRunningAgainstTheLocalModel:
         [run_row] = table[table["kind"] == "run"].to_dict("records")
         assert run_row["noise band"] == ("inside" if band.contains(run_row["distance"]) else "outside")
 
-    def test_a_run_whose_endpoint_refused_is_listed_with_its_error(self, writable_store: Path) -> None:
+    def test_a_run_whose_endpoint_failed_is_listed_with_its_error(self, writable_store: Path) -> None:
         session = analyst(writable_store)
         found = materialize(session, session.active_context_id, -1)
-        nobody = LLMEndpoint(f"http://127.0.0.1:{free_port()}/v1", max_retries=0, timeout=5)
-        [run] = replay(Store(writable_store), session, found, nobody)
+        failing = ScriptedEndpoint(LLMError("http://127.0.0.1:9/v1", "r", "HTTP error", "500 Server Error"))
+        [run] = replay(Store(writable_store), session, found, failing)
         at = open_replay(writable_store, session=session.uuid)
         [warning] = [w.value for w in at.warning if "failed" in w.value]
         assert "sample 0 failed" in warning.replace("\\", "") and not at.error
         assert f"run sample 0  fork {run.fork_id}" in texts(at)
+
+    def test_a_run_that_never_reached_the_model_leaves_nothing_to_list(self, writable_store: Path) -> None:
+        session = analyst(writable_store)
+        found = materialize(session, session.active_context_id, -1)
+        nobody = LLMEndpoint(f"http://127.0.0.1:{free_port()}/v1", max_retries=0, timeout=5)
+        [run] = replay(Store(writable_store), session, found, nobody)
+        assert not run.saved
+        at = open_replay(writable_store, session=session.uuid)
+        assert run.fork_id not in " ".join(texts(at)) and not at.error
 
 
 class TestDiffSection:

@@ -4,7 +4,7 @@ Each failure is played by a real HTTP server on the loopback (``tests/misbehavin
 or by a port where nothing listens, so what is tested is what the ``openai`` client really
 does: which failures it retries and which exception it raises. A replay that fails must
 still leave its fork (with the error) and its call record (with the error, no response),
-must not change one byte of what was on disk before, and ``soapwb replay`` must say
+unless it never reached the model (nothing listening: then it saves nothing), must not change one byte of what was on disk before, and ``soapwb replay`` must say
 FAILED on one line and exit 1, with no traceback.
 """
 
@@ -125,8 +125,9 @@ def new_files(before: dict[str, bytes], after: dict[str, bytes]) -> list[str]:
 def assert_store_intact(root: Path, before: dict[str, bytes], runs: list[replay.ReplayRun]) -> None:
     """Only each run's fork file and call record are new; the store lists, loads and verifies."""
     folder = session_dir(root).relative_to(root)
-    expected = [str(folder / f"{r.fork_id}.json") for r in runs]
-    expected += [str(folder / "calls" / f"{r.call_id}.json") for r in runs]
+    kept = [r for r in runs if r.saved]  # a run that never reached the model saves nothing
+    expected = [str(folder / f"{r.fork_id}.json") for r in kept]
+    expected += [str(folder / "calls" / f"{r.call_id}.json") for r in kept]
     assert new_files(before, snapshot(root)) == sorted(expected)
 
     store = Store(root)
@@ -139,9 +140,14 @@ def assert_store_intact(root: Path, before: dict[str, bytes], runs: list[replay.
 
 
 def assert_failure_recorded(root: Path, found: replay.Materialized, run: replay.ReplayRun) -> None:
-    """The fork holds the request's messages and the error; the call record, the error only."""
+    """The fork holds the request's messages and the error; the call record, the error only.
+    A run that never reached the model saves neither."""
     directory = session_dir(root)
     session = Store(root).load_session("3f0c")
+    if not run.saved:
+        assert run.fork_id not in session.contexts
+        assert [c for c in read_calls(directory) if c.id == run.call_id] == []
+        return
     fork = session.contexts[run.fork_id]
     assert fork.origin_context_id == found.context_id
     assert [m.id for m in fork.messages] == [m.id for m in found.messages], "the fork got an answer"
@@ -181,6 +187,7 @@ def test_each_endpoint_failure_is_a_recorded_failed_run_and_the_store_stays_inta
 
     assert_failed(failure, run.ok, run.error, run.output)
     assert (run.output, run.response) == (None, None)
+    assert run.saved == (failure.kind != "connection"), "only a run that reached the model is kept"
     assert requests == expected_requests(failure), (
         f"{failure.name}: {requests} requests with max_retries={RETRIES}; "
         f"{'retryable' if failure.retried else 'not retryable'}"
@@ -258,7 +265,8 @@ def test_replay_command_prints_one_failed_line_naming_the_kind_and_exits_1(
     assert_one_failed_line(failure, result)
     assert result.err == ""
     assert requests == expected_requests(failure)
-    assert len(new_files(before, snapshot(store_copy))) == 2  # the fork and its call record
+    # the fork and its call record; nothing when the model was never reached
+    assert len(new_files(before, snapshot(store_copy))) == (0 if failure.kind == "connection" else 2)
 
 
 @pytest.mark.parametrize("failure", [f for f in FAILURES if f.name in ("refused", "http500")], ids=str)
@@ -280,7 +288,7 @@ def test_installed_script_reports_a_failed_replay_the_same_way(
     assert_one_failed_line(failure, Result(proc.returncode, proc.stdout, proc.stderr))
     if requests is not None:  # a refused connection is counted in this process only
         assert requests == expected_requests(failure)
-    assert len(new_files(before, snapshot(store_copy))) == 2
+    assert len(new_files(before, snapshot(store_copy))) == (0 if failure.kind == "connection" else 2)
 
 
 # -- several samples at once ---------------------------------------------------------------

@@ -30,8 +30,9 @@ from replay import (
     saved_runs,
 )
 from soap_core import Session, Store, read_calls
-from soap_core.runtime import LLMEndpoint
-from soap_core.runtime.local_model import LocalModelServer, free_port
+from soap_core.runtime import LLMEndpoint, LLMError
+from soap_core.runtime.local_model import LocalModelServer
+from tests.scripted import ScriptedEndpoint
 from tests.test_rerun import FIRST_ANSWER, pear_on_the_local_model
 from workbench.replay_views import NOISE_LABEL, batches_from_saved
 
@@ -84,12 +85,12 @@ class TestRebuiltFromTheStore:
         assert batches[-1].overrides == edit and batches[-1].base_url == llm_server.base_url
         assert batches[0].overrides.edits and not batches[0].noise_runs
 
-    def test_a_run_whose_endpoint_refused_is_rebuilt_with_its_error(self, store: Store) -> None:
+    def test_a_run_whose_endpoint_failed_is_rebuilt_with_its_error(self, store: Store) -> None:
         session = analyst(store)
         found = materialize(session, None, -1)
-        nobody = LLMEndpoint(f"http://127.0.0.1:{free_port()}/v1", max_retries=0, timeout=5)
-        [run] = replay(store, session, found, nobody)
-        assert not run.ok and run.error
+        failing = ScriptedEndpoint(LLMError("http://127.0.0.1:9/v1", "r", "HTTP error", "500 Server Error"))
+        [run] = replay(store, session, found, failing)
+        assert not run.ok and run.error and run.saved
         [kept] = [
             s
             for s in saved_runs(analyst(store), found.context_id, found.index)

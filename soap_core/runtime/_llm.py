@@ -38,6 +38,8 @@ import socket
 import ssl
 import threading
 import time
+import urllib.parse
+import urllib.request
 import weakref
 import zlib
 from collections.abc import AsyncIterator, Coroutine
@@ -122,6 +124,29 @@ class LLMEndpoint:
 
     def __repr__(self) -> str:  # never shows the key
         return f"LLMEndpoint({self.base_url!r}, model={self.model!r})"
+
+    def check_reachable(self) -> None:
+        """Raise a ``connection`` :class:`LLMError` when nothing accepts a connection at the
+        endpoint's host and port (tried as often as a call would be, with its waits).
+
+        A re-run writes its branch before its first call; asking first keeps a run that
+        could never reach the model from leaving a fork behind. Behind a proxy the
+        direct connection proves nothing, so nothing is checked."""
+        url = urllib.parse.urlsplit(self.base_url)
+        host = url.hostname or ""
+        if not host or (urllib.request.getproxies() and not urllib.request.proxy_bypass(host)):
+            return
+        port = url.port or (443 if url.scheme == "https" else 80)
+        wait = 0.5
+        for attempt in range(self.max_retries + 1):
+            try:
+                socket.create_connection((host, port), timeout=self.timeout).close()
+                return
+            except OSError as exc:
+                if attempt == self.max_retries:
+                    raise LLMError(self.base_url, "-", "connection", connection_problem(exc)) from None
+            time.sleep(wait)
+            wait = min(wait * 2, 8.0)
 
     def complete(self, request: dict[str, Any]) -> Completion:
         """Send ``request`` (a Chat Completions body) and return the raw response.
