@@ -152,7 +152,8 @@ depth, so the bytes printed grow with the number of contexts only."""
 
 def tree_lines(nodes: list[ContextNode]) -> list[str]:
     """``fork_tree``'s nodes as the text tree ``soapwb tree`` prints: each child under its
-    parent with ``├──`` (``└──`` for the last of its siblings), id then description.
+    parent with ``├──`` (``└──`` for the last of its siblings), id then description; a
+    ``│`` continues each ancestor's line down to its next sibling.
 
     Whether a node is the last of its siblings is read in one pass from the end (a scan
     of the nodes after each one cost n² / 2: a minute for a context naming 100,000
@@ -164,13 +165,21 @@ def tree_lines(nodes: list[ContextNode]) -> list[str]:
         last[at] = key not in later
         later.add(key)
     lines = []
+    ancestors_last: list[bool] = []  # for each level above a node: was that ancestor a last sibling
     for node, is_last in zip(nodes, last, strict=True):
         indent = ""
         if node.depth:
             levels = node.depth - 1
-            indent = "    " * min(levels, TREE_INDENT_LIMIT)
+            del ancestors_last[levels:]
+            shown = ancestors_last[:TREE_INDENT_LIMIT]
+            indent = "".join("    " if done else "│   " for done in shown)
+            indent += "    " * (min(levels, TREE_INDENT_LIMIT) - len(shown))
             if levels > TREE_INDENT_LIMIT:
                 indent += f"[depth {node.depth}] "
             indent += "└── " if is_last else "├── "
+            if len(ancestors_last) == levels:
+                ancestors_last.append(is_last)
+        else:
+            ancestors_last.clear()
         lines.append(f"{indent}{node.id}  {describe_node(node)}")
     return lines

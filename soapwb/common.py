@@ -41,7 +41,26 @@ SESSION_HELP = (
 def open_store(args: argparse.Namespace) -> Store:
     if not args.store:
         raise UsageError("no store given: pass --store DIR or set SOAPWB_STORE")
-    return Store(args.store)
+    store = Store(args.store)
+    refuse_non_store(store)
+    return store
+
+
+def refuse_non_store(store: Store) -> None:
+    """UsageError for a folder that is no sOAP store: it holds other things but neither
+    ``agents/`` nor ``sessions/`` (``/tmp`` listed as "no sessions" looked like an empty
+    store). An empty folder is an empty store."""
+    root = store.root
+    if not root.is_dir() or store.agents_dir.is_dir() or store.sessions_dir.is_dir():
+        return  # a missing path or a file: the store's own error names it
+    try:  # the workbench's own files (its catalog, its save locks) do not make a store
+        empty = not any(not entry.name.startswith(".soapwb") for entry in root.iterdir())
+    except OSError as exc:
+        raise UsageError(f"{root} cannot be read: {exc.strerror or exc}") from None
+    if not empty:
+        raise UsageError(
+            f"{root} is not a sOAP store: it has no agents/ or sessions/ folder (nor a .peteos holding one)"
+        )
 
 
 def role_names(store: Store, *roles: str) -> dict[str, str]:
@@ -150,3 +169,45 @@ def progress_line(text: str, *, last: bool = False) -> None:
     terminal = stream.terminal if isinstance(stream, TerminalText) else stream
     terminal.write(f"\r{escape_controls(text)}{chr(10) if last else ''}")
     terminal.flush()
+
+
+def add_progress_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--progress",
+        action="store_true",
+        help="print progress on stderr even with --json or when stderr is not a terminal",
+    )
+
+
+def wants_progress(args: argparse.Namespace) -> bool:
+    """Progress goes to stderr on a terminal, quiet with ``--json`` (a script reading
+    the output waits for it) unless ``--progress`` asks for it; $SOAPWB_PROGRESS turns it
+    on where stderr is not a terminal, as ``--progress`` does."""
+    if getattr(args, "progress", False):
+        return True
+    if getattr(args, "json", False):
+        return False
+    return sys.stderr.isatty() or bool(os.environ.get("SOAPWB_PROGRESS"))
+
+
+class Progress:
+    """What a command that calls a model says on stderr while it works: one line when it
+    starts (what it calls, where), then a bar with counts redrawn over itself."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.on = wants_progress(args)
+
+    def say(self, text: str) -> None:
+        if self.on:
+            progress_line(text, last=True)
+
+    def bar(self, done: int, total: int, unit: str, *, last: bool | None = None) -> None:
+        if self.on and total > 0:
+            filled = int(20 * min(done, total) / total)
+            ended = done >= total if last is None else last
+            progress_line(f"[{'#' * filled}{'.' * (20 - filled)}] {done}/{total} {unit}", last=ended)
+
+    def status(self, text: str, *, last: bool = False) -> None:
+        """A line redrawn over the previous one (``last``: then left standing)."""
+        if self.on:
+            progress_line(text, last=last)

@@ -6,7 +6,6 @@ import argparse
 import contextlib
 import math
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,15 @@ from replay import (
 from replay._refs import resolve_reference
 from soap_core import Session, SoapError
 from soap_core.runtime import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT_S, LLMEndpoint
-from soapwb.common import SESSION_HELP, UsageError, add_store_options, emit_json, open_store, progress_line
+from soapwb.common import (
+    SESSION_HELP,
+    Progress,
+    UsageError,
+    add_progress_option,
+    add_store_options,
+    emit_json,
+    open_store,
+)
 
 
 def register(commands: Any) -> None:
@@ -45,6 +52,7 @@ def register(commands: Any) -> None:
     rep = commands.add_parser(
         "replay", help="run the model again from a message; each run is saved as a fork"
     )
+    add_progress_option(rep)
     add_target(rep)
     add_change_options(rep)
     rep.add_argument("--samples", type=int, default=1, help="how many runs (default 1)")
@@ -272,12 +280,6 @@ def overrides_from(args: argparse.Namespace, messages: int) -> Overrides:
     )
 
 
-def _progress(done: int, total: int) -> None:
-    if sys.stderr.isatty() or os.environ.get("SOAPWB_PROGRESS"):
-        filled = int(20 * done / total)
-        progress_line(f"[{'#' * filled}{'.' * (20 - filled)}] {done}/{total} runs", last=done >= total)
-
-
 def cmd_replay(args: argparse.Namespace) -> int:
     if args.samples < 1 or args.noise < 0 or args.concurrency < 1:
         raise UsageError("--samples and --concurrency must be at least 1, --noise at least 0")
@@ -288,7 +290,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
     original_message = session.contexts[found.context_id].messages[found.index] if found.message_id else None
     call = found.call
     original = Output.of(original_message, call.usage if call else None, call.latency_s if call else None)
+    progress = Progress(args)
     with endpoint_for(args) as endpoint:
+        noise = f", then {args.noise} unchanged for the noise band" if args.noise else ""
+        progress.say(
+            f"replaying message {found.index} of {found.context_id} on {endpoint.base_url}: "
+            f"{args.samples} run{'s' if args.samples != 1 else ''}{noise}"
+        )
         runs = replay(
             store,
             session,
@@ -297,7 +305,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             overrides,
             samples=args.samples,
             concurrency=args.concurrency,
-            on_progress=_progress,
+            on_progress=lambda done, total: progress.bar(done, total, "runs"),
         )
         baseline: list[ReplayRun] = []
         if args.noise:
@@ -309,7 +317,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
                 Overrides(),
                 samples=args.noise,
                 concurrency=args.concurrency,
-                on_progress=_progress,
+                on_progress=lambda done, total: progress.bar(done, total, "unchanged runs"),
             )
     return report_replay(
         args, found.as_dict(), original if original_message else None, runs, baseline, overrides
@@ -363,7 +371,8 @@ def report_replay(
     )
     for row in rows:
         if not row["ok"]:
-            print(f"run {row['sample']}: FAILED: {row['error']}  (fork {row['fork_id']})")
+            kept = f"fork {row['fork_id']}" if row["saved"] else "nothing saved: the model was never reached"
+            print(f"run {row['sample']}: FAILED: {row['error']}  ({kept})")
             continue
         text = row["text"] or " ".join(f"{name}({args})" for name, args in row["tool_calls"])
         distance = row["diff"]["distance"] if row["diff"] else None

@@ -19,7 +19,7 @@ from replay import (
     rerun,
     rerun_noise_band,
 )
-from soapwb.common import UsageError, add_store_options, emit_json, open_store
+from soapwb.common import Progress, UsageError, add_progress_option, add_store_options, emit_json, open_store
 from soapwb.replay_commands import (
     add_change_options,
     add_endpoint_options,
@@ -64,6 +64,7 @@ def register(commands: Any) -> None:
         help="also re-run K times unchanged: --check then passes within their spread (K >= 2)",
     )
     add_endpoint_options(run)
+    add_progress_option(run)
     add_store_options(run)
     run.set_defaults(handler=cmd_rerun)
 
@@ -79,6 +80,7 @@ def register(commands: Any) -> None:
     more.add_argument("message", metavar="MESSAGE", help="what the user says next")
     add_tool_options(more, default="live", unserved="live")
     add_endpoint_options(more)
+    add_progress_option(more)
     add_store_options(more)
     more.set_defaults(handler=cmd_continue)
 
@@ -132,24 +134,43 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     session = store.load_session(args.session, require_active=args.context is None)
     found = materialize_target(args, session)
     modes, overrides = tool_modes(args), overrides_from(args, len(found.messages))
+    progress = Progress(args)
     with endpoint_for(args) as endpoint:
-        results = [
-            rerun(
-                store,
-                store.load_session(args.session, require_active=False),
-                found.context_id,
-                found.index,
-                endpoint,
-                overrides=overrides,
-                tools=modes,
+        noise = f", then {args.noise} unchanged for the noise band" if args.noise else ""
+        progress.say(
+            f"re-running {session.role} from message {found.index} of {found.context_id} on "
+            f"{endpoint.base_url}: {args.samples} re-run{'s' if args.samples != 1 else ''}{noise}"
+        )
+        results = []
+        for number in range(1, args.samples + 1):
+            results.append(
+                rerun(
+                    store,
+                    store.load_session(args.session, require_active=False),
+                    found.context_id,
+                    found.index,
+                    endpoint,
+                    overrides=overrides,
+                    tools=modes,
+                    on_step=lambda n, k=number: progress.status(
+                        f"re-run {k}/{args.samples}: {n} model calls"
+                    ),
+                )
             )
-            for _ in range(args.samples)
-        ]
+            progress.status(f"re-run {number}/{args.samples}: done", last=True)
         band = None
         if args.noise:
             band, _ = rerun_noise_band(
-                store, session, found.context_id, found.index, endpoint, tools=modes, samples=args.noise
+                store,
+                session,
+                found.context_id,
+                found.index,
+                endpoint,
+                tools=modes,
+                samples=args.noise,
+                on_step=lambda k, n: progress.status(f"unchanged re-run {k}/{args.noise}: {n} model calls"),
             )
+            progress.status(f"{args.noise} unchanged re-runs: done", last=True)
     reloaded = store.load_session(args.session, require_active=False)
     measured = band if band is not None and band.samples >= 2 else None
     reports = [_report(result, diff_rerun(reloaded, result), measured, args.threshold) for result in results]
@@ -195,7 +216,9 @@ def _report(
 def cmd_continue(args: argparse.Namespace) -> int:
     store = open_store(args)
     session, context = find_context(store, args.context)
+    progress = Progress(args)
     with endpoint_for(args) as endpoint:
+        progress.say(f"continuing {context.id} on {endpoint.base_url}: the agent's turn on your message")
         result = continue_branch(store, session, context, args.message, endpoint, tools=tool_modes(args))
     if args.json:
         emit_json(result.as_dict())

@@ -129,6 +129,29 @@ def test_ls_of_an_empty_store_says_so(soapwb: Callable[..., Result], tmp_path: P
     assert ok_json(soapwb("ls", "--store", tmp_path, "--json")) == []
 
 
+def test_ls_of_an_empty_store_says_so_again_after_its_catalog_was_made(
+    soapwb: Callable[..., Result], tmp_path: Path
+) -> None:
+    assert soapwb("ls", "--store", tmp_path).code == 0  # writes the catalog beside nothing
+    result = soapwb("ls", "--store", tmp_path)
+    assert (result.code, result.err) == (0, "") and "no sessions" in result.out
+
+
+def test_a_folder_that_is_no_store_is_an_error_not_an_empty_listing(
+    soapwb: Callable[..., Result], tmp_path: Path
+) -> None:
+    (tmp_path / "notes.txt").write_text("not a store")
+    (tmp_path / "photos").mkdir()
+    for path, says, code in (
+        (tmp_path, "is not a sOAP store: it has no agents/ or sessions/ folder", 2),
+        (tmp_path / "missing", "no such store directory", 1),
+        (tmp_path / "notes.txt", "no such store directory", 1),
+    ):
+        for command in (("ls",), ("search", "x"), ("show", "abc")):
+            result = soapwb(*command, "--store", path)
+            assert result.code == code and says in result.err and result.out == "", (command, path, result)
+
+
 def test_ls_with_a_broken_session_json_still_lists_the_healthy_session(
     soapwb: Callable[..., Result], store_copy: Path
 ) -> None:

@@ -17,7 +17,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from soap_core import Context, InvocationRecord, Party, Session, Store, fork_tree, message_rows
-from soap_core._tree import TREE_INDENT_LIMIT
+from soap_core._tree import TREE_INDENT_LIMIT, ContextNode, tree_lines
 from soap_core.runtime import invocation_chain, invocation_chains
 from soapwb.runtime_commands import INDENT_LIMIT
 from tests.apptest import open_app_page
@@ -438,3 +438,30 @@ def test_the_context_page_lists_the_forks_around_the_shown_context(tmp_path: Pat
     assert lines[-1] == f"… {300 - before - 2 * TREE_AROUND - 1} contexts after these"
     assert len(lines) == 2 * TREE_AROUND + 3
     assert lines[TREE_AROUND + 1].endswith(f"{shown[:8]}  <- shown")
+
+
+def test_tree_continues_an_ancestors_line_down_to_its_next_sibling() -> None:
+    """``│`` under a context that has a later sibling; spaces under a last one."""
+
+    def node(cid: str, parent: str | None, depth: int) -> ContextNode:
+        return ContextNode(cid, parent, (), "fork" if parent else "root", depth, False, 1, f"{cid}.json")
+
+    nodes = [
+        node("r", None, 0),
+        node("a", "r", 1),
+        node("a1", "a", 2),
+        node("a1x", "a1", 3),
+        node("a2", "a", 2),
+        node("b", "r", 1),
+        node("b1", "b", 2),
+    ]
+    drawn = [line[: line.index(n.id) + len(n.id)] for line, n in zip(tree_lines(nodes), nodes, strict=True)]
+    assert drawn == [
+        "r",
+        "├── a",
+        "│   ├── a1",
+        "│   │   └── a1x",
+        "│   └── a2",
+        "└── b",
+        "    └── b1",
+    ]

@@ -632,3 +632,27 @@ def test_an_openpoke_import_reruns_against_the_local_model_with_openpokes_body(
     assert call.response is not None
     after = snapshot(tmp_path / "store")
     assert {k: after[k] for k in before} == before
+
+
+def test_soapwb_rerun_and_replay_show_progress_on_stderr_quiet_with_json_unless_asked(
+    tmp_path: Path, llm_server: LocalModelServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A command that calls a model says what it calls and counts the calls on stderr;
+    with --json it is quiet (a script reads stdout), unless --progress asks for it."""
+    from soapwb.cli import main
+
+    store, uuid, _ = pear_on_the_local_model(tmp_path, llm_server)
+    common = rerun_argv(store, uuid, llm_server.base_url)
+    capsys.readouterr()
+    assert main([*common, "--json"]) == 0
+    assert capsys.readouterr().err == ""
+    assert main([*common, "--json", "--progress"]) == 0
+    err = capsys.readouterr().err
+    assert f"re-running Pantry from message {FIRST_ANSWER} of " in err and llm_server.base_url in err
+    assert "re-run 1/1: 1 model calls" in err and "re-run 1/1: done\n" in err
+    replayed = ["replay", uuid, "--at", str(FIRST_ANSWER), "--store", str(store.root), "--base-url"]
+    assert main([*replayed, llm_server.base_url, "--samples", "2", "--json", "--progress"]) == 0
+    err = capsys.readouterr().err
+    assert "replaying message 3 of " in err and "2 runs" in err and "2/2 runs\n" in err
+    assert main([*replayed, llm_server.base_url, "--json"]) == 0
+    assert capsys.readouterr().err == ""

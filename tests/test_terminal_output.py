@@ -248,7 +248,9 @@ def test_a_replay_prints_a_hostile_answer_escaped_and_its_progress_bar_keeps_its
     assert "\\x1b[2J" in proc.stdout.decode("utf-8"), proc.stdout
     bar = re.compile(rb"\r\[[#.]{20}\] \d/2 runs")
     assert len(bar.findall(proc.stderr)) == 2 and proc.stderr.endswith(b"] 2/2 runs\n"), proc.stderr
-    assert raw_controls(bar.sub(b"", proc.stderr)) == [], proc.stderr  # the bar's \r and nothing else
+    start = re.compile(rb"\rreplaying message \d+ of [^\n]*: 2 runs\n")
+    assert len(start.findall(proc.stderr)) == 1, proc.stderr  # what it calls, before the bar
+    assert raw_controls(start.sub(b"", bar.sub(b"", proc.stderr))) == [], proc.stderr  # \r and nothing else
     session = Store(hostile_store).load_session(SESSION_UUID, require_active=False)
     forks = [c for c in session.contexts.values() if c.origin_context_id == CHILD_ID]
     assert len(forks) == 2 and all(PAYLOAD in f.messages[-1].searchable_text() for f in forks), (
