@@ -14,6 +14,7 @@ from soap_core import SoapError
 from soap_core.runtime import InvocationRecord
 from workbench.loading import chosen_store, show_error_and_stop
 from workbench.object_state_views import (
+    agent_records,
     diff_json,
     diff_table,
     invocation_label,
@@ -54,6 +55,31 @@ def pick_state(label: str, param: str, records: list[InvocationRecord], default:
     return by_id[chosen]
 
 
+RUNS_PARAM = "runs"
+"""``?runs=shown`` keeps the workbench's re-runs in the tables and the diff."""
+
+
+def shown_records(records: list[InvocationRecord]) -> list[InvocationRecord]:
+    """The agent's own invocations, or with the workbench's re-runs when the toggle (kept
+    in ``?runs=shown``) is on; the toggle says how many re-runs it hides."""
+    own = agent_records(records)
+    runs = len(records) - len(own)
+    if not runs:
+        return records
+    shown = st.toggle(
+        f"Show the workbench's re-runs ({runs})",
+        value=st.query_params.get(RUNS_PARAM) == "shown",
+        key="object_state_runs",
+        help="Re-runs and continues made here are not the agent's history: off, the states "
+        "are only those the agent itself reached.",
+    )
+    if shown:
+        st.query_params[RUNS_PARAM] = "shown"
+        return records
+    st.query_params.pop(RUNS_PARAM, None)
+    return own
+
+
 def show_diff(records: list[InvocationRecord]) -> None:
     """Two pickers and the difference between the states after those invocations."""
     with_state = [r for r in records if r.state_after is not None]
@@ -86,6 +112,10 @@ if not records:
         "This session has no invocation records, so no object state: only the soapwb runtime "
         "records the state after each invocation (a store written by peteos has none)."
     )
+    st.stop()
+records = shown_records(records)
+if not records:
+    st.info("The agent itself was never invoked in this session: every record is a workbench re-run.")
     st.stop()
 st.text(f"{session.role} / {session.uuid}: {records_summary(records)}")
 st.subheader("State after each invocation")

@@ -17,9 +17,12 @@ from soap_core.runtime import InvocationTrace
 from workbench.loading import chosen_store, show_error_and_stop
 from workbench.selection import selected_session
 from workbench.traceback_views import (
+    Invocation,
     SessionTraces,
+    agent_invocations,
     call_site_label,
     call_site_params,
+    deepest_invocation,
     highlight_problems,
     invocation_label,
     invocations_table,
@@ -30,6 +33,7 @@ from workbench.traceback_views import (
     stack_table,
     timeline_figure,
     trace_frames,
+    workbench_runs,
 )
 from workbench.views import StoreSignature, escape_markdown, store_signature
 
@@ -44,16 +48,45 @@ def session_traces(root: str, session_uuid: str) -> SessionTraces:
     return _traces(root, session_uuid, store_signature(root))
 
 
-def pick_invocation(traced: SessionTraces) -> InvocationTrace:
-    """The invocation of ``?invocation=`` (id or prefix), else the latest one; its stack."""
-    by_id = {i.id: i for i in traced.invocations}
+RUNS_PARAM = "runs"
+"""``?runs=shown`` lists the workbench's re-runs beside the agent's own invocations."""
+
+
+def shown_invocations(traced: SessionTraces) -> list[Invocation]:
+    """The agent's own invocations, or all of them when the toggle (kept in
+    ``?runs=shown``) is on, or when the link names a re-run's invocation."""
+    own = agent_invocations(traced.invocations)
+    runs = workbench_runs(traced.invocations)
+    if not runs:
+        return own
+    wanted = st.query_params.get("invocation")
+    linked = bool(wanted) and any(i.id.startswith(wanted or "") for i in runs)
+    shown = st.toggle(
+        f"Show the workbench's re-runs ({len(runs)})",
+        value=linked or st.query_params.get(RUNS_PARAM) == "shown",
+        key="traceback_runs",
+        help="Re-runs and continues made here are not the agent's history: off, only the "
+        "invocations the agent itself made are listed.",
+    )
+    if shown:
+        st.query_params[RUNS_PARAM] = "shown"
+        return traced.invocations
+    st.query_params.pop(RUNS_PARAM, None)
+    return own
+
+
+def pick_invocation(traced: SessionTraces, invocations: list[Invocation]) -> InvocationTrace:
+    """The invocation of ``?invocation=`` (id or prefix), else the one on the deepest
+    chain through the session; its stack."""
+    by_id = {i.id: i for i in invocations}
     ids = list(by_id)
     wanted = st.query_params.get("invocation")
     matches = matching_invocations(ids, wanted) if wanted else []
     if wanted and len(matches) != 1:
         st.error(escape_markdown(f"invocation {wanted!r}: no single invocation of this session matches"))
         st.stop()
-    current = matches[0] if matches else ids[-1]
+    deepest = deepest_invocation(invocations)
+    current = matches[0] if matches else (deepest.id if deepest is not None else ids[-1])
     chosen = st.selectbox(
         "Invocation",
         ids,
@@ -112,6 +145,10 @@ if not traced.has_records:
 if not traced.invocations:
     st.info("This session's records are all of calls it made; it was never invoked itself.")
     st.stop()
+invocations = shown_invocations(traced)
+if not invocations:
+    st.info("The agent itself was never invoked in this session: every invocation is a workbench re-run.")
+    st.stop()
 st.subheader("Invocations of this session")
-st.dataframe(invocations_table(traced.invocations, traced.prompts), hide_index=True)
-show_trace(root, pick_invocation(traced), traced)
+st.dataframe(invocations_table(invocations, traced.prompts), hide_index=True)
+show_trace(root, pick_invocation(traced, invocations), traced)

@@ -14,6 +14,11 @@ def register(commands: Any) -> None:
         "trace", help="show the invocation chains through a session, each invocation once with its depth"
     )
     trace.add_argument("session", metavar="SESSION", help=SESSION_HELP)
+    trace.add_argument(
+        "--runs",
+        action="store_true",
+        help="also show the chains of the workbench's re-runs and continues (not the agent's history)",
+    )
     add_store_options(trace)
     trace.set_defaults(handler=cmd_trace)
 
@@ -52,12 +57,19 @@ def chain_lines(chain: InvocationChain) -> list[str]:
 
 def cmd_trace(args: argparse.Namespace) -> int:
     store = open_store(args)
-    chains = invocation_chains(store, args.session)
+    every = invocation_chains(store, args.session)
+    chains = every if args.runs else [c for c in every if not is_workbench_run(c)]
     if args.json:
         emit_json([chain.as_dict() for chain in chains])
         return 0
+    hidden = len(every) - len(chains)
     if not chains:
-        print(f"no invocation records for session {args.session} (written by peteos, or never invoked)")
+        why = (
+            f"only {hidden} of workbench re-runs (--runs shows them)"
+            if hidden
+            else "written by peteos, or never invoked"
+        )
+        print(f"no invocation records of the agent for session {args.session} ({why})")
         return 0
     for number, chain in enumerate(chains, 1):
         own = len(chain.traced)
@@ -69,4 +81,14 @@ def cmd_trace(args: argparse.Namespace) -> int:
             print(line)
         if chain.loop:
             print(f"  note: {chain.loop}")
+    if hidden:
+        print(
+            f"{hidden} chain{'' if hidden == 1 else 's'} of workbench re-runs not shown (--runs shows them)"
+        )
     return 0
+
+
+def is_workbench_run(chain: InvocationChain) -> bool:
+    """A chain the workbench started (a re-run or a continue, and what it invoked): its
+    outermost invocation is marked as one. Such chains are not the agent's history."""
+    return bool(chain.frames) and chain.frames[0].rerun is not None

@@ -327,11 +327,13 @@ class TestReadingTheCallRecords:
 
 
 class TestSelection:
-    def test_the_latest_invocation_is_shown_by_default(self, workbench_store: Path) -> None:
+    def test_the_invocation_on_the_deepest_chain_is_shown_by_default(self, workbench_store: Path) -> None:
         at = open_page(workbench_store, session=uuid_of(workbench_store, "Analyst"))
-        last = chain(workbench_store, "Analyst")[-1].invocation
-        assert last is not None
-        assert at.query_params["invocation"] == last.invocation_id
+        traces = chain(workbench_store, "Analyst")
+        sizes = [len(t.callers) + len(t.callees) for t in traces]
+        deepest = [t for t, n in zip(traces, sizes, strict=True) if n == max(sizes)][-1].invocation
+        assert deepest is not None and deepest != traces[-1].invocation  # not merely the latest
+        assert at.query_params["invocation"] == deepest.invocation_id
 
     def test_picking_an_invocation_records_it(self, workbench_store: Path) -> None:
         at = open_page(workbench_store, session=uuid_of(workbench_store, "Analyst"))

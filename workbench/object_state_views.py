@@ -61,6 +61,12 @@ def session_invocations(session_dir: Path, session_uuid: str) -> list[Invocation
     return [r for r in read_invocations(session_dir) if r.callee.session == session_uuid]
 
 
+def agent_records(records: Sequence[InvocationRecord]) -> list[InvocationRecord]:
+    """The agent's own invocations: the workbench's re-runs and continues (their record
+    carries ``rerun``) are not part of the object's history and its states."""
+    return [r for r in records if r.rerun is None]
+
+
 def load_session_invocations(root: str, session_uuid: str) -> list[InvocationRecord]:
     """The session's own invocation records, read from its folder in the store at ``root``;
     raises SoapError for an unknown session or a broken record."""

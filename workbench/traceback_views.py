@@ -242,6 +242,28 @@ def one_line(text: str, limit: int = 80) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
+def agent_invocations(invocations: Sequence[Invocation]) -> list[Invocation]:
+    """The agent's own invocations: those the workbench made (a re-run, a continue, and
+    every object they invoked) left out, so the agent's history reads as it ran."""
+    return [i for i in invocations if i.frame.rerun is None]
+
+
+def workbench_runs(invocations: Sequence[Invocation]) -> list[Invocation]:
+    """The invocations the workbench's re-runs and continues made."""
+    return [i for i in invocations if i.frame.rerun is not None]
+
+
+def deepest_invocation(invocations: Sequence[Invocation]) -> Invocation | None:
+    """The invocation the page opens on: the one with the most frames above and below it
+    (the deepest chain through the session), the latest of equals. The latest alone is
+    often a single bar, which tells least about how objects called one another."""
+    best: Invocation | None = None
+    for invocation in invocations:
+        if best is None or invocation.callers + invocation.callees >= best.callers + best.callees:
+            best = invocation
+    return best
+
+
 def invocation_label(invocation: Invocation, prompts: dict[str, str]) -> str:
     """How an invocation is named in the picker: start time, outcome, prompt."""
     frame = invocation.frame
