@@ -28,10 +28,15 @@ FAVICON = (
 )
 
 
-def pick_store() -> str:
-    """The store path typed in the sidebar; first taken from ``?store=``, else SOAPWB_STORE."""
+def first_store() -> None:
+    """The store the session starts on: ``?store=``, else SOAPWB_STORE."""
     if STORE_KEY not in st.session_state:
         st.session_state[STORE_KEY] = st.query_params.get("store") or os.environ.get("SOAPWB_STORE", "")
+
+
+def pick_store() -> str:
+    """The store path typed in the sidebar (it starts as :func:`first_store`)."""
+    first_store()
     path = st.sidebar.text_input(
         "Store directory",
         key=STORE_KEY,
@@ -47,6 +52,10 @@ def pick_store() -> str:
 
 st.set_page_config(page_title="soap-workbench", page_icon=FAVICON, layout="wide")
 st.session_state[APP_RAN] = True
+# Before the sidebar is drawn: once it is, a person can click in it, and a click cuts this
+# run short at its next element, so what a copied link names must already be kept.
+first_store()
+restore_selection()
 page = st.navigation(
     [
         st.Page("pages/sessions.py", title="Sessions", icon=":material/list:", default=True),
@@ -60,7 +69,6 @@ page = st.navigation(
     ]
 )
 pick_store()
-restore_selection()
 try:
     page.run()
 finally:  # also when the page stops early (st.stop) or reruns

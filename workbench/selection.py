@@ -35,13 +35,19 @@ def restore_selection() -> None:
     saved: dict[str, str] = st.session_state.get(_CARRIED_STATE, {})
     if saved and not any(key in st.query_params for key in CARRIED):
         st.query_params.update(saved)
+    else:
+        remember_selection()  # kept at once: a click in the sidebar may cut this run short
 
 
 def remember_selection() -> None:
-    """Keep the selection as the page left it in the URL, for the next page."""
-    st.session_state[_CARRIED_STATE] = {
-        key: st.query_params[key] for key in CARRIED if key in st.query_params
-    }
+    """Keep the selection as the page left it in the URL, for the next page.
+
+    A run cut short by a click in the sidebar (a first open of a store is slow, and a
+    person clicks on) already sees the next page's empty query string: that is no
+    selection to keep, and the one kept before stays."""
+    carried = {key: st.query_params[key] for key in CARRIED if key in st.query_params}
+    if carried:
+        st.session_state[_CARRIED_STATE] = carried
 
 
 def choose_session(chosen: str) -> None:
