@@ -24,18 +24,22 @@ import binascii
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import streamlit as st
 
 from replay import PromptAtCall
 from soap_core import (
+    AmbiguousSessionError,
     Context,
+    ContextNotFoundError,
     MediaPart,
     Message,
     MessageRow,
     Part,
     Session,
+    SessionNotFoundError,
     SoapError,
     TextPart,
     ThinkingPart,
@@ -73,6 +77,7 @@ from workbench.loading import (
     system_prompts,
 )
 from workbench.openpoke_views import entry_choices, is_interaction, session_name, two_tracks
+from workbench.selection import selected_session
 from workbench.transcript import (
     STYLES,
     Placement,
@@ -502,6 +507,9 @@ def pick_context(session: Session) -> Context:
     wanted = st.query_params.get("context")
     try:
         default = session.context(wanted).id if wanted else session.active_context_id
+    except ContextNotFoundError as exc:
+        st.warning(escape_markdown(f"{exc.problem}: showing the active context instead"))
+        default = session.active_context_id
     except SoapError as exc:
         show_error_and_stop(exc)
     if default is None:
@@ -631,13 +639,15 @@ def show_details_toggle() -> bool:
 st.title("Context")
 root = chosen_store()
 ref = st.query_params.get("session")
-if not ref:
-    st.info("No session selected: pick one on the Sessions page.")
-    st.page_link("pages/sessions.py", label="Sessions", icon=":material/list:")
-    st.stop()
 signature = store_signature(root)
 try:
+    if not ref:
+        raise SessionNotFoundError(Path(root), "no session chosen")
     loaded = read_only_session(root, ref, signature)
+except (SessionNotFoundError, AmbiguousSessionError):
+    # A link naming no session, or one this store does not have: the picker, not a dead end.
+    loaded = selected_session(root, read_only=True, signature=signature)
+    ref = loaded.uuid
 except SoapError as exc:
     show_error_and_stop(exc)
 show_session(root, ref, signature, loaded)

@@ -215,10 +215,10 @@ class TestContextPage:
         assert at.query_params["context"] == ROOT_CONTEXT
         assert len(headings(at)) == 7
 
-    def test_an_unknown_context_is_an_error(self) -> None:
+    def test_an_unknown_context_is_a_warning_and_the_active_one_is_shown(self) -> None:
         at = open_page(FIXTURE, "context", session=SESSION, context="ffff")
-        assert at.error
-        assert not headings(at)
+        assert not at.error and "ffff" in at.warning[0].value
+        assert headings(at)  # not a dead end: the active context, with the picker
 
     def test_the_chronological_toggle_orders_messages_by_sequence_number(self, tmp_path: Path) -> None:
         store, session = rich_store(tmp_path)

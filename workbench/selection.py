@@ -94,9 +94,9 @@ def selected_session(
     matching = [u for u in uuids if wanted and matches_session(u, wanted)]
     current = matching[0] if len(matching) == 1 else None
     if wanted and not matching:
-        st.error(escape_markdown(f"no session of this store matches {wanted!r}"))
+        st.warning(escape_markdown(f"No session of this store matches {wanted!r}: pick one below."))
     elif len(matching) > 1:
-        st.error(escape_markdown(f"{wanted!r} matches {len(matching)} sessions: pick one"))
+        st.warning(escape_markdown(f"{wanted!r} matches {len(matching)} sessions: pick one below."))
     chosen = st.selectbox(
         "Session",
         uuids,
@@ -109,6 +109,8 @@ def selected_session(
         st.info("Pick a session to see it here.")
         st.stop()
     choose_session(chosen)
+    if wanted and current is None:
+        st.rerun()  # picked after a link named none of them: drawn again without the warning
     try:
         return read_only_session(root, chosen, signature) if read_only else load_session(root, chosen)
     except SoapError as exc:

@@ -331,12 +331,14 @@ def error_first(error: BaseException | str, root: str | Path | None = None) -> s
     if isinstance(problem, str):
         json_path = getattr(error, "json_path", None)
         text = problem if json_path in (None, "$") else f"{problem} (at {json_path})"
-        return text if path is None else f"{text} — {store_relative(path, root)}"
+        where = store_relative(path, root) if path is not None else "."
+        return text if where == "." else f"{text} — {where}"  # the store itself goes unnamed
     message = str(error)
     split = _split_path(message, root)
     if split is None:
         return message
-    return f"{_problem_text(split[1])} — {store_relative(split[0], root)}"
+    where = store_relative(split[0], root)
+    return _problem_text(split[1]) if where == "." else f"{_problem_text(split[1])} — {where}"
 
 
 def load_error_line(file_name: str, error: BaseException | str, root: str | Path | None = None) -> str:
