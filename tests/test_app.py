@@ -216,7 +216,7 @@ class TestContextPage:
         assert len(headings(at)) == 7
 
     def test_an_unknown_context_is_a_warning_and_the_active_one_is_shown(self) -> None:
-        at = open_page(FIXTURE, "context", session=SESSION, context="ffff")
+        at = open_page(FIXTURE, "context", session=SESSION, context="ffff", details="1")
         assert not at.error and "ffff" in at.warning[0].value
         assert headings(at)  # not a dead end: the active context, with the picker
 
