@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import streamlit as st
@@ -55,9 +55,9 @@ from replay import (
     saved_reruns,
     saved_runs,
 )
-from soap_core import Context, Message, Session, SoapError, Store, part_to_dict, read_calls
+from soap_core import Context, Message, Session, SoapError, Store, ToolPart, read_calls
 from soap_core.runtime import LLMEndpoint
-from workbench.loading import chosen_store, read_only_session, session_overviews, show_error_and_stop
+from workbench.loading import chosen_store, read_only_session, show_error_and_stop
 from workbench.output_diff_views import (
     ORIGINAL_AND_RUN,
     call_texts,
@@ -85,10 +85,12 @@ from workbench.replay_views import (
     divergence_text,
     dropped_by_ranges,
     edit_window,
+    editable_calls,
+    editable_results,
     editable_text,
+    kind_in_words,
     message_label,
     named_message,
-    names_a_session,
     no_candidates_text,
     nothing_replayable,
     opening_note,
@@ -122,19 +124,6 @@ DIFF_TAB = "Diff two contexts or outputs"
 
 
 # ── picking and showing the request ────────────────────────────────────────────────
-
-
-def report_unknown_session(root: str) -> None:
-    """Say so when ``?session=`` names no session; the picker then offers the others."""
-    wanted = st.query_params.get("session")
-    if not wanted:
-        return
-    try:
-        uuids = [o.uuid for o in session_overviews(root)]
-    except SoapError:
-        return  # selected_session reports an unreadable store itself
-    if not names_a_session(wanted, uuids):
-        st.error(escape_markdown(f"no session {wanted} in this store"))
 
 
 def call_log(session: Session) -> CallLog:
@@ -300,22 +289,61 @@ def show_output(output: Output) -> None:
 # ── the settings and the edit form ─────────────────────────────────────────────────
 
 
-def edit_message(prefix: str, index: int, message: Message) -> tuple[str | None, bool]:
-    """One message of the request: a text area when it has text to edit, and a drop box."""
+@dataclass
+class MessageEdits:
+    """What the form's boxes hold for one message: its text (None: no text box), its tool
+    calls' names and arguments, its tool results, and whether it is dropped."""
+
+    text: str | None = None
+    calls: list[tuple[str, str]] = field(default_factory=list)
+    results: list[str] = field(default_factory=list)
+    dropped: bool = False
+
+
+def edit_message(prefix: str, index: int, message: Message) -> MessageEdits:
+    """One message of the request as a playground shows it: what it is in words, its text
+    in a box, each tool call as a name and its arguments, each tool result as text."""
+    edits = MessageEdits()
     with st.container(border=True):
-        st.text(f"#{index}  {message.role}  {message.message_type}")
-        text = None
+        st.text(f"#{index}  {kind_in_words(message)}")
         prefill = editable_text(message)
         if message.message_type == "SystemPromptMessage":
             st.text("(edited in the system prompt box below)")
+        elif message.message_type == "ToolDefinitionsMessage":
+            st.text(", ".join(p.name for p in message.content if isinstance(p, ToolPart)) or "(no tools)")
         elif prefill is not None:
-            text = st.text_area(f"Message {index}", value=prefill, key=f"{prefix}:edit:{index}")
-        elif message.content:
-            st.json([part_to_dict(p) for p in message.content], expanded=False)
-        else:
-            st.text("(no content)")
-        dropped = st.checkbox(f"Drop message {index}", key=f"{prefix}:drop:{index}")
-    return text, dropped
+            edits.text = st.text_area(f"Message {index}", value=prefill, key=f"{prefix}:edit:{index}")
+        for number, (name, arguments) in enumerate(editable_calls(message)):
+            left, right = st.columns([1, 3])
+            edits.calls.append(
+                (
+                    left.text_input(
+                        f"Tool call {number + 1}: name",
+                        value=name,
+                        key=f"{prefix}:call:{index}:{number}:name",
+                    ),
+                    right.text_area(
+                        f"Tool call {number + 1}: arguments (JSON)",
+                        value=arguments,
+                        key=f"{prefix}:call:{index}:{number}:arguments",
+                        height=68,
+                    ),
+                )
+            )
+        for number, result in enumerate(editable_results(message)):
+            edits.results.append(
+                st.text_area(
+                    f"Tool result {number + 1}" if len(message.tool_results()) > 1 else "Tool result",
+                    value=result,
+                    key=f"{prefix}:result:{index}:{number}",
+                )
+            )
+        if prefill is None and not edits.calls and not edits.results and message.message_type == "Message":
+            st.text(
+                "(" + (", ".join(p.type for p in message.content) or "no content") + ": sent as recorded)"
+            )
+        edits.dropped = st.checkbox(f"Drop message {index}", key=f"{prefix}:drop:{index}")
+    return edits
 
 
 def edit_window_input(prefix: str, count: int) -> EditWindow:
@@ -456,6 +484,8 @@ def replay_form(found: Materialized) -> tuple[bool, Overrides, RunSettings, Reru
     """The settings, then the edits and parameters; which button was clicked."""
     prefix = f"{found.context_id}:{found.index}"
     texts: dict[int, str] = {}
+    calls: dict[int, list[tuple[str, str]]] = {}
+    results: dict[int, list[str]] = {}
     drops: list[int] = []
     st.subheader("Edit and run")
     base_url = st.text_input(
@@ -469,14 +499,19 @@ def replay_form(found: Materialized) -> tuple[bool, Overrides, RunSettings, Reru
     states = setting_states(settings.samples, bool(settings.unchanged), settings.base_url)
     window = edit_window_input(prefix, len(found.messages))
     drop_spec = ""
-    with st.form(f"replay_form:{prefix}"):
+    # Enter in a box never runs anything: only the buttons do (Ctrl+Enter ran the request).
+    with st.form(f"replay_form:{prefix}", enter_to_submit=False):
         st.caption("What to change: Run and Re-run both send the request with these edits.")
         with st.expander(messages_heading(len(found.messages), window), expanded=False):
             for index in window.indices:
-                text, dropped = edit_message(prefix, index, found.messages[index])
-                if text is not None:
-                    texts[index] = text
-                if dropped:
+                edits = edit_message(prefix, index, found.messages[index])
+                if edits.text is not None:
+                    texts[index] = edits.text
+                if edits.calls:
+                    calls[index] = edits.calls
+                if edits.results:
+                    results[index] = edits.results
+                if edits.dropped:
                     drops.append(index)
         if len(found.messages) > MOST_EDITED:
             drop_spec = st.text_input(
@@ -510,7 +545,16 @@ def replay_form(found: Materialized) -> tuple[bool, Overrides, RunSettings, Reru
         st.error(escape_markdown(problem))
         clicked = rerun_clicked = False
     overrides = overrides_from_form(
-        found, texts, [*drops, *ranged], system_prompt, model, temperature, seed, max_tokens
+        found,
+        texts,
+        [*drops, *ranged],
+        system_prompt,
+        model,
+        temperature,
+        seed,
+        max_tokens,
+        calls=calls,
+        results=results,
     )
     choice = RerunChoice(rerun_clicked, again.default, again.unserved, again.injections)
     return clicked, overrides, settings, choice
@@ -673,7 +717,6 @@ def show_saved_runs(root: str, session: Session, found: Materialized, saved: lis
 
 def show_replay(root: str) -> None:
     """The Replay tab: pick, verify, edit, run, and the runs saved for this message."""
-    report_unknown_session(root)
     signature = store_signature(root)  # once a run: it stats every file of the store
     session = selected_session(root, read_only=True, signature=signature)
     context = selected_context(session)

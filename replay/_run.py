@@ -22,11 +22,13 @@ from soap_core import (
     REPLAY_KEY,
     Context,
     Message,
+    Part,
     Session,
     SoapError,
     Store,
     TextPart,
     ToolResultPart,
+    ToolUsePart,
     new_record_id,
     request_hash,
     utc_now,
@@ -55,6 +57,11 @@ class Overrides:
     """Display index → new text for that message (text, or a tool result's content)."""
     drops: Sequence[int] = ()
     """Display indices of messages to leave out (a tool call goes with its results)."""
+    tool_calls: Mapping[int, Sequence[tuple[str, str]]] = field(default_factory=dict)
+    """Display index → the name and arguments of each tool call of that message, in
+    order; the arguments are sent as typed (a JSON string, as the model wrote it)."""
+    tool_results: Mapping[int, Sequence[str]] = field(default_factory=dict)
+    """Display index → the new content of each tool result of that message, in order."""
 
     def as_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {}
@@ -65,11 +72,25 @@ class Overrides:
             data["edits"] = {str(k): v for k, v in sorted(self.edits.items())}
         if self.drops:
             data["drops"] = sorted(self.drops)
+        if self.tool_calls:
+            data["tool_calls"] = {
+                str(k): [{"name": name, "arguments": arguments} for name, arguments in calls]
+                for k, calls in sorted(self.tool_calls.items())
+            }
+        if self.tool_results:
+            data["tool_results"] = {str(k): list(v) for k, v in sorted(self.tool_results.items())}
         return data
 
     @property
     def changes_messages(self) -> bool:
-        return bool(self.edits or self.drops or self.system_prompt is not None)
+        return bool(
+            self.edits or self.drops or self.tool_calls or self.tool_results or self.system_prompt is not None
+        )
+
+    @property
+    def edited_messages(self) -> list[int]:
+        """The display indices whose text, tool calls or tool results are edited."""
+        return sorted({*self.edits, *self.tool_calls, *self.tool_results})
 
 
 @dataclass
@@ -117,14 +138,39 @@ class ReplayRun:
 
 def _edit(message: Message, text: str, index: int) -> Message:
     changed = message.copy()
-    if any(isinstance(p, TextPart) for p in message.content):
+    if any(isinstance(p, TextPart) for p in message.content) or (message.role == "assistant" and text):
         kept = [p for p in message.content if not isinstance(p, TextPart)]
-        changed.content = [TextPart(text), *kept]
+        changed.content = [TextPart(text), *kept]  # an answer that only called tools may get words
     elif len(message.tool_results()) == 1:
         [result] = message.tool_results()
         changed.content = [ToolResultPart(result.call_id, text, result.name)]
     else:
         raise SoapError(f"message {index} has no text to edit (parts: {[p.type for p in message.content]})")
+    return changed
+
+
+def _edit_parts(
+    message: Message, index: int, kind: type[ToolUsePart] | type[ToolResultPart], new: Sequence[Any]
+) -> Message:
+    """``message`` with its tool calls (or tool results), in order, replaced by ``new``:
+    (name, arguments) pairs, or result contents. Call ids stay, so calls and results
+    still pair up."""
+    found = [p for p in message.content if isinstance(p, kind)]
+    noun = "tool calls" if kind is ToolUsePart else "tool results"
+    if len(found) != len(new):
+        raise SoapError(f"message {index} has {len(found)} {noun}, not {len(new)}")
+    replacements = iter(new)
+    changed = message.copy()
+    parts: list[Part] = []
+    for part in message.content:
+        if isinstance(part, ToolUsePart) and kind is ToolUsePart:
+            name, arguments = next(replacements)
+            parts.append(ToolUsePart(part.call_id, name, arguments))
+        elif isinstance(part, ToolResultPart) and kind is ToolResultPart:
+            parts.append(ToolResultPart(part.call_id, next(replacements), part.name))
+        else:
+            parts.append(part)
+    changed.content = parts
     return changed
 
 
@@ -172,10 +218,17 @@ def unchanged_band(
 def replay_messages(found: Materialized, overrides: Overrides) -> list[Message]:
     """The messages a replay sends: the materialized ones with the overrides applied."""
     messages = [m.copy() for m in found.messages]
-    for index, text in overrides.edits.items():
+    for index in overrides.edited_messages:
         if not 0 <= index < len(messages):
             raise SoapError(f"cannot edit message {index}: the request has {len(messages)} messages")
-        messages[index] = _edit(messages[index], text, index)
+        if index in overrides.edits:
+            messages[index] = _edit(messages[index], overrides.edits[index], index)
+        if index in overrides.tool_calls:
+            messages[index] = _edit_parts(messages[index], index, ToolUsePart, overrides.tool_calls[index])
+        if index in overrides.tool_results:
+            messages[index] = _edit_parts(
+                messages[index], index, ToolResultPart, overrides.tool_results[index]
+            )
     if overrides.system_prompt is not None:
         for i, message in enumerate(messages):
             if message.message_type == "SystemPromptMessage":

@@ -24,7 +24,7 @@ taken as absent, never raised on.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,7 +104,31 @@ def overrides_from_record(data: Any) -> Overrides:
             if isinstance(k, str) and k.isascii() and k.isdigit() and isinstance(v, str)
         },
         drops=tuple(sorted(d for d in drops if _integer(d) is not None)) if isinstance(drops, list) else (),
+        tool_calls=_indexed(data.get("tool_calls"), _call_pair),
+        tool_results=_indexed(data.get("tool_results"), lambda v: v if isinstance(v, str) else None),
     )
+
+
+def _call_pair(value: Any) -> tuple[str, str] | None:
+    if (
+        isinstance(value, Mapping)
+        and isinstance(value.get("name"), str)
+        and isinstance(value.get("arguments"), str)
+    ):
+        return value["name"], value["arguments"]
+    return None
+
+
+def _indexed(data: Any, item: Callable[[Any], Any]) -> dict[int, list[Any]]:
+    """``{"5": [...]}`` → ``{5: [...]}``; an entry with a malformed item is left out whole."""
+    out: dict[int, list[Any]] = {}
+    for key, values in data.items() if isinstance(data, Mapping) else ():
+        if not (isinstance(key, str) and key.isascii() and key.isdigit() and isinstance(values, list)):
+            continue
+        read = [item(v) for v in values]
+        if all(r is not None for r in read):
+            out[int(key)] = read
+    return out
 
 
 def _answer(fork: Context, call: CallRecord | None) -> Message | None:

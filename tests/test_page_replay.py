@@ -26,11 +26,13 @@ from replay import (
     diff_outputs,
     materialize,
     noise_band,
+    overrides_from_record,
     replay,
+    replay_messages,
     request_differences,
 )
 from replay._refs import resolve_reference
-from soap_core import Context, Session, SoapError, Store
+from soap_core import Context, Session, SoapError, Store, read_calls
 from soap_core.runtime import LLMEndpoint, LLMError
 from soap_core.runtime.local_model import LocalModelServer, free_port
 from tests.conftest import CHILD_ID, PARENT_ID, SESSION_UUID, SOAP_FIXTURE, edit_json, snapshot
@@ -44,7 +46,10 @@ from workbench.replay_views import (
     batch_line,
     batch_title,
     divergence_text,
+    editable_calls,
+    editable_results,
     editable_text,
+    kind_in_words,
     marked_words,
     message_label,
     named_message,
@@ -332,13 +337,14 @@ class TestBadInput:
         at = open_replay(SOAP_FIXTURE)
         assert any("Pick a session" in info.value for info in at.info)
 
-    def test_an_unknown_session_is_an_error(self) -> None:
+    def test_an_unknown_session_offers_the_picker(self) -> None:
         at = open_replay(SOAP_FIXTURE, session="no-such-session")
-        assert at.error and "no\\-such\\-session" in at.error[0].value
+        assert not at.error and "no\\-such\\-session" in at.warning[0].value
 
-    def test_an_unknown_context_is_an_error(self) -> None:
+    def test_an_unknown_context_shows_the_active_one_and_says_so(self) -> None:
         at = open_replay(SOAP_FIXTURE, session=SESSION_UUID, context="ffffffff")
-        assert at.error
+        assert not at.error and "ffffffff" in at.warning[0].value
+        assert at.query_params["context"] == CHILD_ID
 
     def test_without_an_endpoint_run_is_disabled_and_says_why(self, writable_store: Path) -> None:
         session = analyst(writable_store)
@@ -412,6 +418,31 @@ class TestRunningAgainstTheLocalModel:
         assert {"edits": {str(edited): "Say hello to the team."}} in json_values(later)
         [heading] = [h.value for h in later.subheader if h.value.startswith("Run 2")]
         assert f"#{edited} edited" in heading.replace("\\", "")
+
+    def test_an_edited_tool_result_is_sent_to_the_model_and_kept_in_the_fork(
+        self, writable_store: Path, llm_server: LocalModelServer
+    ) -> None:
+        session = analyst(writable_store)
+        forks_before = {c.id for c in replay_forks(session)}
+        found = materialize(session, session.active_context_id, -1)
+        at_result = max(i for i, m in enumerate(found.messages) if editable_results(m))
+        at = open_replay(writable_store, timeout=120, session=session.uuid)
+        at.text_input(key="replay_base_url").input(llm_server.base_url).run()
+        box = f"{found.context_id}:{found.index}:result:{at_result}:0"
+        at.text_area(key=box).input("0 errors: all clear")
+        [run] = [b for b in at.button if b.label == "Run"]
+        run.click().run()
+        assert not at.exception
+
+        after = analyst(writable_store)
+        [fork] = [c for c in replay_forks(after) if c.id not in forks_before]
+        assert fork.extra[REPLAY_KEY]["overrides"]["tool_results"] == {
+            str(at_result): ["0 errors: all clear"]
+        }
+        [call] = [c for c in read_calls(after.directory) if c.context_id == fork.id]
+        sent = [m for m in call.request["messages"] if m.get("role") == "tool"]
+        assert any(m.get("content") == "0 errors: all clear" for m in sent), sent  # what the model saw
+        assert fork.messages[at_result].tool_results()[0].content == "0 errors: all clear"
 
     def test_the_noise_band_is_measured_over_unchanged_samples(
         self, writable_store: Path, llm_server: LocalModelServer
@@ -517,6 +548,74 @@ class TestDiffSection:
         assert any("zzzz" in e.value for e in at.error)
         found = materialize(Store(SOAP_FIXTURE).load_session(SESSION_UUID), ACTIVE, 5)
         assert found.request in json_values(at)
+
+
+class TestThePlaygroundForm:
+    """Every message in words and editable: text, tool calls as name and arguments, tool
+    results as text (the form showed class names and collapsed JSON for these)."""
+
+    def test_messages_are_named_in_words_never_by_class(self, workbench_store: Path) -> None:
+        session = analyst(workbench_store)
+        at = open_replay(workbench_store, session=session.uuid)
+        found = materialize(session, session.active_context_id, -1)
+        headers = [t for t in texts(at) if t.startswith("#") and "  " in t]
+        assert headers[: len(found.messages)] == [
+            f"#{i}  {kind_in_words(m)}" for i, m in enumerate(found.messages)
+        ]
+        shown = " ".join(texts(at))
+        assert "SystemPromptMessage" not in shown and "ToolDefinitionsMessage" not in shown
+        assert "#0  system prompt" in headers and any("tool call" in h for h in headers)
+
+    def test_each_tool_call_and_tool_result_has_its_own_boxes_prefilled(self, workbench_store: Path) -> None:
+        session = analyst(workbench_store)
+        at = open_replay(workbench_store, session=session.uuid)
+        found = materialize(session, session.active_context_id, -1)
+        prefix = f"{found.context_id}:{found.index}"
+        for i, message in enumerate(found.messages):
+            for k, (name, arguments) in enumerate(editable_calls(message)):
+                assert at.text_input(key=f"{prefix}:call:{i}:{k}:name").value == name
+                assert at.text_area(key=f"{prefix}:call:{i}:{k}:arguments").value == arguments
+            for k, result in enumerate(editable_results(message)):
+                assert at.text_area(key=f"{prefix}:result:{i}:{k}").value == result
+        assert any(editable_calls(m) for m in found.messages)
+        assert any(editable_results(m) for m in found.messages)
+
+    def test_edited_tool_calls_and_results_are_what_the_request_sends(self, workbench_store: Path) -> None:
+        session = analyst(workbench_store)
+        found = materialize(session, session.active_context_id, -1)
+        call_at = next(i for i, m in enumerate(found.messages) if editable_calls(m))
+        result_at = next(i for i, m in enumerate(found.messages) if editable_results(m))
+        [(name, _)] = editable_calls(found.messages[call_at])[:1]
+        overrides = overrides_from_form(
+            found,
+            {},
+            [],
+            None,
+            "",
+            None,
+            None,
+            None,
+            calls={call_at: [(name, '{"level": "warning"}')]},
+            results={result_at: ["no errors at all"]},
+        )
+        assert overrides.tool_calls == {call_at: [(name, '{"level": "warning"}')]}
+        assert overrides.tool_results == {result_at: ["no errors at all"]}
+        sent = replay_messages(found, overrides)
+        assert sent[call_at].tool_uses()[0].arguments == '{"level": "warning"}'
+        assert sent[result_at].tool_results()[0].content == "no errors at all"
+        assert (
+            sent[result_at].tool_results()[0].call_id == found.messages[result_at].tool_results()[0].call_id
+        )
+        unchanged = overrides_from_form(
+            found, {}, [], None, "", None, None, None,
+            calls={call_at: editable_calls(found.messages[call_at])},
+            results={result_at: editable_results(found.messages[result_at])},
+        )  # fmt: skip
+        assert unchanged == Overrides()
+
+    def test_an_overridden_tool_call_reads_back_from_the_fork_record(self) -> None:
+        overrides = Overrides(tool_calls={4: [("search", '{"q": 1}')]}, tool_results={5: ["x"]})
+        assert overrides_from_record(overrides.as_dict()) == overrides
 
 
 class TestFormValues:

@@ -121,8 +121,10 @@ def change_phrases(record: Mapping[str, Any]) -> list[str]:
     overrides = record.get("overrides")
     overrides = overrides if isinstance(overrides, Mapping) else {}
     phrases = []
-    if overrides.get("edits"):
-        phrases.append(_messages_phrase("edit of", _numbers(overrides["edits"])))
+    edited = [overrides.get(key) for key in ("edits", "tool_calls", "tool_results")]
+    if any(edited):
+        numbers = _numbers(list({n for keys in edited if keys for n in _numbers(keys)}))
+        phrases.append(_messages_phrase("edit of", numbers))
     if overrides.get("drops"):
         phrases.append(_messages_phrase("dropped", _numbers(overrides["drops"])))
     if overrides.get("system_prompt") is not None:

@@ -44,6 +44,7 @@ from replay import (
 from soap_core import Context, Message, Session, SoapError, canonical_json, read_calls
 from workbench.output_diff_views import inline_call, output_sentences
 from workbench.output_diff_views import marked_words as marked_words  # pages and tests use it from here
+from workbench.transcript import STYLES, speaker
 
 PREVIEW_WIDTH = 60
 WORD_COLUMNS = ("op", "words")
@@ -93,11 +94,6 @@ class RunSettings:
 
 
 # ── the pickers ──────────────────────────────────────────────────────────────
-
-
-def names_a_session(wanted: str, uuids: Sequence[str]) -> bool:
-    """Whether ``?session=`` names one of ``uuids`` (as the session picker reads it: uuid or prefix)."""
-    return any(u == wanted or u.startswith(wanted) for u in uuids)
 
 
 def assistant_indices(context: Context) -> list[int]:
@@ -283,21 +279,51 @@ def verification_of(found: Materialized) -> Verdict:
 
 
 def editable_text(message: Message) -> str | None:
-    """The text a replay may replace in ``message``, or None when it has none.
+    """The text a replay may replace in ``message``, or None when it has no text box.
 
     This mirrors what :func:`replay.replay_messages` can edit: the text parts (joined as
-    ``Message.text`` joins them), or the content of a single tool result. A non-string
-    result is shown as JSON; editing it sends the edited text as the result.
+    ``Message.text`` joins them); an answer that only called tools gets an empty box, so
+    words can be put in its mouth. Tool calls and tool results have boxes of their own
+    (:func:`editable_calls`, :func:`editable_results`); the system prompt has one box for
+    the whole request.
     """
-    if message.message_type == "SystemPromptMessage":
-        return None  # edited through the system prompt box, once
+    if message.message_type != "Message":
+        return None  # the system prompt: one box below; tool definitions: sent as recorded
     if any(p.type == "text" for p in message.content):
         return message.text()
-    results = message.tool_results()
-    if len(results) == 1:
-        content = results[0].content
-        return content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
-    return None
+    return "" if message.role == "assistant" else None
+
+
+def editable_calls(message: Message) -> list[tuple[str, str]]:
+    """Each tool call of ``message``: its name and its arguments, the string the model wrote."""
+    return [(u.name, u.arguments) for u in message.tool_uses()]
+
+
+def editable_results(message: Message) -> list[str]:
+    """Each tool result of ``message`` as text (a non-string result as JSON: editing it
+    sends the edited text as the result)."""
+    return [
+        r.content if isinstance(r.content, str) else json.dumps(r.content, ensure_ascii=False)
+        for r in message.tool_results()
+    ]
+
+
+def kind_in_words(message: Message) -> str:
+    """What a message is, as the transcript names it: ``user``, ``assistant: 2 tool calls``,
+    ``tool result (search)``, ``system prompt``, ``tool definitions (4 tools)``; never a
+    class name."""
+    who = speaker(message)
+    label = STYLES[who].label if who != "other" else f"{message.role} message"
+    if who == "tools":
+        count = len(message.content)
+        return f"{label} ({count} tool{'' if count == 1 else 's'}, sent as recorded)"
+    calls = message.tool_uses()
+    if calls:
+        return f"{label}: {len(calls)} tool call{'' if len(calls) == 1 else 's'}"
+    names = [r.name for r in message.tool_results() if r.name]
+    if who == "tool result" and names:
+        return f"{label} ({', '.join(dict.fromkeys(names))})"
+    return label
 
 
 MOST_EDITED = 50
@@ -380,6 +406,9 @@ def overrides_from_form(
     temperature: float | None,
     seed: int | None,
     max_tokens: int | None,
+    *,
+    calls: Mapping[int, Sequence[tuple[str, str]]] | None = None,
+    results: Mapping[int, Sequence[str]] | None = None,
 ) -> Overrides:
     """The overrides the form asks for: only what differs from the materialized request.
 
@@ -387,10 +416,21 @@ def overrides_from_form(
     overrides nothing, so an untouched form reproduces the original call exactly (and its
     runs count as unchanged samples).
     """
+    count = len(found.messages)
     edits = {
         index: text
         for index, text in texts.items()
-        if 0 <= index < len(found.messages) and text != editable_text(found.messages[index])
+        if 0 <= index < count and text != editable_text(found.messages[index])
+    }
+    changed_calls = {
+        index: list(pairs)
+        for index, pairs in (calls or {}).items()
+        if 0 <= index < count and list(pairs) != editable_calls(found.messages[index])
+    }
+    changed_results = {
+        index: list(contents)
+        for index, contents in (results or {}).items()
+        if 0 <= index < count and list(contents) != editable_results(found.messages[index])
     }
     parameters = found.parameters
     return Overrides(
@@ -403,6 +443,8 @@ def overrides_from_form(
         system_prompt=_changed(system_prompt, system_prompt_text(found.messages)),
         edits=edits,
         drops=tuple(sorted(set(drops))),
+        tool_calls=changed_calls,
+        tool_results=changed_results,
     )
 
 
