@@ -15,7 +15,6 @@ from soap_core.runtime import InvocationRecord
 from workbench.loading import chosen_store, show_error_and_stop
 from workbench.object_state_views import (
     agent_records,
-    diff_json,
     diff_table,
     invocation_label,
     load_session_invocations,
@@ -97,7 +96,6 @@ def show_diff(records: list[InvocationRecord]) -> None:
         return
     st.text(f"{len(changes)} difference{'' if len(changes) == 1 else 's'}")
     st.dataframe(diff_table(changes), hide_index=True)
-    st.json(diff_json(changes), expanded=3)
 
 
 st.title("Object state")

@@ -102,9 +102,9 @@ class TestWithoutASelection:
         assert at.info
         assert not at.get("plotly_chart")
 
-    def test_an_unknown_session_is_an_error_not_an_exception(self) -> None:
+    def test_an_unknown_session_offers_the_picker_not_an_exception(self) -> None:
         at = open_page(FIXTURE, session="no-such-session", strategies="rolling-messages:3")
-        assert at.error
+        assert at.warning and not at.error and [s.label for s in at.selectbox] == ["Session"]
         assert not at.get("plotly_chart")
 
 

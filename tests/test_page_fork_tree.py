@@ -171,9 +171,9 @@ class TestOpeningANode:
         assert "ffff" in at.error[0].value
         assert at.get("plotly_chart")
 
-    def test_an_unknown_session_is_an_error(self) -> None:
+    def test_an_unknown_session_offers_the_picker(self) -> None:
         at = open_page(FIXTURE, session="no-such-session")
-        assert at.error
+        assert at.warning and not at.error and [s.label for s in at.selectbox] == ["Session"]
         assert not at.get("plotly_chart")
 
     def test_without_a_session_it_asks_for_one(self) -> None:

@@ -79,14 +79,14 @@ class TestWithoutASelection:
         assert at.info
         assert not at.get("plotly_chart")
 
-    def test_an_unknown_session_is_an_error_not_an_exception(self) -> None:
+    def test_an_unknown_session_offers_the_picker_not_an_exception(self) -> None:
         at = open_page(FIXTURE, session="no-such-session")
-        assert at.error
+        assert at.warning and not at.error and [s.label for s in at.selectbox] == ["Session"]
         assert not at.get("plotly_chart")
 
-    def test_an_unknown_session_in_the_workbench_store_is_an_error(self, workbench_store: Path) -> None:
+    def test_an_unknown_session_in_the_workbench_store_offers_the_picker(self, workbench_store: Path) -> None:
         at = open_page(workbench_store, session="20991231-ffff")
-        assert at.error
+        assert at.warning and not at.error
 
 
 class TestOnThePeteosFixture:

@@ -349,9 +349,9 @@ class TestSelection:
         assert at.error
         assert len(at.dataframe) == 1
 
-    def test_an_unknown_session_is_an_error(self, workbench_store: Path) -> None:
+    def test_an_unknown_session_offers_the_picker(self, workbench_store: Path) -> None:
         at = open_page(workbench_store, session="no-such-session")
-        assert at.error
+        assert at.warning and not at.error
         assert not at.dataframe
 
 

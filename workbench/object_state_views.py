@@ -20,6 +20,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from deepdiff import DeepDiff
 from deepdiff.helper import NotPresent
+from plotly.subplots import make_subplots
 
 from soap_core import Store
 from soap_core.runtime import InvocationRecord, read_invocations
@@ -165,20 +166,6 @@ def diff_table(changes: Sequence[StateChange]) -> pd.DataFrame:
     return one_type_per_column(frame, ["before", "after"])
 
 
-def diff_json(changes: Sequence[StateChange]) -> dict[str, dict[str, Any]]:
-    """The changes grouped by kind, as JSON for st.json: changed values with both sides,
-    added and removed ones with their value."""
-    grouped: dict[str, dict[str, Any]] = {"changed": {}, "added": {}, "removed": {}}
-    for c in changes:
-        if c.change == "added":
-            grouped["added"][c.attribute] = c.after
-        elif c.change == "removed":
-            grouped["removed"][c.attribute] = c.before
-        else:
-            grouped["changed"][c.attribute] = {"before": c.before, "after": c.after}
-    return grouped
-
-
 def invocation_label(record: InvocationRecord) -> str:
     """How an invocation is named in a picker: start time, outcome and prompt."""
     prompt = " ".join(record.prompt.split())
@@ -198,27 +185,33 @@ def numeric_series(records: Sequence[InvocationRecord]) -> pd.DataFrame:
     return pd.DataFrame.from_records(rows, columns=["invocation", "time", "attribute", "value"])
 
 
+MAX_PLOTTED = 8
+"""Numeric attributes drawn at most, each on its own axis (the first ones, in record order)."""
+
+
 def numeric_figure(records: Sequence[InvocationRecord]) -> go.Figure | None:
-    """A line per numeric attribute across the invocations; None when there is none."""
+    """One small chart per numeric attribute, one above the other over the same
+    invocations, each on its own scale: on one axis a setting of 1,300 flattened counts
+    of 1 to 3 into a line on zero. None when there is no numeric attribute."""
     series = numeric_series(records)
     if series.empty:
         return None
-    figure = go.Figure()
-    for attribute, group in series.groupby("attribute", sort=False):
+    groups = list(series.groupby("attribute", sort=False))[:MAX_PLOTTED]
+    names = [html.escape(str(attribute), quote=False) for attribute, _ in groups]  # plotly reads some HTML
+    figure = make_subplots(
+        rows=len(groups), cols=1, shared_xaxes=True, vertical_spacing=0.08, subplot_titles=names
+    )
+    for row, ((_, group), name) in enumerate(zip(groups, names, strict=True), start=1):
         figure.add_trace(
-            go.Scatter(
-                x=list(group["invocation"]),
-                y=list(group["value"]),
-                mode="lines+markers",
-                name=html.escape(str(attribute), quote=False),  # plotly reads some HTML
-            )
+            go.Scatter(x=list(group["invocation"]), y=list(group["value"]), mode="lines+markers", name=name),
+            row=row,
+            col=1,
         )
     figure.update_layout(
-        height=280,
-        margin={"l": 20, "r": 20, "t": 20, "b": 20},
-        xaxis={"title": "invocation (in order)", "dtick": 1},
-        yaxis={"title": "value"},
+        height=80 + 150 * len(groups), margin={"l": 20, "r": 20, "t": 30, "b": 20}, showlegend=False
     )
+    figure.update_xaxes(dtick=1)
+    figure.update_xaxes(title_text="invocation (in order)", row=len(groups), col=1)
     return figure
 
 

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import streamlit as st
 
-from soap_core import Context, Session, SessionOverview, SoapError
+from soap_core import Context, ContextNotFoundError, Session, SessionOverview, SoapError
 from soap_core._names import distinct_names
 from workbench.loading import (
     agent_names,
@@ -126,6 +126,9 @@ def selected_context(session: Session, label: str = "Context") -> Context:
     wanted = st.query_params.get("context")
     try:
         default = session.context(wanted).id if wanted else session.active_context_id
+    except ContextNotFoundError as exc:  # a link to a context this session lacks: not a dead end
+        st.warning(escape_markdown(f"{exc.problem}: showing the active context instead"))
+        default = session.active_context_id
     except SoapError as exc:
         show_error_and_stop(exc)
     if default not in session.contexts:
