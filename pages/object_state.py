@@ -54,8 +54,7 @@ def pick_state(label: str, param: str, records: list[InvocationRecord], default:
     return by_id[chosen]
 
 
-RUNS_PARAM = "runs"
-"""``?runs=shown`` keeps the workbench's re-runs in the tables and the diff."""
+RUNS_PARAM = "runs"  # ?runs=shown keeps the workbench's re-runs in the tables and the diff
 
 
 def shown_records(records: list[InvocationRecord]) -> list[InvocationRecord]:

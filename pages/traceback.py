@@ -48,8 +48,7 @@ def session_traces(root: str, session_uuid: str) -> SessionTraces:
     return _traces(root, session_uuid, store_signature(root))
 
 
-RUNS_PARAM = "runs"
-"""``?runs=shown`` lists the workbench's re-runs beside the agent's own invocations."""
+RUNS_PARAM = "runs"  # ?runs=shown lists the workbench's re-runs beside the agent's own invocations
 
 
 def shown_invocations(traced: SessionTraces) -> list[Invocation]:
