@@ -24,6 +24,7 @@ from workbench.object_state_views import (
     state_table,
 )
 from workbench.selection import selected_session
+from workbench.times import viewer_zone
 from workbench.views import StoreSignature, escape_markdown, store_signature
 
 
@@ -48,7 +49,7 @@ def pick_state(label: str, param: str, records: list[InvocationRecord], default:
         )
     current = wanted if wanted in by_id else default
     chosen = st.selectbox(
-        label, ids, index=ids.index(current), format_func=lambda i: invocation_label(by_id[i])
+        label, ids, index=ids.index(current), format_func=lambda i: invocation_label(by_id[i], viewer_zone())
     )
     st.query_params[param] = chosen
     return by_id[chosen]
@@ -116,7 +117,7 @@ if not records:
     st.stop()
 st.text(f"{session.role} / {session.uuid}: {records_summary(records)}")
 st.subheader("State after each invocation")
-st.dataframe(state_table(records), hide_index=True)
+st.dataframe(state_table(records, viewer_zone()), hide_index=True)
 figure = numeric_figure(records)
 if figure is not None:
     st.plotly_chart(figure, key="object_state_numbers")

@@ -116,6 +116,7 @@ from workbench.replay_views import (
     word_table,
 )
 from workbench.selection import selected_context, selected_session
+from workbench.times import viewer_zone
 from workbench.views import StoreSignature, escape_markdown, store_signature
 
 RERUNS_KEY = "replay_reruns"
@@ -816,7 +817,7 @@ def show_saved_reruns(
 def show_rerun(number: int, kept: SavedRerun, result: RerunResult, diff: BranchDiff) -> None:
     """One re-run: how it ended, what answered its tools, and its branch beside the original."""
     st.subheader(escape_markdown(f"Re-run {number}: {overrides_summary(kept.overrides)}"))
-    when = when_text(kept.started_at)
+    when = when_text(kept.started_at, viewer_zone())
     if kept.label or when:
         st.text(", ".join(x for x in (kept.label and f"label {kept.label}", when and f"started {when}") if x))
     lines = rerun_lines(result, diff, kept.tools if not result.tools else None)

@@ -16,6 +16,7 @@ from soap_core import SoapError
 from soap_core.runtime import InvocationTrace
 from workbench.loading import chosen_store, show_error_and_stop
 from workbench.selection import selected_session
+from workbench.times import viewer_zone
 from workbench.traceback_views import (
     Invocation,
     SessionTraces,
@@ -90,7 +91,7 @@ def pick_invocation(traced: SessionTraces, invocations: list[Invocation]) -> Inv
         "Invocation",
         ids,
         index=ids.index(current),
-        format_func=lambda i: invocation_label(by_id[i], traced.prompts),
+        format_func=lambda i: invocation_label(by_id[i], traced.prompts, viewer_zone()),
     )
     st.query_params["invocation"] = chosen
     return traced.trace(by_id[chosen])
@@ -117,7 +118,7 @@ def show_trace(root: str, trace: InvocationTrace, traced: SessionTraces) -> None
     for frame in problem_frames(trace):
         st.error(escape_markdown(problem_message(frame)))
     st.subheader("Call stack (outermost first)")
-    st.dataframe(highlight_problems(stack_table(trace, prompts)), hide_index=True)
+    st.dataframe(highlight_problems(stack_table(trace, prompts, viewer_zone())), hide_index=True)
     st.subheader("Call sites")
     show_call_sites(root, trace)
     st.subheader("Timeline across objects")
@@ -149,5 +150,5 @@ if not invocations:
     st.info("The agent itself was never invoked in this session: every invocation is a workbench re-run.")
     st.stop()
 st.subheader("Invocations of this session")
-st.dataframe(invocations_table(invocations, traced.prompts), hide_index=True)
+st.dataframe(invocations_table(invocations, traced.prompts, viewer_zone()), hide_index=True)
 show_trace(root, pick_invocation(traced, invocations), traced)

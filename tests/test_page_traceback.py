@@ -15,6 +15,7 @@ from streamlit.testing.v1 import AppTest
 from soap_core import CallRecord, Store
 from soap_core.runtime import InvocationTrace, Party, invocation_chain, read_calls, read_invocations
 from tests.apptest import open_app_page
+from workbench.times import time_text
 from workbench.traceback_views import (
     FRAME_META,
     SPAN_META,
@@ -91,7 +92,7 @@ class TestTheStack:
         rows = stack(at)
         assert [r["role"] for r in rows] == ["Analyst", "Researcher", "Archivist"]
         assert [r["depth"] for r in rows] == [-2, -1, 0]
-        assert [r["called from"] for r in rows] == [None, "Analyst", "Researcher"]
+        assert [r["called from"] for r in rows] == ["(Python)", "Analyst", "Researcher"]
 
     def test_the_stack_holds_the_frames_of_invocation_chain(self, workbench_store: Path) -> None:
         at = open_page(workbench_store, session=uuid_of(workbench_store, "Archivist"))
@@ -100,12 +101,12 @@ class TestTheStack:
             (
                 f.role,
                 f.session,
-                f.caller_session,
-                f.context_id,
+                f.caller_session or "—",
+                f.context_id or "—",
                 f.message_index,
-                f.started_at,
-                f.ended_at,
-                f.error,
+                time_text(f.started_at, age=False),  # to the second, UTC (AppTest has no browser zone)
+                time_text(f.ended_at, age=False),
+                f.error or "",
             )
             for f in trace_frames(trace)
         ]

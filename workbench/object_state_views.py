@@ -13,6 +13,7 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import tzinfo
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from plotly.subplots import make_subplots
 
 from soap_core import Store
 from soap_core.runtime import InvocationRecord, read_invocations
+from workbench.times import time_text
 
 BASE_COLUMNS = ("time", "prompt", "outcome", "invocation")
 DIFF_COLUMNS = ("attribute", "change", "before", "after")
@@ -105,7 +107,7 @@ def state_keys(records: Sequence[InvocationRecord]) -> list[str]:
     return list(keys)
 
 
-def state_table(records: Sequence[InvocationRecord]) -> pd.DataFrame:
+def state_table(records: Sequence[InvocationRecord], zone: tzinfo | None = None) -> pd.DataFrame:
     """One row per invocation (time, prompt, outcome, the attributes, id), one column
     per attribute.
 
@@ -117,7 +119,9 @@ def state_table(records: Sequence[InvocationRecord]) -> pd.DataFrame:
     for record in records:
         state = record.state_after or {}
         cells = [state_cell(state.get(key)) for key in keys]
-        rows.append((record.started_at, record.prompt, record.outcome, *cells, record.id))
+        rows.append(
+            (time_text(record.started_at, zone, age=False), record.prompt, record.outcome, *cells, record.id)
+        )
     columns = [key if key not in BASE_COLUMNS else f"{key} (state)" for key in keys]
     frame = pd.DataFrame.from_records(rows, columns=[*BASE_COLUMNS[:3], *columns, BASE_COLUMNS[3]]).astype(
         {column: object for column in columns}
@@ -166,11 +170,12 @@ def diff_table(changes: Sequence[StateChange]) -> pd.DataFrame:
     return one_type_per_column(frame, ["before", "after"])
 
 
-def invocation_label(record: InvocationRecord) -> str:
-    """How an invocation is named in a picker: start time, outcome and prompt."""
+def invocation_label(record: InvocationRecord, zone: tzinfo | None = None) -> str:
+    """How an invocation is named in a picker: start time, outcome and prompt (no age: a
+    picker whose labels change between two runs loses what was picked)."""
     prompt = " ".join(record.prompt.split())
     prompt = prompt if len(prompt) <= 60 else prompt[:59] + "…"
-    return f"{record.started_at}  {record.outcome}  {prompt}"
+    return f"{time_text(record.started_at, zone, age=False)}  {record.outcome}  {prompt}"
 
 
 def numeric_series(records: Sequence[InvocationRecord]) -> pd.DataFrame:

@@ -12,7 +12,7 @@ import bisect
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import tzinfo
 from typing import Any, Literal
 
 import pandas as pd
@@ -44,6 +44,7 @@ from replay import (
 from soap_core import Context, Message, Session, SoapError, canonical_json, read_calls
 from workbench.output_diff_views import inline_call, output_sentences
 from workbench.output_diff_views import marked_words as marked_words  # pages and tests use it from here
+from workbench.times import time_text
 from workbench.transcript import STYLES, speaker
 
 PREVIEW_WIDTH = 60
@@ -585,15 +586,10 @@ def overrides_summary(overrides: Overrides) -> str:
     return "; ".join(changes) or "nothing changed (the original request)"
 
 
-def when_text(started_at: str) -> str:
-    """An ISO 8601 time as a person reads it (UTC, to the second); "" when unknown."""
-    try:
-        moment = datetime.fromisoformat(started_at)
-    except ValueError:
-        return started_at
-    if moment.tzinfo is None:
-        return moment.strftime("%Y-%m-%d %H:%M:%S")
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+def when_text(started_at: str, zone: tzinfo | None = None) -> str:
+    """An ISO 8601 time as a person reads it (to the second, in ``zone``, with its age);
+    "" when unknown."""
+    return time_text(started_at, zone) if started_at else ""
 
 
 def batch_title(number: int, batch: Batch) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import tzinfo
 from typing import Any
 
 import pandas as pd
@@ -29,6 +30,7 @@ from soap_core.runtime import (
     read_invocation,
     read_invocations,
 )
+from workbench.times import NO_TIME, time_text
 from workbench.views import short_id
 
 OUTCOME_ICONS = {"ok": "✅", "refused": "⛔", "error": "❌", "running": "⏳", "interrupted": "💥"}
@@ -264,19 +266,22 @@ def deepest_invocation(invocations: Sequence[Invocation]) -> Invocation | None:
     return best
 
 
-def invocation_label(invocation: Invocation, prompts: dict[str, str]) -> str:
-    """How an invocation is named in the picker: start time, outcome, prompt."""
+def invocation_label(invocation: Invocation, prompts: dict[str, str], zone: tzinfo | None = None) -> str:
+    """How an invocation is named in the picker: start time, outcome, prompt (no age: a
+    picker whose labels change between two runs loses what was picked)."""
     frame = invocation.frame
     prompt = one_line(prompts.get(frame.invocation_id, ""), 60)
-    return f"{frame.started_at}  {outcome_label(frame.outcome)}  {prompt}"
+    return f"{time_text(frame.started_at, zone, age=False)}  {outcome_label(frame.outcome)}  {prompt}"
 
 
-def invocations_table(invocations: Sequence[Invocation], prompts: dict[str, str]) -> pd.DataFrame:
+def invocations_table(
+    invocations: Sequence[Invocation], prompts: dict[str, str], zone: tzinfo | None = None
+) -> pd.DataFrame:
     """Every invocation of the session: when, what it was asked, how it ended, and how
     many frames sit above and below it."""
     rows = [
         (
-            i.frame.started_at,
+            time_text(i.frame.started_at, zone, age=False),
             one_line(prompts.get(i.id, "")),
             outcome_label(i.frame.outcome),
             i.callers,
@@ -288,7 +293,7 @@ def invocations_table(invocations: Sequence[Invocation], prompts: dict[str, str]
     return pd.DataFrame.from_records(rows, columns=list(INVOCATION_COLUMNS))
 
 
-def stack_table(trace: InvocationTrace, prompts: dict[str, str]) -> pd.DataFrame:
+def stack_table(trace: InvocationTrace, prompts: dict[str, str], zone: tzinfo | None = None) -> pd.DataFrame:
     """The call stack as a table, outermost first; ``depth`` is 0 for the traced
     invocation, negative for its callers and positive for its callees."""
     rows = [
@@ -297,14 +302,14 @@ def stack_table(trace: InvocationTrace, prompts: dict[str, str]) -> pd.DataFrame
             f.role,
             f.session,
             one_line(prompts.get(f.invocation_id, "")),
-            f.caller_role,
-            f.caller_session,
-            f.context_id,
+            f.caller_role or "(Python)",
+            f.caller_session or NO_TIME,
+            f.context_id or NO_TIME,
             f.message_index,
-            f.started_at,
-            f.ended_at,
+            time_text(f.started_at, zone, age=False),
+            time_text(f.ended_at, zone, age=False),
             outcome_label(f.outcome) + (" (re-run)" if f.rerun else ""),
-            f.error,
+            f.error or "",
             f.invocation_id,
         )
         for f in trace_frames(trace)
