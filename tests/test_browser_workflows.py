@@ -20,7 +20,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from demo.build import ANALYZER_STEPS
 from replay import REPLAY_KEY, materialize
-from soap_core import Context, Session, Store, TextPart
+from soap_core import Context, Session, Store, TextPart, read_invocations
 from soap_core.runtime.local_model import LocalModelServer
 from tests.test_browser import CHROMIUM, IN_VIEW, MARKED, SHOTS, settle, streamlit_app
 from tests.test_page_context_long import long_store
@@ -376,3 +376,62 @@ def test_find_open_jump_replay_edit_and_reload_in_a_20000_message_context(
             assert f"message #{edited} edited" in walk.main_text()
     walk.close()
     shutil.rmtree(root)
+
+
+def test_a_copied_link_without_store_then_a_live_rerun_of_the_demo_and_the_sidebar(
+    demo_served: tuple[str, Path], browser: Browser
+) -> None:
+    """Issue 23's walk: a link copied from another tab, without ``store=`` (the server's
+    default store), keeps its session through the sidebar; the demo's Log Analyzer
+    re-runs with live tools from a copy of the store (its log path is the store's, not the
+    folder it was built in) and its answer comes from the real tool; Traceback keeps the
+    re-run out of the agent's history until asked."""
+    url, store = demo_served
+    [analyzer] = [s for s in Store(store).sessions() if s.role == "LogAnalyzer"]
+    session = Store(store).load_session(analyzer.uuid)
+    index = next(
+        i
+        for i, m in enumerate(session.active_context.messages)
+        if m.role == "assistant" and any(u.name == "count_lines" for u in m.tool_uses())
+    )
+    own = [
+        r
+        for r in read_invocations(session.directory or Path())
+        if r.callee.session == analyzer.uuid and not r.rerun
+    ]
+    walk = Walk(browser, "link")
+
+    with walk.step("open a copied link to the Replay page, without store=") as page:
+        page.goto(f"{url}/replay?session={analyzer.uuid[:13]}&message={index}")
+        page.get_by_text("Materialized request").first.wait_for(timeout=WAIT_MS)
+        settle(page)
+        assert query(page)["session"] == analyzer.uuid and query(page)["store"] == str(store)
+
+    with walk.step("re-run the agent from the count_lines call with live tools") as page:
+        page.get_by_text("live", exact=True).first.click()  # "Tools answer": live
+        settle(page)
+        page.get_by_role("button", name="Re-run the agent").click()
+        page.get_by_text(re.compile(r"^Re-run 1: ")).first.wait_for(timeout=WAIT_MS * 3)
+        settle(page)
+        text = walk.main_text()
+        assert "count_lines live" in text, text[-3000:]
+        assert "tool call failed" not in text and "FileNotFoundError" not in text, text[-3000:]
+        assert re.search(r"\banswer: ", text), text[-3000:]
+        walk.shot("live-rerun")
+
+    with walk.step("Traceback from the sidebar: the same session, the agent's invocations only") as page:
+        walk.sidebar("Traceback", "traceback")
+        assert query(page)["session"] == analyzer.uuid
+        records = read_invocations(session.directory or Path())
+        runs = [r for r in records if r.rerun and r.callee.session == analyzer.uuid]
+        assert runs, "the re-run recorded no invocation"
+        page.get_by_text(f"Show the workbench's re-runs ({len(runs)})").wait_for(timeout=WAIT_MS)
+        assert query(page)["invocation"] in {r.id for r in own}, "opened on one of the agent's own"
+        walk.shot("traceback")
+
+    for link, slug in (("Object state", "object_state"), ("Context", "context"), ("Fork tree", "fork_tree")):
+        with walk.step(f"{link} from the sidebar keeps the session") as page:
+            walk.sidebar(link, slug)
+            assert query(page)["session"] == analyzer.uuid
+            assert "Pick a session" not in walk.main_text()
+    walk.close()
