@@ -35,6 +35,7 @@ from workbench.token_budget_views import (
     THRESHOLD_TRACE,
     TOTAL_TRACE,
     budget_figure,
+    category_label,
     chain_label,
     chart_calls,
     chart_note,
@@ -94,14 +95,16 @@ class TestOnThePeteosFixture:
         at = open_page(FIXTURE, session=SESSION)
         budgets = call_budgets(Store(FIXTURE).load_session(SESSION))
         shown = traces(chart(at, 0))
-        layers = [name for name in shown if name in CATEGORIES]
+        layers = [category_label(c) for c in CATEGORIES if category_label(c) in shown]
         assert layers, "no make-up layer drawn"
+        assert "tool_definitions" not in shown and "system_prompt" not in shown  # named in words
         for category in CATEGORIES:
             expected = [b.makeup[category] for b in budgets]
-            if category in shown:
-                assert shown[category]["x"] == [b.number for b in budgets]
-                assert shown[category]["y"] == expected
-                assert shown[category]["stackgroup"] == "makeup"
+            name = category_label(category)
+            if name in shown:
+                assert shown[name]["x"] == [b.number for b in budgets]
+                assert shown[name]["y"] == expected
+                assert shown[name]["stackgroup"] == "makeup"
             else:
                 assert not any(expected), f"{category} has tokens but is not drawn"
         totals = [sum(shown[name]["y"][i] for name in layers) for i in range(len(budgets))]
@@ -129,15 +132,16 @@ class TestOnThePeteosFixture:
         spec = chart(at, 0)
         assert spec["layout"]["hovermode"] == "x unified"
         shown = traces(spec)
-        layers = [name for name in shown if name in CATEGORIES]
-        for name in layers:
+        layers = [c for c in CATEGORIES if category_label(c) in shown]
+        for category in layers:
+            name = category_label(category)
             assert shown[name]["hovertemplate"].startswith(f"{name}: %{{customdata[0]:,}} tokens")
             assert "%{customdata[1]:.1%}" in shown[name]["hovertemplate"]
-            assert [c[0] for c in shown[name]["customdata"]] == [b.makeup[name] for b in budgets]
+            assert [c[0] for c in shown[name]["customdata"]] == [b.makeup[category] for b in budgets]
         for index, budget in enumerate(budgets):
-            split = [shown[name]["customdata"][index][1] for name in layers]
+            split = [shown[category_label(c)]["customdata"][index][1] for c in layers]
             assert sum(split) == pytest.approx(1.0, abs=1e-5)
-            assert split == pytest.approx([budget.makeup[name] / budget.tokens for name in layers], abs=1e-6)
+            assert split == pytest.approx([budget.makeup[c] / budget.tokens for c in layers], abs=1e-6)
         total = shown[TOTAL_TRACE]
         assert total["y"] == [b.tokens for b in budgets] and total["showlegend"] is False
         assert "call %{x}: %{y:,} tokens" in total["hovertemplate"]
@@ -199,7 +203,7 @@ class TestOnThePeteosFixture:
         assert [row["context"] for row in table] == [b.context_id for b in budgets]
         assert [row["timestamp"] for row in table] == [b.timestamp for b in budgets]
         for category in CATEGORIES:
-            assert [row[category] for row in table] == [b.makeup[category] for b in budgets]
+            assert [row[category_label(category)] for row in table] == [b.makeup[category] for b in budgets]
         assert all(row["recorded"] is False and row["context limit"] is None for row in table)
 
     def test_the_message_table_shows_the_stale_cached_count(self) -> None:

@@ -26,6 +26,13 @@ CHART_CALLS = 2_000
 """The most calls the per-call chart draws at an even step: a chart is some 1,000 pixels
 wide, and 50,000 calls of eight layers made a figure Chromium took seconds to draw."""
 
+
+def category_label(category: str) -> str:
+    """A make-up category in words, as legends and column headings show it: ``tool
+    definitions``, not ``tool_definitions``."""
+    return category.replace("_", " ")
+
+
 CALL_COLUMNS = (
     "call",
     "timestamp",
@@ -33,11 +40,19 @@ CALL_COLUMNS = (
     "message index",
     "recorded",
     "tokens",
-    *CATEGORIES,
+    *(category_label(c) for c in CATEGORIES),
     "context limit",
     "compactions before",
 )
-MESSAGE_COLUMNS = ("index", "role", "tokens", "cumulative", "cached", "stale", *CATEGORIES)
+MESSAGE_COLUMNS = (
+    "index",
+    "role",
+    "tokens",
+    "cumulative",
+    "cached",
+    "stale",
+    *(category_label(c) for c in CATEGORIES),
+)
 CHAIN_COLUMNS = ("depth", "role", "session", "calls", "prompt tokens", "completion tokens")
 
 
@@ -115,13 +130,14 @@ def _makeup_traces(budgets: Sequence[CallBudget], shown: Sequence[str]) -> list[
         go.Scatter(
             x=[b.number for b in budgets],
             y=[b.makeup.get(category, 0) for b in budgets],
-            name=category,
+            name=category_label(category),
             mode="lines",
             stackgroup="makeup",
             customdata=[
                 [b.makeup.get(category, 0), round(s[index], 6)] for b, s in zip(budgets, split, strict=True)
             ],
-            hovertemplate=f"{category}: %{{customdata[0]:,}} tokens (%{{customdata[1]:.1%}})<extra></extra>",
+            hovertemplate=f"{category_label(category)}: %{{customdata[0]:,}} tokens "
+            "(%{customdata[1]:.1%})<extra></extra>",
         )
         for index, category in enumerate(shown)
     ]
