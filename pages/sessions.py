@@ -19,6 +19,7 @@ from workbench.openpoke_views import (
     import_to_temporary_store,
 )
 from workbench.selection import choose_session, store_overviews
+from workbench.session_filters import SINCE, SORTS, STATES, SessionFilter, filter_note, narrowed
 from workbench.views import error_first, escape_markdown, overview_table, session_label, short_id
 
 
@@ -116,6 +117,27 @@ def show_openpoke_report() -> None:
             st.text(line)
 
 
+def table_choices(overviews: list[SessionOverview]) -> tuple[SessionFilter, str]:
+    """Filters and an order for the table, in one row above it; the order is kept in
+    ``?sort=`` so that a copied link shows the same table."""
+    roles = sorted({o.role for o in overviews}, key=str.casefold)
+    columns = st.columns([2, 2, 2, 1, 2])
+    chosen_roles = columns[0].multiselect("Role", roles, key="sessions_roles", placeholder="every role")
+    states = columns[1].multiselect("State", STATES, key="sessions_states", placeholder="any state")
+    since = columns[2].selectbox("Last activity within", list(SINCE), key="sessions_since")
+    least = columns[3].number_input("At least N messages", 0, step=1, key="sessions_min_messages")
+    orders = list(SORTS)
+    wanted = st.query_params.get("sort")
+    sort = columns[4].selectbox(
+        "Sort by", orders, index=orders.index(wanted) if wanted in orders else 0, key="sessions_sort"
+    )
+    if sort == orders[0]:
+        st.query_params.pop("sort", None)
+    else:
+        st.query_params["sort"] = sort
+    return SessionFilter(frozenset(chosen_roles), frozenset(states), SINCE[since], int(least or 0)), sort
+
+
 st.title("Sessions")
 open_openpoke()
 show_openpoke_report()
@@ -131,15 +153,19 @@ for problem in Store(root).instance_problems():
         )
     )
 names = agent_names(root)
+shown = narrowed(overviews, *table_choices(overviews))
+note = filter_note(len(shown), overviews)
+if note:
+    st.caption(note)
 picked = st.dataframe(
-    overview_table(overviews, root, names),
+    overview_table(shown, root, names),
     hide_index=True,
     on_select="rerun",
     selection_mode="single-row",
     key="sessions_table",
 )
 if picked.selection.rows:  # a click on a row opens that session's context
-    row = overviews[picked.selection.rows[0]]
+    row = shown[picked.selection.rows[0]]
     choose_session(row.uuid)
     st.switch_page("pages/context.py", query_params={"store": root, "session": row.uuid})
 pick_session(root, overviews, names)

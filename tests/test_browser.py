@@ -17,10 +17,11 @@ import pytest
 from playwright.sync_api import Browser, Page
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from soap_core import Store
+from soap_core import Store, session_overview
 from soap_core.runtime.local_model import LocalModelServer, free_port
 from soapwb.ui_commands import streamlit_command
 from tests.workbench_store import XSS
+from workbench.session_filters import SORTS, SessionFilter, narrowed
 
 ROOT = Path(__file__).resolve().parents[1]
 SHOTS = ROOT / "test-output" / "browser"
@@ -188,7 +189,9 @@ def test_clicking_a_row_of_the_sessions_table_opens_its_context(
 ) -> None:
     url, store = served
     session = analyst(store)
-    row = [s.uuid for s in Store(store).sessions()].index(session)
+    listing = Store(store)
+    overviews = [session_overview(listing, s) for s in listing.sessions()]
+    row = [o.uuid for o in narrowed(overviews, SessionFilter(), next(iter(SORTS)))].index(session)  # as drawn
     page = open_page(browser, f"{url}/?store={store}")
     grid = page.locator('[data-testid="stDataFrame"]').first
     box = grid.bounding_box()
