@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import binascii
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ import streamlit as st
 from replay import PromptAtCall
 from soap_core import (
     AmbiguousSessionError,
+    CallRecord,
     Context,
     ContextNotFoundError,
     MediaPart,
@@ -48,6 +49,7 @@ from soap_core import (
     ToolUsePart,
     UnknownPart,
     part_to_dict,
+    read_calls,
 )
 from workbench.context_names import session_names
 from workbench.context_views import (
@@ -68,6 +70,7 @@ from workbench.context_views import (
     scroll_target,
     span_label,
 )
+from workbench.costs import call_line
 from workbench.loading import (
     chosen_store,
     context_index,
@@ -154,6 +157,8 @@ class PageView:
     shown: Listing
     rows: dict[int, MessageRow]
     details: bool
+    calls: Mapping[str, CallRecord]
+    """Message id → the model call that produced it (the soapwb runtime records them)."""
 
 
 def show_tool_call(view: PageView, placement: Placement, at: int, part: ToolUsePart) -> None:
@@ -367,6 +372,9 @@ def show_message(view: PageView, placement: Placement) -> None:
         st.text(message_title(view.rows[index], message))
         if view.details:
             st.text(details_line(view.rows[index]))
+        call = view.calls.get(message.id) if message.role == "assistant" else None
+        if call is not None:
+            st.text(call_line(call))
         if message.role == "assistant":
             st.page_link(
                 "pages/replay.py",
@@ -399,8 +407,30 @@ def show_after(view: PageView, placement: Placement, forks: dict[int, list[ForkP
             st.text(f"──── forked here: {fork_label(fork)} ────")
 
 
+@st.cache_data(show_spinner=False, max_entries=16)
+def _produced_by(root: str, uuid: str, directory: str, signature: StoreSignature) -> dict[str, CallRecord]:
+    try:
+        calls = read_calls(Path(directory))
+    except SoapError:
+        return {}  # the Replay page names a broken call record; the transcript goes on without times
+    return {c.message_id: c for c in calls if c.message_id}
+
+
+def produced_by(root: str, session: Session, signature: StoreSignature) -> dict[str, CallRecord]:
+    """Message id → the session's own model call that produced it, read once per store state."""
+    if session.directory is None:
+        return {}
+    return _produced_by(root, session.uuid, str(session.directory), signature)
+
+
 def show_messages(
-    root: str, session: Session, context: Context, shown: Listing, index: ContextIndex, details: bool
+    root: str,
+    session: Session,
+    context: Context,
+    shown: Listing,
+    index: ContextIndex,
+    details: bool,
+    signature: StoreSignature,
 ) -> list[Placement]:
     """The messages of the page as a transcript, each followed by the anchors it ends and
     the forks that branched off after it. Returns how they were placed."""
@@ -408,7 +438,7 @@ def show_messages(
         index.calls, context.message_view, shown.indices, lambda at: index.page_of(at, shown.chronological)
     )
     rows = {row.index: row for row in page_rows(context, placed_indices(placements))}
-    view = PageView(root, session, context, shown, rows, details)
+    view = PageView(root, session, context, shown, rows, details, produced_by(root, session, signature))
     forks = forks_after(index)
     for placement in placements:
         show_message(view, placement)
@@ -606,7 +636,7 @@ def show_session(root: str, ref: str, signature: StoreSignature, session: Sessio
     if shown.paged:
         show_pager(shown, "top")
     style_page(context, shown)
-    show_messages(root, session, context, shown, index, details)
+    show_messages(root, session, context, shown, index, details, signature)
     if shown.paged:
         show_pager(shown, "bottom")
     tokens = context_tokens(root, ref, context.id, signature)
