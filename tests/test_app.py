@@ -34,6 +34,7 @@ from soap_core import (
 )
 from tests.apptest import open_app_page
 from workbench.openpoke_views import two_tracks
+from workbench.times import time_text
 from workbench.transcript import prompt_history_label, prompt_versions
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
@@ -126,14 +127,14 @@ class TestSessionsPage:
             {
                 "role": o.role,
                 "session": o.uuid,
-                "thread": o.thread_id,
+                "thread": o.thread_id or "—",
                 "active": o.is_active,
                 "contexts": o.contexts,
                 "messages": o.messages,
                 "tokens": o.tokens,
-                "first": o.first_timestamp,
-                "last": o.last_timestamp,
-                "error": o.error,
+                "first": time_text(o.first_timestamp, age=False),
+                "last": time_text(o.last_timestamp, age=False),
+                "error": o.error or "",
             }
             for o in expected
         ]

@@ -58,7 +58,7 @@ class TestErrorsFirst:
     def test_the_sessions_table_tells_the_problem_then_the_file_in_the_store(self, store_copy: Path) -> None:
         (store_copy / SESSION_DIR / "session.json").write_text("{\n\n  oops")
         at = open_app_page(store_copy, "sessions")
-        [error] = at.dataframe[0].value["error"].dropna().tolist()
+        [error] = [e for e in at.dataframe[0].value["error"].tolist() if e]
         assert error.startswith("not valid JSON")
         assert "line 3" in error
         assert error.endswith(f" — {SESSION_DIR}/session.json")

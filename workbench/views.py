@@ -28,6 +28,7 @@ from soap_core import (
     describe_node,
 )
 from workbench.context_names import minute, session_names, short_id
+from workbench.times import NO_TIME, time_text
 
 StoreSignature = tuple[tuple[str, int, int], ...]
 """(path, mtime_ns, size) of every folder and file that a listing or a load reads."""
@@ -136,13 +137,13 @@ def overview_table(
             (names or {}).get(o.uuid),
             o.instance,
             o.uuid,
-            o.thread_id,
+            o.thread_id or NO_TIME,
             o.is_active,
             o.contexts,
             o.messages,
             o.tokens,
-            o.first_timestamp,
-            o.last_timestamp,
+            time_text(o.first_timestamp, age=False),  # to the second, never "None"
+            time_text(o.last_timestamp, age=False),
             error_first(o.error, root) if o.error else None,
         )
         for o in overviews
@@ -153,6 +154,7 @@ def overview_table(
     order = [c for c in SHOWN_ORDER if c in table.columns]
     if table["error"].isna().all():  # nothing broken: the empty column goes last
         order = [*(c for c in order if c != "error"), "error"]
+    table["error"] = table["error"].fillna("")
     table = table[order]
     # Integer columns with gaps (broken sessions) would otherwise turn into floats.
     return table.astype({"contexts": "Int64", "messages": "Int64", "tokens": "Int64"})
