@@ -564,6 +564,21 @@ def replay_form(found: Materialized) -> tuple[bool, Overrides, RunSettings, Reru
 # ── running ────────────────────────────────────────────────────────────────────────
 
 
+UNSAVED_KEY = "replay_unsaved"
+
+
+def unsaved_note(runs: list[ReplayRun]) -> str | None:
+    """One line for the samples that never reached the model (saved nowhere, so listed
+    nowhere else); None when every sample was kept."""
+    lost = [r for r in runs if not r.saved]
+    if not lost:
+        return None
+    return (
+        f"{len(lost)} of {len(runs)} samples never reached the model, and nothing was saved for them: "
+        f"{lost[0].error}"
+    )
+
+
 def run_batch(
     root: str,
     session_uuid: str,
@@ -572,9 +587,9 @@ def run_batch(
     overrides: Overrides,
     settings: RunSettings,
     shown_hash: str,
-) -> None:
+) -> list[ReplayRun]:
     """Run the replay from a fresh load of the session (the cached copy is never written);
-    the runs are saved as forks, which the page reads back."""
+    the runs are saved as forks, which the page reads back. Returns every run made."""
     samples, unchanged, concurrency = settings.samples, settings.unchanged, settings.concurrency
     store = Store(root)
     session = store.load_session(session_uuid, require_active=False)
@@ -592,7 +607,7 @@ def run_batch(
 
         return update
 
-    replay(
+    made = replay(
         store,
         session,
         found,
@@ -603,7 +618,7 @@ def run_batch(
         on_progress=progress(0),
     )
     if unchanged:
-        replay(
+        made += replay(
             store,
             session,
             found,
@@ -614,6 +629,7 @@ def run_batch(
             on_progress=progress(samples),
             label=NOISE_LABEL,
         )
+    return made
 
 
 # ── showing runs ───────────────────────────────────────────────────────────────────
@@ -744,10 +760,16 @@ def show_replay(root: str) -> None:
             st.error("No endpoint: enter the base URL of an OpenAI-compatible server.")
             st.stop()
         try:
-            run_batch(root, session.uuid, context.id, index, overrides, settings, found.request_hash)
+            made = run_batch(root, session.uuid, context.id, index, overrides, settings, found.request_hash)
         except SoapError as exc:
             show_error_and_stop(exc)
+        unsaved = unsaved_note(made)
+        if unsaved:
+            st.session_state[UNSAVED_KEY] = unsaved  # said after the rerun: nothing in the store says it
         st.rerun()  # the new forks change the store signature: the page reads them afresh
+    note = st.session_state.pop(UNSAVED_KEY, None)
+    if note:
+        st.error(escape_markdown(note))
     show_saved_runs(root, session, found, runs)
 
 

@@ -488,6 +488,19 @@ class TestRunningAgainstTheLocalModel:
         assert "sample 0 failed" in warning.replace("\\", "") and not at.error
         assert f"run sample 0  fork {run.fork_id}" in texts(at)
 
+    def test_a_run_clicked_with_the_model_down_says_so_on_the_page(self, writable_store: Path) -> None:
+        session = analyst(writable_store)
+        before = snapshot(writable_store)
+        at = open_replay(writable_store, session=session.uuid)
+        run_page(at, f"http://127.0.0.1:{free_port()}/v1")
+        [error] = [e.value.replace("\\", "") for e in at.error]
+        assert "1 of 1 samples never reached the model, and nothing was saved for them" in error
+        assert "connection" in error
+        now = snapshot(writable_store)
+        assert {name: now[name] for name in before} == before and set(now) == set(before)
+        at.run()
+        assert not at.error  # said once, not on every later run of the page
+
     def test_a_run_that_never_reached_the_model_leaves_nothing_to_list(self, writable_store: Path) -> None:
         session = analyst(writable_store)
         found = materialize(session, session.active_context_id, -1)

@@ -144,7 +144,7 @@ class LLMEndpoint:
                 return
             except OSError as exc:
                 if attempt == self.max_retries:
-                    raise LLMError(self.base_url, "-", "connection", connection_problem(exc)) from None
+                    raise LLMError(self.base_url, "not sent", "connection", connection_problem(exc)) from None
             time.sleep(wait)
             wait = min(wait * 2, 8.0)
 
