@@ -260,3 +260,31 @@ def test_the_first_request_of_a_new_server_for_a_page_url_gets_the_apps_navigati
         assert "Store directory" in sidebar and "Token budget" in sidebar
         assert "No store chosen" not in page.inner_text('[data-testid="stMain"]')
         page.close()
+
+
+def test_ctrl_enter_in_a_box_of_the_replay_form_runs_nothing_only_the_button_does(
+    served: tuple[str, Path], browser: Browser
+) -> None:
+    """Streamlit submits a form on Ctrl+Enter in a text area (its first button: Run); the
+    replay form turns that off, so typing an edit never sends a request by accident. The
+    endpoint is a port where nothing listens: a run says so on the page, and saves nothing."""
+    url, store = served
+    session = analyst(store)
+    page = open_page(browser, f"{url}/replay?store={store}&session={session}")
+    page.get_by_text("Materialized request").first.wait_for(timeout=60_000)
+    endpoint = page.get_by_label("Endpoint base URL")
+    endpoint.fill(f"http://127.0.0.1:{free_port()}/v1")
+    endpoint.press("Enter")
+    settle(page)
+    page.get_by_text("Messages of the request").click()
+    area = page.locator('textarea[aria-label="Message 5"]')
+    area.wait_for(timeout=30_000)
+    area.fill("Count them twice.")
+    area.press("Control+Enter")
+    time.sleep(3)
+    settle(page)
+    main = page.locator('[data-testid="stMain"]')
+    assert "never reached the model" not in main.inner_text(), "Ctrl+Enter ran the request"
+    page.get_by_role("button", name="Run", exact=True).click()
+    page.get_by_text("never reached the model").first.wait_for(timeout=60_000)
+    page.close()
