@@ -691,7 +691,7 @@ def show_run(
 
 def show_batch(root: str, session_uuid: str, number: int, batch: Batch, original: Output) -> None:
     st.subheader(escape_markdown(batch_title(number, batch)))
-    st.text(batch_line(batch))
+    st.text(batch_line(batch, viewer_zone()))
     with st.expander("Overrides sent", expanded=False):
         st.json(batch.overrides.as_dict() or {"overrides": "none (the original request)"}, expanded=1)
     st.dataframe(run_table(batch, original), hide_index=True)

@@ -115,8 +115,8 @@ def show_call_sites(root: str, trace: InvocationTrace) -> None:
 def show_trace(root: str, trace: InvocationTrace, traced: SessionTraces) -> None:
     """The stack (table, problems, call sites) and the timeline of one trace."""
     prompts = traced.prompts
-    for frame in problem_frames(trace):
-        st.error(escape_markdown(problem_message(frame)))
+    for frame in problem_frames(trace):  # a refusal is the runtime's rule at work; a failure is red
+        (st.warning if frame.outcome == "refused" else st.error)(escape_markdown(problem_message(frame)))
     st.subheader("Call stack (outermost first)")
     st.dataframe(highlight_problems(stack_table(trace, prompts, viewer_zone())), hide_index=True)
     st.subheader("Call sites")

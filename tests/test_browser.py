@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -155,7 +156,7 @@ def test_the_chosen_session_follows_through_the_sidebar(served: tuple[str, Path]
     url, store = served
     session = analyst(store)
     page = open_page(browser, f"{url}/?store={store}")
-    page.locator('[data-testid="stSelectbox"]').first.click()
+    page.locator('[data-testid="stSelectbox"]', has_text=re.compile(r"^Session")).first.click()
     page.locator('[role="option"]', has_text="Analyst").first.click()
     page.wait_for_url(f"**session={session}**", timeout=60_000)
     settle(page)

@@ -120,7 +120,7 @@ def test_the_token_budget_hover_shows_the_whole_makeup(served: tuple[str, Path],
         hover = chart.locator(".hoverlayer").text_content() or ""
         if "tokens (" in hover:
             break
-    for category in ("system_prompt", "tool_definitions", "user", "assistant"):
+    for category in ("system prompt", "tool definitions", "user", "assistant"):
         assert re.search(rf"{category}: [\d,]+ tokens \(\d+\.\d%\)", hover), hover
     assert re.search(r"call \d+: [\d,]+ tokens", hover), hover
     chart.screenshot(path=str(SHOTS / "token_budget-hover.png"))

@@ -598,11 +598,11 @@ def batch_title(number: int, batch: Batch) -> str:
     return f"Run {number}{label}: {overrides_summary(batch.overrides)}"
 
 
-def batch_line(batch: Batch) -> str:
-    """When, where and how many: the line under a batch's heading."""
+def batch_line(batch: Batch, zone: tzinfo | None = None) -> str:
+    """When (in ``zone``, with its age), where and how many: the line under a batch's heading."""
     samples = _count(len(batch.runs), "sample")
     noise = f" and {len(batch.noise_runs)} unchanged" if batch.noise_runs else ""
-    when = when_text(batch.started_at)
+    when = when_text(batch.started_at, zone)
     endpoint = f" against {batch.base_url}" if batch.base_url else ""
     return f"{samples}{noise}{endpoint}" + (f", started {when}" if when else "")
 
