@@ -16,6 +16,7 @@ from analysis._budget import (
     message_budgets,
 )
 from analysis._drift import (
+    AS_SENT,
     MIN_DRIFT_SAMPLES,
     ConversationSummarizer,
     DriftBand,
@@ -27,6 +28,7 @@ from analysis._drift import (
     drift_band,
     drift_plan,
     drift_rows,
+    measure,
     model_calls,
     model_summarizer,
     verdict_in,
@@ -52,6 +54,7 @@ from analysis._lab import (
 from analysis._settings import RanWith, ThresholdStart, ran_with, threshold_start
 
 __all__ = [
+    "AS_SENT",
     "CATEGORIES",
     "MIN_DRIFT_SAMPLES",
     "CallBudget",
@@ -86,6 +89,7 @@ __all__ = [
     "history_of",
     "items_of",
     "makeup",
+    "measure",
     "message_budgets",
     "model_calls",
     "model_summarizer",

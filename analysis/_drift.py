@@ -6,8 +6,10 @@ with the answer the model really gave. Summaries are written by a real agentic o
 
 A distance alone says little: a model at a temperature above 0 answers an unchanged
 request differently too. The noise band (:func:`drift_band`) is measured the same way
-as drift, from unchanged re-runs, so a strategy's drift can be called within the noise
-or beyond it. A measurement is a plan of steps (:func:`drift_plan`), run one at a time
+as drift, from unchanged re-runs of what the session really sent at each call (the
+request rebuilt as it was, :data:`AS_SENT`), so a strategy's drift can be called within
+the noise or beyond it. "none" (the whole history, uncompacted) is one strategy among
+the others: for a session that compacted, it is not what the model saw. A measurement is a plan of steps (:func:`drift_plan`), run one at a time
 by a :class:`DriftRunner`, so that a page can say how many model calls it will make,
 count them as they go, and stop between two.
 """
@@ -24,7 +26,6 @@ from typing import Any
 
 from analysis._lab import (
     History,
-    NoCompaction,
     Simulation,
     Strategy,
     StripThinking,
@@ -115,6 +116,11 @@ def view_messages(
 
 
 BASELINE = "none"
+"""The strategy that keeps the whole history (no compaction)."""
+AS_SENT = "as sent"
+"""The request the session really sent at a call, replayed unchanged: the noise band's
+samples. (Built from the "none" strategy before, which for a session that compacted is
+not what the model saw: a band of 1.00–1.00 that called every strategy noise.)"""
 
 
 @dataclass(frozen=True)
@@ -131,7 +137,7 @@ class DriftStep:
 
     @property
     def noise(self) -> bool:
-        return self.sample > 0
+        return self.strategy == AS_SENT
 
     @property
     def label(self) -> str:
@@ -150,7 +156,7 @@ def drift_plan(
 ) -> list[DriftStep]:
     """Every run a measurement makes, call by call (so a measurement stopped early has
     whole calls, each with its noise samples): each strategy, then ``noise_samples``
-    unchanged re-runs. A summarizing strategy that dropped messages by a call asks the
+    unchanged re-runs of the request as the session sent it. A summarizing strategy that dropped messages by a call asks the
     model for the summary too, which the steps count."""
     steps: list[DriftStep] = []
     for call in calls:
@@ -159,7 +165,7 @@ def drift_plan(
         for strategy, simulation in zip(strategies, simulations, strict=True):
             summary = isinstance(strategy, SummarizeOlder) and bool(simulation.dropped_at(call))
             steps.append(DriftStep(strategy.name, call, 0, 2 if summary else 1))
-        steps += [DriftStep(BASELINE, call, sample) for sample in range(1, noise_samples + 1)]
+        steps += [DriftStep(AS_SENT, call, sample) for sample in range(1, noise_samples + 1)]
     return steps
 
 
@@ -184,12 +190,13 @@ class DriftRunner:
         self.store, self.session, self.endpoint, self.summarizer = store, session, endpoint, summarizer
         self.history = history_of(session)
         chosen = {s.name: s for s in strategies}
-        chosen.setdefault(BASELINE, NoCompaction())  # the noise samples send the unchanged history
         self.strategies = chosen
         simulated = simulate_items(self.history.items, self.history.calls, list(chosen.values()))
         self.simulations = {s.strategy: s for s in simulated}
 
     def run(self, step: DriftStep) -> DriftRun:
+        if step.strategy == AS_SENT:
+            return _as_sent_run(self.store, self.session, self.history, step.call, self.endpoint, step.label)
         strategy = self.strategies[step.strategy]
         return _drift_run(
             self.store,
@@ -231,7 +238,7 @@ class DriftBand:
     drift is a distance from the original answer, so its band is one too.)"""
 
     sample_drifts: tuple[float, ...]
-    """One per unchanged sample: the "none" strategy's run and every noise sample."""
+    """One per unchanged re-run of the requests as sent (each noise sample over its calls)."""
     per_call: dict[int, tuple[float, ...]] = field(default_factory=dict)
     """The distances of the unchanged runs at each call."""
 
@@ -276,12 +283,12 @@ def verdict_in(value: float, low: float, high: float) -> str:
 
 
 def drift_band(results: Sequence[tuple[DriftStep, DriftRun]]) -> DriftBand | None:
-    """The noise band of the unchanged runs made so far (the "none" strategy's own runs
-    and the noise samples); None with fewer than two samples that have a distance."""
+    """The noise band of the unchanged re-runs of the requests as sent made so far; None
+    with fewer than two samples that have a distance."""
     by_sample: dict[int, list[float]] = {}
     per_call: dict[int, list[float]] = {}
     for step, run in results:
-        if step.strategy != BASELINE or run.distance is None:
+        if step.strategy != AS_SENT or run.distance is None:
             continue
         by_sample.setdefault(step.sample, []).append(run.distance)
         per_call.setdefault(step.call, []).append(run.distance)
@@ -300,14 +307,37 @@ def compare(
     summarizer: Summarizer | None = None,
 ) -> list[DriftRow]:
     """The comparison table; with ``drift_at`` and an endpoint, answers are re-run."""
+    return measure(store, session, strategies, drift_at, endpoint, summarizer)[0]
+
+
+def measure(
+    store: Store,
+    session: Session,
+    strategies: Sequence[Strategy],
+    drift_at: Sequence[int] = (),
+    endpoint: Endpoint | None = None,
+    summarizer: Summarizer | None = None,
+    *,
+    noise_samples: int = 0,
+    on_step: Callable[[int, int, DriftStep], None] | None = None,
+) -> tuple[list[DriftRow], DriftBand | None, list[tuple[DriftStep, DriftRun]]]:
+    """The comparison table, the noise band of ``noise_samples`` unchanged re-runs of
+    each call as sent (None below two), and every run; ``on_step(done, total, step)``
+    before each run."""
     history = history_of(session)
     simulations = simulate_items(history.items, history.calls, strategies)
     if endpoint is None or not drift_at:
-        return drift_rows(simulations, [])
+        return drift_rows(simulations, []), None, []
     runner = DriftRunner(store, session, strategies, endpoint, summarizer)
-    steps = drift_plan(history, strategies, simulations, drift_at)
-    by_strategy = sorted(steps, key=lambda s: [x.name for x in strategies].index(s.strategy))
-    return drift_rows(simulations, [(step, runner.run(step)) for step in by_strategy])
+    steps = drift_plan(history, strategies, simulations, drift_at, noise_samples)
+    order = [x.name for x in strategies]
+    by_strategy = sorted(steps, key=lambda s: order.index(s.strategy) if s.strategy in order else len(order))
+    results = []
+    for done, step in enumerate(by_strategy):
+        if on_step is not None:
+            on_step(done, len(by_strategy), step)
+        results.append((step, runner.run(step)))
+    return drift_rows(simulations, results), drift_band(results), results
 
 
 def _origin_context(session: Session, produced: str) -> Context:
@@ -315,6 +345,30 @@ def _origin_context(session: Session, produced: str) -> Context:
     later call copies the earlier messages, and a store read back may list it first)."""
     holding = [c for c in session.contexts.values() if any(m.id == produced for m in c.messages)]
     return next((c for c in holding if REPLAY_KEY not in c.extra), holding[0])
+
+
+def _as_sent_run(
+    store: Store, session: Session, history: History, call: int, endpoint: Endpoint, label: str
+) -> DriftRun:
+    """The request of ``call`` rebuilt as the session sent it, sent again unchanged."""
+    if not 0 <= call < len(history.calls):
+        raise ValueError(f"call {call} does not exist: the session has {len(history.calls)} calls")
+    produced = history.items[history.calls[call]].id
+    found = materialize(session, _origin_context(session, produced), produced)
+    return _replayed(store, session, found, endpoint, label, AS_SENT, call)
+
+
+def _replayed(
+    store: Store, session: Session, found: Any, endpoint: Endpoint, label: str, strategy: str, call: int
+) -> DriftRun:
+    """One drift run of ``found`` (a materialized request, or a strategy's variant of it)
+    and its distance from the answer the model really gave."""
+    [run] = replay(store, session, found, endpoint, label=label)
+    if not run.ok:
+        return DriftRun(strategy, call, None, None, run.fork_id if run.saved else "", run.error)
+    original = session.contexts[found.context_id].messages[found.index]
+    diff = diff_outputs(Output.of(original), Output.of(run.output))
+    return DriftRun(strategy, call, diff.distance, diff.identical, run.fork_id)
 
 
 def _drift_run(
@@ -337,9 +391,4 @@ def _drift_run(
     except SoapError as exc:  # the summary could not be written: this run fails, not the table
         return DriftRun(strategy.name, call, None, None, "", f"summary not written: {exc}")
     variant = dataclasses.replace(found, messages=messages, notes=[*found.notes, f"strategy {strategy.name}"])
-    [run] = replay(store, session, variant, endpoint, label=label)
-    if not run.ok:
-        return DriftRun(strategy.name, call, None, None, run.fork_id, run.error)
-    original = session.contexts[found.context_id].messages[found.index]
-    diff = diff_outputs(Output.of(original), Output.of(run.output))
-    return DriftRun(strategy.name, call, diff.distance, diff.identical, run.fork_id)
+    return _replayed(store, session, variant, endpoint, label, strategy.name, call)

@@ -14,8 +14,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 from analysis._budget import session_calls
+from analysis._lab import History, RollingMessages, RollingTokens, SummarizeOlder, parse_strategy
 from soap_core import CallRecord, Session
 
 _THRESHOLD = re.compile(r"\bthreshold=(\d+)")
@@ -109,3 +111,63 @@ def ran_with(session: Session, *, calls: Sequence[CallRecord] | None = None) -> 
             numbers = [f"{float(n):g}" if "." in n else n for n in found.groups()]
             return RanWith(spec.format(*numbers), settings[-1])
     return None
+
+
+# -- the numbers a strategy starts from, for a page and the CLI alike ------------------
+
+
+def kind_of(spec: str) -> str:
+    return spec.split(":")[0]
+
+
+def numbers_of(spec: str) -> list[float | int]:
+    """The numbers a spec sets, defaults filled in (``rolling-tokens:600`` → 600, 0.5)."""
+    strategy = parse_strategy(spec)
+    if isinstance(strategy, RollingTokens):
+        return [strategy.threshold, strategy.keep]
+    if isinstance(strategy, RollingMessages):
+        return [strategy.n]
+    if isinstance(strategy, SummarizeOlder):
+        return [strategy.threshold, strategy.keep_last]
+    return []
+
+
+def strategy_spec(kind: str, numbers: Sequence[float | int]) -> str:
+    """The library's spec for ``kind`` with its numbers (``rolling-tokens:600:0.5``)."""
+    return ":".join([kind, *(f"{n:g}" if isinstance(n, float) else str(n) for n in numbers)])
+
+
+def suggested_numbers(history: History, ran: RanWith | None = None) -> dict[str, list[float | int]]:
+    """Numbers that make each strategy act on this session: the library's defaults
+    (60,000 tokens, 40 messages) never fire on a small session, which shows nothing.
+    The strategy the session ran with (``ran``, from its call log) keeps its own numbers."""
+    peak = max(call_sizes(history), default=0)
+    threshold = max(100, round(peak * 0.6, -2)) if peak else 60_000
+    ordinary = sum(1 for item in history.items if not item.special)
+    messages = max(2, ordinary // 2)
+    numbers: dict[str, list[float | int]] = {
+        "rolling-tokens": [int(threshold), 0.5],
+        "rolling-messages": [messages],
+        "strip-thinking": [],
+        "summarize": [int(threshold), 4],
+    }
+    if ran is not None:
+        numbers[kind_of(ran.spec)] = numbers_of(ran.spec)
+    return numbers
+
+
+def call_sizes(history: History) -> list[int]:
+    """The uncompacted size of every call (what the baseline sends)."""
+    prefix = [0, *accumulate(item.tokens for item in history.items)]
+    return [prefix[cut] for cut in history.calls]
+
+
+def session_spec(spec: str, history: History, ran: RanWith | None = None) -> str:
+    """``spec`` as the user gave it, or, given as a bare kind (``summarize``), with the
+    numbers that make it act on this session (:func:`suggested_numbers`: the session's
+    own where it ran with that kind). The library's bare defaults (60,000 tokens) do
+    nothing on most sessions."""
+    if ":" in spec or spec in ("none", "strip-thinking"):
+        return spec
+    numbers = suggested_numbers(history, ran)
+    return strategy_spec(spec, numbers[spec]) if spec in numbers else spec

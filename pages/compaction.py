@@ -72,7 +72,7 @@ from workbench.selection import selected_session
 from workbench.views import StoreSignature, escape_markdown, store_signature
 
 DRIFT_JOB = "compaction_drift_job"
-NOISE_SAMPLES = 2  # unchanged re-runs per call by default: with the none strategy's, three samples
+NOISE_SAMPLES = 2  # unchanged re-runs per call of what the session sent: the fewest that make a band
 
 
 # The history and the simulations are cached as resources, shared by every rerun rather
@@ -270,10 +270,11 @@ def show_drift_controls(
     st.subheader("Answer drift")
     st.text(
         "Drift re-runs the chosen calls on a model with what each strategy would have kept, and compares "
-        "the answers with the original ones (0 = same answer, 1 = nothing in common). The none strategy "
-        "and the noise samples send the calls unchanged: how far their answers land from the original "
-        "ones is the noise band a strategy's drift is judged against. Every run is saved in the store as "
-        "a replay fork labelled 'drift …'; the session's own contexts are not changed."
+        "the answers with the original ones (0 = same answer, 1 = nothing in common). The noise samples "
+        "send each call again exactly as the session sent it (its own compaction included): how far their "
+        "answers land from the original ones is the noise band a strategy's drift is judged against; none "
+        "(the whole history) is one strategy among the others. Every run is saved in the store as a "
+        "replay fork labelled 'drift …'; the session's own contexts are not changed."
     )
     base_url = st.text_input(
         "Endpoint base URL", value=os.environ.get("OPENAI_BASE_URL", ""), key="drift_endpoint"
@@ -289,7 +290,7 @@ def show_drift_controls(
         10,
         NOISE_SAMPLES,
         key="drift_noise",
-        help="Unchanged re-runs of each call besides the none strategy's; 1 or more gives a noise band.",
+        help="Re-runs of each call exactly as the session sent it; 2 or more give a noise band.",
     )
     job = current_job(session.uuid)
     busy = job is not None and job.status in ("confirm", "running")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import Any
 
 from analysis import (
@@ -10,14 +11,29 @@ from analysis import (
     call_budgets,
     chain_budget,
     compare,
+    history_of,
+    measure,
     message_budgets,
     model_summarizer,
     parse_strategy,
+    ran_with,
 )
-from soapwb.common import SESSION_HELP, UsageError, add_store_options, emit_json, format_table, open_store
+from analysis._settings import session_spec
+from soapwb.common import (
+    SESSION_HELP,
+    Progress,
+    UsageError,
+    add_progress_option,
+    add_store_options,
+    emit_json,
+    format_table,
+    open_store,
+)
 
 
 def register(commands: Any) -> None:
+    from soapwb.replay_commands import add_endpoint_options
+
     tokens = commands.add_parser("tokens", help="context size per LLM call, its make-up and compactions")
     tokens.add_argument("session", metavar="SESSION", help=SESSION_HELP)
     add_store_options(tokens)
@@ -33,7 +49,8 @@ def register(commands: Any) -> None:
         default=[],
         metavar="SPEC",
         help="rolling-tokens:T[:KEEP], rolling-messages:N, strip-thinking, "
-        "summarize[:T[:KEEP_LAST]] or none (repeatable)",
+        "summarize[:T[:KEEP_LAST]] or none (repeatable); a kind without numbers takes the "
+        "session's own (the ones it ran with, else sized to it), as the Compaction page does",
     )
     compact.add_argument(
         "--drift-at",
@@ -42,10 +59,15 @@ def register(commands: Any) -> None:
         help="re-run the model at these calls under each strategy and compare the answers",
     )
     compact.add_argument(
-        "--base-url", help="endpoint for drift runs (default: $OPENAI_BASE_URL, else the local model)"
+        "--noise",
+        type=int,
+        default=2,
+        metavar="K",
+        help="with --drift-at: re-send each call K times exactly as the session sent it, for the "
+        "noise band drift is judged against (default 2; 0: no band)",
     )
-    compact.add_argument("--timeout", type=float, default=120.0)
-    compact.add_argument("--retries", type=int, default=2)
+    add_endpoint_options(compact)  # the same bounded calls as replay and rerun
+    add_progress_option(compact)
     add_store_options(compact)
     compact.set_defaults(handler=cmd_compact)
 
@@ -107,27 +129,56 @@ def cmd_tokens(args: argparse.Namespace) -> int:
 
 
 def cmd_compact(args: argparse.Namespace) -> int:
+    if args.noise < 0:
+        raise UsageError("--noise takes K >= 0")
+    store = open_store(args)
+    session = store.load_session(args.session, require_active=False)
+    history = history_of(session)
+    ran = ran_with(session)
     try:
-        specs = args.strategy if "none" in args.strategy else ["none", *args.strategy]  # the baseline first
+        given = [session_spec(spec, history, ran) for spec in args.strategy]
+        specs = given if "none" in given else ["none", *given]  # the whole history beside them
         strategies = [parse_strategy(s) for s in specs]
         drift_at = [int(n) for n in args.drift_at.split(",") if n.strip()]
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    store = open_store(args)
-    session = store.load_session(args.session, require_active=False)
+    band = None
+    results: list[Any] = []
     if drift_at:
         from soapwb.replay_commands import endpoint_for
 
+        progress = Progress(args)
         with endpoint_for(args) as endpoint:
-            rows = compare(store, session, strategies, drift_at, endpoint, model_summarizer(endpoint))
+            progress.say(f"measuring drift at calls {args.drift_at} on {endpoint.base_url}")
+            rows, band, results = measure(
+                store,
+                session,
+                strategies,
+                drift_at,
+                endpoint,
+                model_summarizer(endpoint),
+                noise_samples=args.noise,
+                on_step=lambda done, total, step: progress.status(f"run {done + 1}/{total}: {step.label}"),
+            )
+            progress.status(f"{len(results)} runs: done", last=True)
     else:
         rows = compare(store, session, strategies)
+    failures = [run for _, run in results if run.error]
     if args.json:
-        emit_json([row.as_dict() for row in rows])
-        return 0
+        emit_json(
+            {
+                "strategies": [row.as_dict() for row in rows],
+                "noise_band": band.as_dict() if band is not None else None,
+                "verdicts": {r.strategy: band.verdict(r.drift) for r in rows if band and r.drift is not None},
+                "failed_runs": [dataclasses.asdict(run) for run in failures],
+            }
+        )
+        return 1 if failures else 0
+    if ran is not None:
+        print(f"the session ran with {ran.recorded}: {ran.spec} here")
     print(
         format_table(
-            ("STRATEGY", "PEAK TOKENS", "TOKENS SENT", "COMPACTIONS", "TOKENS SAVED", "DRIFT"),
+            ("STRATEGY", "PEAK TOKENS", "TOKENS SENT", "COMPACTIONS", "TOKENS SAVED", "DRIFT", "VS NOISE"),
             [
                 (
                     r.strategy,
@@ -136,12 +187,18 @@ def cmd_compact(args: argparse.Namespace) -> int:
                     r.compactions,
                     r.tokens_saved,
                     "-" if r.drift is None else f"{r.drift:.3f}",
+                    band.verdict(r.drift) if band is not None and r.drift is not None else "-",
                 )
                 for r in rows
             ],
         )
     )
-    failures = [run for row in rows for run in row.runs if run.error]
+    if drift_at:
+        print(
+            f"noise band {band.low:.3f}-{band.high:.3f} over {band.samples} unchanged re-runs of the calls as sent"
+            if band is not None
+            else "no noise band: it needs two unchanged re-runs with an answer (--noise 2 or more)"
+        )
     for run in failures:
         print(f"drift run {run.strategy} at call {run.call} FAILED: {run.error}")
     return 1 if failures else 0

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from analysis import (
+    AS_SENT,
     DriftBand,
     DriftRun,
     DriftRunner,
@@ -25,6 +26,7 @@ from analysis import (
     model_calls,
     simulate_items,
 )
+from replay import materialize
 from soap_core import REPLAY_KEY, Store
 from soap_core.runtime import LLMEndpoint
 from soap_core.runtime.local_model import LocalModelServer
@@ -51,7 +53,7 @@ def run(strategy: str, call: int, distance: float | None, error: str | None = No
 
 
 def noise(call: int, sample: int, distance: float) -> tuple[DriftStep, DriftRun]:
-    return DriftStep("none", call, sample), run("none", call, distance)
+    return DriftStep(AS_SENT, call, sample), run(AS_SENT, call, distance)
 
 
 def measured(strategy: str, call: int, distance: float | None) -> tuple[DriftStep, DriftRun]:
@@ -71,12 +73,12 @@ class TestThePlan:
         assert [(s.strategy, s.call, s.sample) for s in steps] == [
             ("none", 2, 0),
             ("rolling-messages:3", 2, 0),
-            ("none", 2, 1),
-            ("none", 2, 2),
+            (AS_SENT, 2, 1),
+            (AS_SENT, 2, 2),
             ("none", 5, 0),
             ("rolling-messages:3", 5, 0),
-            ("none", 5, 1),
-            ("none", 5, 2),
+            (AS_SENT, 5, 1),
+            (AS_SENT, 5, 2),
         ]
         assert model_calls(steps) == 8
         assert [s.label for s in steps[:3]] == [
@@ -107,7 +109,7 @@ class TestThePlan:
         steps = [
             DriftStep(s, c) for c in range(12) for s in ("none", "rolling-tokens:600:0.5", "strip-thinking")
         ]
-        steps += [DriftStep("none", c, k) for c in range(12) for k in (1, 2)]
+        steps += [DriftStep(AS_SENT, c, k) for c in range(12) for k in (1, 2)]
         assert plan_note(steps) == (
             "Measuring drift makes 60 model calls: 12 calls × 3 strategies (none, rolling-tokens:600:0.5, "
             "strip-thinking) = 36 runs, plus 12 × 2 unchanged re-runs for the noise band = 24."
@@ -116,6 +118,8 @@ class TestThePlan:
 
 class TestTheNoiseBand:
     def test_each_unchanged_sample_is_its_mean_distance_over_the_calls(self) -> None:
+        """Only the re-runs of the requests as sent make the band: "none" (the whole
+        history) is a strategy like the others, not what a compacted session sent."""
         results = [
             measured("none", 1, 0.30),
             measured("none", 2, 0.40),
@@ -127,9 +131,9 @@ class TestTheNoiseBand:
         ]
         band = drift_band(results)
         assert band is not None
-        assert band.sample_drifts == (0.35, 0.48, 0.35)
-        assert (band.low, band.high, band.samples) == (0.35, 0.48, 3)
-        assert band.call_range(1) == (0.2, 0.5) and band.call_range(2) == (0.4, 0.5)
+        assert band.sample_drifts == (0.48, 0.35)
+        assert (band.low, band.high, band.samples) == (0.35, 0.48, 2)
+        assert band.call_range(1) == (0.2, 0.5) and band.call_range(2) == (0.46, 0.5)
         assert band.call_range(7) is None
 
     def test_the_verdict_is_within_beyond_or_below(self) -> None:
@@ -140,12 +144,10 @@ class TestTheNoiseBand:
         assert band.verdict(0.1) == "below noise"
 
     def test_fewer_than_two_unchanged_samples_make_no_band(self) -> None:
-        assert drift_band([measured("none", 1, 0.42)]) is None
-        assert (
-            drift_band([measured("none", 1, 0.42), (DriftStep("none", 1, 1), run("none", 1, None, "x"))])
-            is None
-        )
-        assert drift_band([measured("none", 1, 0.42), noise(1, 1, 0.40)]) is not None
+        assert drift_band([measured("none", 1, 0.42), noise(1, 1, 0.40)]) is None  # none is no sample
+        failed = (DriftStep(AS_SENT, 1, 2), run(AS_SENT, 1, None, "x"))
+        assert drift_band([noise(1, 1, 0.40), failed]) is None
+        assert drift_band([noise(1, 1, 0.40), noise(1, 2, 0.42)]) is not None
 
     def test_the_strategies_rows_leave_the_noise_samples_out(self, workbench_store: Path) -> None:
         history = history_of(Store(workbench_store).load_session(analyst(workbench_store)))
@@ -170,6 +172,7 @@ class TestWhatThePageSays:
         ]
         band = drift_band(results)
         rows = drift_rows(simulations, results)
+        assert band is not None and band.samples == 2
         assert [drift_line(row, band) for row in rows] == [
             "none: drift 0.42, noise band 0.35–0.48: within noise",
             "rolling-messages:3: drift 0.90, noise band 0.35–0.48: beyond noise",
@@ -177,7 +180,7 @@ class TestWhatThePageSays:
         table = comparison_table(simulations, rows, band)
         assert list(table["noise band"]) == ["0.35–0.48", "0.35–0.48"]
         assert list(table["vs noise"]) == ["within noise", "beyond noise"]
-        assert "3 unchanged re-runs" in band_note(band, measured=True)
+        assert "2 unchanged re-runs of the requests the session really sent" in band_note(band, measured=True)
         assert "no width" not in band_note(band, measured=True)
         assert "The band has no width" in band_note(DriftBand((0.5, 0.5)), measured=True)
 
@@ -196,16 +199,22 @@ class TestWhatThePageSays:
         assert comparison_table(simulations, [row], None)["noise band"].tolist() == [None]
 
     def test_the_runs_table_lists_the_noise_samples_with_the_spread_at_their_call(self) -> None:
-        results = [measured("none", 1, 0.4), noise(1, 1, 0.3), measured("rolling-messages:3", 1, 0.9)]
+        results = [
+            measured("none", 1, 0.35),
+            noise(1, 1, 0.3),
+            noise(1, 2, 0.4),
+            measured("rolling-messages:3", 1, 0.9),
+        ]
         records = drift_runs_table(results, drift_band(results)).to_dict("records")
         assert [(r["run"], r["strategy"], r["noise at this call"], r["vs noise"]) for r in records] == [
             ("strategy", "none", "0.30–0.40", "within noise"),
-            ("noise sample 1", "none", "0.30–0.40", ""),
+            ("noise sample 1", AS_SENT, "0.30–0.40", ""),
+            ("noise sample 2", AS_SENT, "0.30–0.40", ""),
             ("strategy", "rolling-messages:3", "0.30–0.40", "beyond noise"),
         ]
 
     def test_a_failed_noise_sample_is_an_error_line(self) -> None:
-        results = [(DriftStep("none", 4, 2), run("none", 4, None, "connection refused"))]
+        results = [(DriftStep(AS_SENT, 4, 2), run(AS_SENT, 4, None, "connection refused"))]
         assert drift_errors(results) == ["drift run noise sample 2 at call 4 failed: connection refused"]
 
 
@@ -220,14 +229,14 @@ class TestAJob:
         assert confirm_above({"SOAPWB_CONFIRM_ABOVE": "many"}) == confirm_above({}) == CONFIRM_ABOVE
 
     def test_it_counts_model_calls_as_they_are_made_and_finishes(self) -> None:
-        steps = [DriftStep("summarize:100:2", 0, 0, 2), DriftStep("none", 0), DriftStep("none", 0, 1)]
+        steps = [DriftStep("summarize:100:2", 0, 0, 2), DriftStep("none", 0), DriftStep(AS_SENT, 0, 1)]
         job = DriftJob(("s", ()), "u", steps)
         assert progress_text(job) == "0 of 4 model calls · next: summarize:100:2 at call 0"
         job.record(steps[0], run("summarize:100:2", 0, 0.5), 2.0)
         assert progress_text(job) == "2 of 4 model calls · next: none at call 0"
         job.record(steps[1], run("none", 0, 0.1), 1.0)
         assert progress_text(job) == "3 of 4 model calls · next: noise sample 1 at call 0"
-        job.record(steps[2], run("none", 0, 0.1), 1.0)
+        job.record(steps[2], run(AS_SENT, 0, 0.1), 1.0)
         assert job.status == "done" and job.pending() == []
         assert outcome_note(job) == "Drift measured: 4 model calls in 4 s."
 
@@ -256,20 +265,27 @@ def test_a_measurement_with_noise_samples_on_the_local_model_saves_every_run(
     history = history_of(session)
     last = len(history.calls) - 1
     steps = drift_plan(
-        history, strategies, simulate_items(history.items, history.calls, strategies), [last], 1
+        history, strategies, simulate_items(history.items, history.calls, strategies), [last], 2
     )
     runner = DriftRunner(store, session, strategies, LLMEndpoint(llm_server.base_url))
     results = [(step, runner.run(step)) for step in steps]
     assert all(r.error is None and r.distance is not None for _, r in results)
     band = drift_band(results)
     assert band is not None and band.samples == 2 and band.low == band.high
-    saved = store.load_session(session.uuid, require_active=False).contexts.values()
-    labels = sorted(c.extra[REPLAY_KEY].get("label", "") for c in saved if REPLAY_KEY in c.extra)
+    saved = store.load_session(session.uuid, require_active=False).contexts
+    labels = sorted(c.extra[REPLAY_KEY].get("label", "") for c in saved.values() if REPLAY_KEY in c.extra)
     assert [label for label in labels if label.startswith("drift")] == [
         f"drift noise sample 1 at call {last}",
+        f"drift noise sample 2 at call {last}",
         f"drift none at call {last}",
         f"drift rolling-messages:3 at call {last}",
     ]
+    produced = history.items[history.calls[last]].id
+    [origin] = [c for c in session.contexts.values() if any(m.id == produced for m in c.messages)]
+    sent = [m.id for m in materialize(session, origin, produced).messages]
+    for step, made in results:
+        if step.noise:  # each noise sample re-sent the request exactly as the session sent it
+            assert [m.id for m in saved[made.fork_id].messages[:-1]] == sent
 
 
 def test_an_interrupted_job_says_where_it_paused() -> None:

@@ -67,6 +67,37 @@ def test_every_page_opens_on_the_demo_store(demo_store: Path, page: str) -> None
         assert not at.error, [e.value for e in at.error]
 
 
+def test_drift_of_a_session_that_compacted_is_judged_against_what_it_sent(
+    demo_store: Path, tmp_path: Path, llm_server: LocalModelServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 23: the demo's InteractionAgent ran with summarize:1300:2. The band used to
+    come from "none" (the whole history, which it never sent): 1.00-1.00, its own strategy
+    "within noise" at 1.00. Now the band comes from re-sending each call as it was sent,
+    which the deterministic local model answers as it did (0.00-0.00); a bare
+    ``--strategy summarize`` takes the session's own numbers, as the page does."""
+    shutil.copytree(demo_store, tmp_path / "store")
+    uuid = role_session(tmp_path / "store", "InteractionAgent")
+    argv = ["compact", uuid, "--strategy", "summarize", "--store", str(tmp_path / "store"), "--json"]
+    assert main(argv) == 0
+    rows = json.loads(capsys.readouterr().out)["strategies"]
+    assert [r["strategy"] for r in rows] == ["none", "summarize:1300:2"]  # not summarize:60000:4
+    assert main([*argv, "--drift-at", "6", "--base-url", llm_server.base_url]) == 0
+    report = json.loads(capsys.readouterr().out)
+    band = report["noise_band"]
+    assert band is not None and band["samples"] == 2
+    assert (band["low"], band["high"]) == (0.0, 0.0), band  # the calls as sent, answered as before
+    own = next(r for r in report["strategies"] if r["strategy"] == "summarize:1300:2")
+    assert report["verdicts"]["summarize:1300:2"] == band_verdict(own["drift"], band)
+    assert report["verdicts"]["none"] == band_verdict(report["strategies"][0]["drift"], band)
+    assert report["failed_runs"] == []
+
+
+def band_verdict(drift: float, band: dict) -> str:  # type: ignore[type-arg]
+    return (
+        "beyond noise" if drift > band["high"] else "below noise" if drift < band["low"] else "within noise"
+    )
+
+
 def first_count_lines_answer(store: Path) -> tuple[str, int]:
     """The LogAnalyzer session and the index of its first model output calling count_lines
     (the demo's first question forces that tool)."""

@@ -18,7 +18,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import analysis
-from analysis import DriftRun, DriftStep, SimPoint, Simulation, history_of, simulate
+from analysis import AS_SENT, DriftRun, DriftStep, SimPoint, Simulation, history_of, simulate, verdict_in
 from soap_core import REPLAY_KEY, Store
 from soap_core.runtime.local_model import LocalModelServer
 from tests.apptest import open_app_page
@@ -314,8 +314,8 @@ class TestDrift:
         assert [(r["run"], r["strategy"], r["call"]) for r in runs] == [
             ("strategy", "none", last),
             ("strategy", "rolling-messages:3", last),
-            ("noise sample 1", "none", last),
-            ("noise sample 2", "none", last),
+            ("noise sample 1", AS_SENT, last),
+            ("noise sample 2", AS_SENT, last),
         ]
         assert [r["drift"] for r in shown] == [r["distance"] for r in runs[:2]]
         assert drift_forks(store, uuid) == [
@@ -324,13 +324,14 @@ class TestDrift:
             f"drift none at call {last}",
             f"drift rolling-messages:3 at call {last}",
         ]
-        # the deterministic model answers the unchanged calls alike: a band of width zero
-        noise = [r["distance"] for r in runs if r["strategy"] == "none"]
+        # the deterministic model answers the call as sent alike each time: a band of width zero
+        noise = [r["distance"] for r in runs if r["strategy"] == AS_SENT]
         assert len(set(noise)) == 1
         band = f"{noise[0]:.2f}–{noise[0]:.2f}"
         assert [r["noise band"] for r in shown] == [band, band]
-        assert shown[0]["vs noise"] == "within noise"
-        assert f"none: drift {noise[0]:.2f}, noise band {band}: within noise" in texts(at)
+        verdict = verdict_in(shown[0]["drift"], noise[0], noise[0])
+        assert shown[0]["vs noise"] == verdict
+        assert f"none: drift {shown[0]['drift']:.2f}, noise band {band}: {verdict}" in texts(at)
         assert "Drift measured: 4 model calls" in plain(at.success)
         assert not at.button(key="measure_drift").disabled  # finished: it can be measured again
 
@@ -403,7 +404,7 @@ class TestDrift:
         assert not at.exception and not at.error
         assert len(drift_forks(store, uuid)) == 3
         assert "Drift measured: 3 model calls" in plain(at.success)
-        assert [r["strategy"] for r in drift_runs(at)] == ["none", "rolling-messages:3", "none"]
+        assert [r["strategy"] for r in drift_runs(at)] == ["none", "rolling-messages:3", AS_SENT]
 
 
 def simulated(strategy: str, calls: int, compacted_at: Iterable[int]) -> Simulation:

@@ -13,7 +13,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -25,14 +24,26 @@ from analysis import (
     DriftStep,
     History,
     RanWith,
-    RollingMessages,
-    RollingTokens,
     SimPoint,
     Simulation,
-    SummarizeOlder,
     model_calls,
     parse_strategy,
     verdict_in,
+)
+from analysis._settings import (  # shared with the CLI; the page imports them from here
+    call_sizes as call_sizes,
+)
+from analysis._settings import (
+    kind_of as kind_of,
+)
+from analysis._settings import (
+    numbers_of as numbers_of,
+)
+from analysis._settings import (
+    strategy_spec as strategy_spec,
+)
+from analysis._settings import (
+    suggested_numbers as suggested_numbers,
 )
 from soap_core import preview
 
@@ -81,10 +92,6 @@ class StrategyChoice:
         return next((spec for spec in self.specs if kind_of(spec) == kind), None)
 
 
-def kind_of(spec: str) -> str:
-    return spec.split(":")[0]
-
-
 def parse_strategies_param(text: str | None) -> StrategyChoice:
     """Every comma-separated spec the library accepts, one per kind (the pickers hold
     one of each); bad specs become error lines, since one bad spec in a link should not
@@ -105,45 +112,9 @@ def parse_strategies_param(text: str | None) -> StrategyChoice:
     return choice
 
 
-def numbers_of(spec: str) -> list[float | int]:
-    """The numbers a spec sets, defaults filled in (``rolling-tokens:600`` → 600, 0.5)."""
-    strategy = parse_strategy(spec)
-    if isinstance(strategy, RollingTokens):
-        return [strategy.threshold, strategy.keep]
-    if isinstance(strategy, RollingMessages):
-        return [strategy.n]
-    if isinstance(strategy, SummarizeOlder):
-        return [strategy.threshold, strategy.keep_last]
-    return []
-
-
-def strategy_spec(kind: str, numbers: Sequence[float | int]) -> str:
-    """The library's spec for ``kind`` with its numbers (``rolling-tokens:600:0.5``)."""
-    return ":".join([kind, *(f"{n:g}" if isinstance(n, float) else str(n) for n in numbers)])
-
-
 def with_baseline(specs: Sequence[str]) -> list[str]:
     """The uncompacted baseline first, then the chosen strategies, as the CLI does."""
     return [BASELINE, *(s for s in specs if s != BASELINE)]
-
-
-def suggested_numbers(history: History, ran: RanWith | None = None) -> dict[str, list[float | int]]:
-    """Numbers that make each strategy act on this session: the library's defaults
-    (60,000 tokens, 40 messages) never fire on a small session, which shows nothing.
-    The strategy the session ran with (``ran``, from its call log) keeps its own numbers."""
-    peak = max(call_sizes(history), default=0)
-    threshold = max(100, round(peak * 0.6, -2)) if peak else 60_000
-    ordinary = sum(1 for item in history.items if not item.special)
-    messages = max(2, ordinary // 2)
-    numbers: dict[str, list[float | int]] = {
-        "rolling-tokens": [int(threshold), 0.5],
-        "rolling-messages": [messages],
-        "strip-thinking": [],
-        "summarize": [int(threshold), 4],
-    }
-    if ran is not None:
-        numbers[kind_of(ran.spec)] = numbers_of(ran.spec)
-    return numbers
 
 
 def default_specs(history: History, ran: RanWith | None = None) -> list[str]:
@@ -305,13 +276,13 @@ def band_note(band: DriftBand | None, measured: bool) -> str:
         return ""
     if band is None:
         return (
-            "No noise band: it needs two unchanged runs with an answer (the none strategy's run and at "
-            "least one noise sample), so the drift figures below cannot be told from the model's own "
+            "No noise band: it needs two unchanged re-runs with an answer of what the session sent (two "
+            "noise samples or more), so the drift figures below cannot be told from the model's own "
             "variation."
         )
     return (
         f"Noise band {band.low:.2f}–{band.high:.2f}: the mean distance from the original answers of each of "
-        f"{band.samples} unchanged re-runs of the same calls (the none strategy and the noise samples). "
+        f"{band.samples} unchanged re-runs of the requests the session really sent at those calls. "
         "A drift inside it is what the model does by itself; beyond it, the strategy changed the answers."
         + (
             " The band has no width: the unchanged runs all landed at the same distance (the model "
@@ -533,12 +504,6 @@ def dropped_rows(history: History, simulation: Simulation, call: int) -> list[di
 
 def dropped_table(rows: Sequence[Mapping[str, object]]) -> pd.DataFrame:
     return pd.DataFrame.from_records(list(rows), columns=list(DROPPED_COLUMNS))
-
-
-def call_sizes(history: History) -> list[int]:
-    """The uncompacted size of every call (what the baseline sends)."""
-    prefix = [0, *accumulate(item.tokens for item in history.items)]
-    return [prefix[cut] for cut in history.calls]
 
 
 def call_labels(history: History) -> dict[int, str]:
