@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import statistics
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any
@@ -167,44 +168,103 @@ def _turn_view(message: Message) -> Any:
 
 @dataclass
 class ContextDiff:
-    """Two contexts side by side, message by message in display order."""
+    """Two contexts side by side, their messages lined up by content (a fork that dropped
+    the first turns, or added a summary, still pairs the messages it kept)."""
 
     first_divergence: int | None
-    """Display index of the first message that differs (None: none does)."""
+    """Display index (in A, else in B) of the first message that is not in both."""
     turn: int | None
     """The user turn (1-based count of user messages up to it) where they diverge."""
     rows: list[dict[str, Any]]
+    summary: str = ""
+    """One sentence counting what is the same, changed, and only on one side."""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"first_divergence": self.first_divergence, "turn": self.turn, "rows": self.rows}
+        return {
+            "first_divergence": self.first_divergence,
+            "turn": self.turn,
+            "summary": self.summary,
+            "rows": self.rows,
+        }
 
 
 def diff_contexts(a: Context, b: Context) -> ContextDiff:
+    """``a`` and ``b`` message by message, lined up by content rather than by position:
+    the common start and end are taken as they are (linear), the middle is aligned with
+    difflib; a pair the alignment could not match becomes a "changed" row with its word
+    diff, a message on one side only a row of its own."""
+    left, right = a.messages, b.messages
+    keys_a = [canonical_json(_turn_view(m)) for m in left]
+    keys_b = [canonical_json(_turn_view(m)) for m in right]
+    head = 0
+    while head < min(len(keys_a), len(keys_b)) and keys_a[head] == keys_b[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(keys_a), len(keys_b)) - head and keys_a[-1 - tail] == keys_b[-1 - tail]:
+        tail += 1
+    pairs: list[tuple[int | None, int | None]] = [(i, i) for i in range(head)]
+    middle = difflib.SequenceMatcher(
+        None, keys_a[head : len(keys_a) - tail], keys_b[head : len(keys_b) - tail], autojunk=False
+    )
+    for op, i1, i2, j1, j2 in middle.get_opcodes():
+        span_a = list(range(head + i1, head + i2))
+        span_b = list(range(head + j1, head + j2))
+        if op == "equal":
+            pairs += list(zip(span_a, span_b, strict=True))
+            continue
+        for k in range(max(len(span_a), len(span_b))):  # a replaced block pairs up in order
+            pairs.append((span_a[k] if k < len(span_a) else None, span_b[k] if k < len(span_b) else None))
+    pairs += [(len(keys_a) - tail + k, len(keys_b) - tail + k) for k in range(tail)]
+    return _context_diff(left, right, keys_a, keys_b, pairs)
+
+
+def _context_diff(
+    left: Sequence[Message],
+    right: Sequence[Message],
+    keys_a: Sequence[str],
+    keys_b: Sequence[str],
+    pairs: Sequence[tuple[int | None, int | None]],
+) -> ContextDiff:
     rows: list[dict[str, Any]] = []
     first: int | None = None
     turn = 0
     diverged_turn: int | None = None
-    for index in range(max(len(a.messages), len(b.messages))):
-        left = a.messages[index] if index < len(a.messages) else None
-        right = b.messages[index] if index < len(b.messages) else None
-        present = left if left is not None else right
+    counts = Counter[str]()
+    for ia, ib in pairs:
+        ma = left[ia] if ia is not None else None
+        mb = right[ib] if ib is not None else None
+        present = ma if ma is not None else mb
         if present is not None and present.role == "user":
             turn += 1
-        same = left is not None and right is not None and _turn_view(left) == _turn_view(right)
+        same = ia is not None and ib is not None and keys_a[ia] == keys_b[ib]
+        side = (
+            "same" if same else "changed" if ia is not None and ib is not None else "a" if ib is None else "b"
+        )
+        counts[side] += 1
+        index = ia if ia is not None else ib
         if not same and first is None:
             first, diverged_turn = index, max(turn, 1)
         rows.append(
             {
                 "index": index,
+                "a_index": ia,
+                "b_index": ib,
                 "same": same,
-                "a": _row(left),
-                "b": _row(right),
-                "words": word_diff(left.text() if left else "", right.text() if right else "")
-                if not same
-                else [],
+                "a": _row(ma),
+                "b": _row(mb),
+                "words": [] if same else word_diff(ma.text() if ma else "", mb.text() if mb else ""),
             }
         )
-    return ContextDiff(first, diverged_turn, rows)
+    return ContextDiff(first, diverged_turn, rows, _summary(counts))
+
+
+def _summary(counts: Counter[str]) -> str:
+    """``12 messages the same, 1 changed, 6 only in A, 1 only in B``."""
+    parts = [f"{counts['same']:,} message{'' if counts['same'] == 1 else 's'} the same"]
+    parts += [f"{counts['changed']:,} changed"] if counts["changed"] else []
+    parts += [f"{counts['a']:,} only in A"] if counts["a"] else []
+    parts += [f"{counts['b']:,} only in B"] if counts["b"] else []
+    return ", ".join(parts)
 
 
 def _row(message: Message | None) -> dict[str, Any] | None:

@@ -18,6 +18,8 @@ from replay import (
     Output,
     Overrides,
     ReplayRun,
+    branch_turns,
+    diff_branches,
     diff_contexts,
     diff_outputs,
     parse_message_ranges,
@@ -26,7 +28,7 @@ from replay import (
     verify_store,
 )
 from replay._refs import resolve_reference
-from soap_core import Session, SoapError
+from soap_core import REPLAY_KEY, Session, SoapError
 from soap_core.runtime import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT_S, LLMEndpoint
 from soapwb.common import (
     SESSION_HELP,
@@ -37,6 +39,7 @@ from soapwb.common import (
     emit_json,
     open_store,
 )
+from workbench.output_diff_views import output_sentences
 
 
 def register(commands: Any) -> None:
@@ -397,19 +400,25 @@ def report_replay(
 def cmd_diff(args: argparse.Namespace) -> int:
     store = open_store(args)
     a, b = resolve_reference(store, args.a), resolve_reference(store, args.b)
+    if _is_branch(a) or _is_branch(b):
+        return _diff_branches(args, a, b)
     if a.names_output != b.names_output:
+        what = {True: "an output", False: "a whole context"}
         raise UsageError(
-            "compare two outputs (CONTEXT@INDEX or replay forks) or two contexts, not one of each"
+            f"{args.a} names {what[a.names_output]} and {args.b} {what[b.names_output]}: compare two "
+            "outputs (CONTEXT@INDEX, or replay forks) or two contexts (without @INDEX)"
         )
     if a.names_output:
-        result = diff_outputs(_output(a), _output(b)).as_dict()
+        first, second = _output(a), _output(b)
+        result = diff_outputs(first, second).as_dict()
         if args.json:
             emit_json({"kind": "outputs", **result})
             return 0
         print("identical" if result["identical"] else f"distance {result['distance']}")
-        print(" ".join(_marked(op, text) for op, text in result["words"]))
-        if result["tool_calls"]:
-            emit_json(result["tool_calls"])
+        if result["words"]:
+            print(" ".join(_marked(op, text) for op, text in result["words"]))
+        for sentence in output_sentences(first, second, ("A", "B")):  # what the page says
+            print(f"- {sentence}")
         if result["usage_delta"]:
             print(f"usage delta: {result['usage_delta']}")
         return 0
@@ -420,15 +429,46 @@ def cmd_diff(args: argparse.Namespace) -> int:
     if contexts.first_divergence is None:
         print("the contexts hold the same messages")
         return 0
-    print(f"first divergence at message {contexts.first_divergence} (turn {contexts.turn})")
-    for row in contexts.rows[contexts.first_divergence :]:
+    print(
+        f"first divergence at message {contexts.first_divergence} (turn {contexts.turn}); {contexts.summary}"
+    )
+    for row in contexts.rows:
+        if row["same"]:
+            continue
         left, right = row["a"], row["b"]
-        print(
-            f"#{row['index']} {'same' if row['same'] else 'differs'}: "
-            f"{(left or {}).get('role', '-')} | {(right or {}).get('role', '-')}"
+        where = " | ".join(
+            f"{side} #{row[key]} {(message or {}).get('role', '-')}"
+            for side, key, message in (("A", "a_index", left), ("B", "b_index", right))
+            if row[key] is not None
         )
+        print(f"{where}: {'changed' if left and right else 'only in ' + ('A' if left else 'B')}")
         if row["words"]:
             print("  " + " ".join(_marked(op, text) for op, text in row["words"]))
+    return 0
+
+
+def _is_branch(ref: Any) -> bool:
+    """A re-run or continued branch named as a whole: it has no single output."""
+    record = ref.context.extra.get(REPLAY_KEY)
+    return ref.index is None and isinstance(record, dict) and record.get("kind") in ("rerun", "continue")
+
+
+def _diff_branches(args: argparse.Namespace, a: Any, b: Any) -> int:
+    """Two branches (a re-run against the context it re-ran, or two re-runs) step by step,
+    from where the first of them started, as the Replay page aligns them."""
+    starts = [
+        int(r.context.extra[REPLAY_KEY].get("of_index", 0)) if _is_branch(r) else len(r.context.messages)
+        for r in (a, b)
+    ]
+    start = min(starts)
+    diff = diff_branches(branch_turns(a.context, start), branch_turns(b.context, start), names=("A", "B"))
+    if args.json:
+        emit_json({"kind": "branches", "from_message": start, **diff.as_dict()})
+        return 0
+    print(f"branches from message {start}: distance {diff.distance:.3f}")
+    print(f"first divergence: {diff.divergence}" if diff.first_divergence is not None else diff.divergence)
+    if diff.final_words:
+        print("final answers: " + " ".join(_marked(op, text) for op, text in diff.final_words))
     return 0
 
 

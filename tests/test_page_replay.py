@@ -519,7 +519,10 @@ class TestDiffSection:
         at = open_replay(workbench_store, diff_a=active[:8], diff_b=fork.id)
         diff = diff_contexts(session.contexts[active], fork)
         assert diff.first_divergence is not None
-        assert f"First divergence at message #{diff.first_divergence} (user turn {diff.turn})." in texts(at)
+        assert divergence_text(diff) in texts(at)
+        assert divergence_text(diff).startswith(
+            f"First divergence at message #{diff.first_divergence} (user turn {diff.turn}). "
+        )
         [table] = [d.value for d in at.dataframe if "word diff" in d.value.columns]
         assert table["same"].tolist() == [row["same"] for row in diff.rows]
 

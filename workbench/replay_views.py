@@ -50,7 +50,7 @@ from workbench.transcript import STYLES, speaker
 PREVIEW_WIDTH = 60
 WORD_COLUMNS = ("op", "words")
 RUN_COLUMNS = ("kind", "sample", "fork", "ok", "distance", "identical", "noise band", "error")
-CONTEXT_DIFF_COLUMNS = ("index", "same", "changes", "a role", "a text", "b role", "b text", "word diff")
+CONTEXT_DIFF_COLUMNS = ("a #", "b #", "same", "changes", "a role", "a text", "b role", "b text", "word diff")
 
 VerdictStatus = Literal["match", "mismatch", "unrecorded"]
 
@@ -671,9 +671,15 @@ def row_changes(a: dict[str, Any] | None, b: dict[str, Any] | None) -> str:
 
 
 def divergence_text(diff: ContextDiff) -> str:
+    """Where two contexts part, and how much of them is shared (messages lined up by content)."""
     if diff.first_divergence is None:
         return "The two contexts are the same, message by message."
-    return f"First divergence at message #{diff.first_divergence} (user turn {diff.turn})."
+    counted = f" {diff.summary[0].upper()}{diff.summary[1:]}." if diff.summary else ""
+    return f"First divergence at message #{diff.first_divergence} (user turn {diff.turn}).{counted}"
+
+
+def _number(index: int | None) -> str:
+    return "" if index is None else f"#{index}"
 
 
 def context_diff_table(diff: ContextDiff) -> pd.DataFrame:
@@ -688,7 +694,8 @@ def context_diff_table(diff: ContextDiff) -> pd.DataFrame:
 
     rows = [
         (
-            r["index"],
+            _number(r.get("a_index", r["index"] if r["a"] is not None else None)),
+            _number(r.get("b_index", r["index"] if r["b"] is not None else None)),
             r["same"],
             "" if r["same"] else row_changes(r["a"], r["b"]),
             side(r["a"], "role"),
