@@ -27,7 +27,7 @@ those. Its ``request`` is the body OpenPoke posts, key for key and in its order:
 compared with what OpenPoke logged.
 
 ``<active_agents>`` is the roster as it stood at the entry, rebuilt from the execution
-logs (:mod:`importers.openpoke._roster`). :func:`entry_position` turns an entry number
+logs and the agents' reports (:mod:`importers.openpoke._roster`). :func:`entry_position` turns an entry number
 into a place in a context (the command line's ``--at entry:N``).
 
 Limits, also written into the notes: the system prompt is read from an OpenPoke checkout
