@@ -57,11 +57,13 @@ from replay import (
 )
 from soap_core import Context, Message, Session, SoapError, Store, ToolPart, read_calls
 from soap_core.runtime import LLMEndpoint
+from workbench.context_names import session_names, short_id
 from workbench.loading import chosen_store, read_only_session, show_error_and_stop
 from workbench.output_diff_views import (
+    EMPTY_OUTPUTS,
     ORIGINAL_AND_RUN,
     call_texts,
-    marked_output,
+    coloured_words,
     output_sentences,
     output_words,
 )
@@ -117,7 +119,7 @@ from workbench.replay_views import (
 )
 from workbench.selection import selected_context, selected_session
 from workbench.times import viewer_zone
-from workbench.views import StoreSignature, escape_markdown, store_signature
+from workbench.views import StoreSignature, context_label, escape_markdown, store_signature
 
 RERUNS_KEY = "replay_reruns"
 REPLAY_TAB = "Replay"
@@ -642,9 +644,11 @@ def show_output_diff(diff: OutputDiff, a: Output, b: Output, names: tuple[str, s
     st.text("\n".join(f"• {sentence}" for sentence in output_sentences(a, b, names)))
     st.text(f"distance {diff.distance}  {'identical' if diff.identical else 'different'}")
     st.caption(
-        escape_markdown("Word by word, tool calls as text: [-only in the first-] {+only in the second+}")
+        escape_markdown(
+            f"Word by word, tool calls as text: [-only in {names[0]}-] (red), {{+only in {names[1]}+}} (green)"
+        )
     )
-    st.text(marked_output(a, b))
+    st.markdown(coloured_words(output_words(a, b)) or escape_markdown(EMPTY_OUTPUTS))
     with st.expander("Word runs", expanded=False):
         st.dataframe(word_table(output_words(a, b)), hide_index=True)
     if diff.tool_calls:
@@ -732,10 +736,8 @@ def show_saved_runs(root: str, session: Session, found: Materialized, saved: lis
         )
 
 
-def show_replay(root: str) -> None:
+def show_replay(root: str, session: Session, signature: StoreSignature) -> None:
     """The Replay tab: pick, verify, edit, run, and the runs saved for this message."""
-    signature = store_signature(root)  # once a run: it stats every file of the store
-    session = selected_session(root, read_only=True, signature=signature)
     context = selected_context(session)
     calls = call_log(session)
     index, found = pick_message(Shown(root, session, context, signature))
@@ -895,19 +897,60 @@ def _reference(root: str, ref: str, signature: StoreSignature) -> Reference:
     return resolve_reference(Store(root), ref)
 
 
-def reference_input(label: str, param: str) -> str:
-    """A reference typed or taken from ``?diff_a=`` / ``?diff_b=``, written back to the URL."""
-    if param not in st.session_state:
-        st.session_state[param] = st.query_params.get(param, "")
-    value = st.text_input(label, key=param, placeholder="context id or prefix, optionally @index").strip()
-    if value:
-        st.query_params[param] = value
-    elif param in st.query_params:
-        del st.query_params[param]
-    return value
+DIFF_PARAMS = ("diff_a", "diff_b")
+WHOLE = "the whole context"
 
 
-def show_diff(root: str) -> None:
+def _own_part(session: Session, ref: str) -> tuple[str, str] | None:
+    """``ref`` as (context id, index) when it names a context of ``session``; None when
+    it names another session's, or nothing."""
+    context_ref, _, index = ref.partition("@")
+    if not context_ref:
+        return None
+    hits = [cid for cid in session.contexts if cid.startswith(context_ref)]
+    return (hits[0], index) if len(hits) == 1 else None
+
+
+def reference_picker(session: Session, side: str, param: str) -> str:
+    """One side of the diff: a context of this session picked from its fork tree, and a
+    message of it (its output), or a reference typed for any session of the store. Kept in
+    ``?diff_a=`` / ``?diff_b=`` as the reference it makes (``CONTEXT`` or ``CONTEXT@INDEX``)."""
+    saved = [n.id for n in session_names(session).nodes if n.id in session.contexts]
+    picked, at, typed = f"{param}_context", f"{param}_at", f"{param}_typed"
+    if picked not in st.session_state:  # first run of this page: from the link
+        linked = st.query_params.get(param, "")
+        own = _own_part(session, linked) if linked else None
+        st.session_state[picked] = own[0] if own else None
+        st.session_state[at] = own[1] if own else ""
+        st.session_state[typed] = linked if linked and own is None else ""
+    context_id = st.selectbox(
+        f"{side}: context",
+        saved,
+        format_func=lambda cid: context_label(session, cid),
+        key=picked,
+        placeholder="Pick a context from the fork tree",
+    )
+    index = st.text_input(
+        f"{side}: at message",
+        key=at,
+        placeholder=f"empty: {WHOLE}; a number: its output at that message",
+        help="A message's number as the Context page shows it: the output there is compared too.",
+    ).strip()
+    with st.expander(f"{side}: from another session"):
+        other = st.text_input(
+            "Context id or prefix, optionally @index",
+            key=typed,
+            help="Any context of this store; this takes the place of the pick above.",
+        ).strip()
+    ref = other or (f"{context_id}@{index}" if context_id and index else context_id or "")
+    if ref:
+        st.query_params[param] = ref
+    else:
+        st.query_params.pop(param, None)
+    return ref
+
+
+def show_diff(root: str, session: Session) -> None:
     """Two contexts side by side; and their outputs when both references name one.
 
     Errors end this tab only (st.error and return, not st.stop), so that a bad reference
@@ -915,28 +958,28 @@ def show_diff(root: str) -> None:
     """
     columns = st.columns(2)
     with columns[0]:
-        a_ref = reference_input("A", "diff_a")
+        a_ref = reference_picker(session, "A", "diff_a")
     with columns[1]:
-        b_ref = reference_input("B", "diff_b")
+        b_ref = reference_picker(session, "B", "diff_b")
     if not a_ref or not b_ref:
-        st.info("Name two contexts (id or prefix), or two messages as CONTEXT@INDEX, to compare them.")
+        st.info(
+            "Pick two contexts to compare them; give a message number to compare their outputs there too."
+        )
         return
     try:
         a, b = _reference(root, a_ref, store_signature(root)), _reference(root, b_ref, store_signature(root))
     except SoapError as exc:
         st.error(escape_markdown(str(exc)))
         return
-    st.text(f"A: context {a.context.id} of {a.session.role} / {a.session.uuid}")
-    st.text(f"B: context {b.context.id} of {b.session.role} / {b.session.uuid}")
+    st.text(f"A: {_side_text(a)}")
+    st.text(f"B: {_side_text(b)}")
     if a.names_output and b.names_output:
         st.subheader("Outputs")
         a_output, b_output = output_of_reference(a), output_of_reference(b)
-        side_by_side(a_output, b_output, (f"A: {a_ref}", f"B: {b_ref}"))
+        side_by_side(a_output, b_output, (f"A: {_output_name(a)}", f"B: {_output_name(b)}"))
         show_output_diff(diff_outputs(a_output, b_output), a_output, b_output, ("A", "B"))
     elif a.names_output or b.names_output:
-        st.text(
-            "Only one reference names an output (CONTEXT@INDEX or a replay run): comparing contexts only."
-        )
+        st.text("Only one side names an output (a message number, or a replay run): comparing contexts only.")
     st.subheader("Contexts")
     diff = diff_contexts(a.context, b.context)
     st.text(divergence_text(diff))
@@ -947,11 +990,42 @@ def show_diff(root: str) -> None:
     )
 
 
+def _output_name(ref: Reference) -> str:
+    """A side's output named as the fork tree names its context: ``main, message 6``."""
+    name = session_names(ref.session).names.get(ref.context.id) or short_id(ref.context.id)
+    return f"{name}, message {ref.index}" if ref.index is not None else f"{name}, its answer"
+
+
+def _side_text(ref: Reference) -> str:
+    where = context_label(ref.session, ref.context.id)
+    at = f", its output at message {ref.index}" if ref.index is not None else ""
+    return f"{where}{at} ({ref.session.role} / {short_id(ref.session.uuid)})"
+
+
+def session_of_the_link(root: str) -> None:
+    """A diff link without ``?session=`` (an older or hand-made one) opens the session
+    of its first reference, instead of a picker that hides the diff."""
+    if st.query_params.get("session"):
+        return
+    for param in DIFF_PARAMS:
+        ref = st.query_params.get(param)
+        if ref:
+            try:
+                st.query_params["session"] = _reference(root, ref, store_signature(root)).session.uuid
+            except SoapError:
+                continue
+            return
+
+
 st.title("Replay & diff")
 store_root = chosen_store()
-wants_diff = bool(st.query_params.get("diff_a") or st.query_params.get("diff_b"))
+wants_diff = any(st.query_params.get(p) for p in DIFF_PARAMS)
+if wants_diff:
+    session_of_the_link(store_root)
+store_now = store_signature(store_root)  # once a run: it stats every file of the store
+shown_session = selected_session(store_root, read_only=True, signature=store_now)
 replay_tab, diff_tab = st.tabs([REPLAY_TAB, DIFF_TAB], default=DIFF_TAB if wants_diff else REPLAY_TAB)
 with diff_tab:
-    show_diff(store_root)
+    show_diff(store_root, shown_session)
 with replay_tab:
-    show_replay(store_root)
+    show_replay(store_root, shown_session, store_now)

@@ -171,6 +171,39 @@ def progress_line(text: str, *, last: bool = False) -> None:
     terminal.flush()
 
 
+_WORD_MARKS = {"equal": "{}", "delete": "[-{}-]", "insert": "{{+{}+}}"}
+_WORD_COLOURS = {"delete": "\x1b[31m", "insert": "\x1b[32m"}
+_RESET = "\x1b[0m"
+
+
+def colour_wanted() -> bool:
+    """Colour on stdout when it is a terminal and $NO_COLOR is unset or empty
+    (https://no-color.org)."""
+    return not os.environ.get("NO_COLOR") and sys.stdout.isatty()
+
+
+def print_words(words: Iterable[tuple[str, str]], prefix: str = "") -> None:
+    """A word diff on stdout as git's word diff marks it, ``[-only in the first-]`` and
+    ``{+only in the second+}``; on a terminal the marked runs are red and green too. The
+    colour codes are the only control characters written on purpose, so they go to the
+    stream below :class:`TerminalText`; the words themselves are escaped."""
+    runs = [(op, _WORD_MARKS[op].format(text)) for op, text in words]
+    if not colour_wanted():
+        print(prefix + " ".join(marked for _, marked in runs))
+        return
+    stream = sys.stdout
+    terminal = stream.terminal if isinstance(stream, TerminalText) else stream
+    stream.flush()
+    coloured = (
+        f"{_WORD_COLOURS[op]}{escape_controls(marked)}{_RESET}"
+        if op in _WORD_COLOURS
+        else escape_controls(marked)
+        for op, marked in runs
+    )
+    terminal.write(escape_controls(prefix) + " ".join(coloured) + "\n")
+    terminal.flush()
+
+
 def add_progress_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--progress",

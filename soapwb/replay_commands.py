@@ -38,8 +38,9 @@ from soapwb.common import (
     add_store_options,
     emit_json,
     open_store,
+    print_words,
 )
-from workbench.output_diff_views import output_sentences
+from workbench.output_diff_views import output_sentences, output_words
 
 
 def register(commands: Any) -> None:
@@ -415,8 +416,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
             emit_json({"kind": "outputs", **result})
             return 0
         print("identical" if result["identical"] else f"distance {result['distance']}")
-        if result["words"]:
-            print(" ".join(_marked(op, text) for op, text in result["words"]))
+        words = output_words(first, second)  # tool calls as text, as the page shows them
+        if any(op != "equal" for op, _ in words):
+            print_words(words)
         for sentence in output_sentences(first, second, ("A", "B")):  # what the page says
             print(f"- {sentence}")
         if result["usage_delta"]:
@@ -443,7 +445,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
         )
         print(f"{where}: {'changed' if left and right else 'only in ' + ('A' if left else 'B')}")
         if row["words"]:
-            print("  " + " ".join(_marked(op, text) for op, text in row["words"]))
+            print_words(row["words"], "  ")
     return 0
 
 
@@ -468,7 +470,7 @@ def _diff_branches(args: argparse.Namespace, a: Any, b: Any) -> int:
     print(f"branches from message {start}: distance {diff.distance:.3f}")
     print(f"first divergence: {diff.divergence}" if diff.first_divergence is not None else diff.divergence)
     if diff.final_words:
-        print("final answers: " + " ".join(_marked(op, text) for op, text in diff.final_words))
+        print_words(diff.final_words, "final answers: ")
     return 0
 
 
@@ -478,7 +480,3 @@ def _output(ref: Any) -> Output:
         raise SoapError(f"context {ref.context.id} has no output at {ref.index}")
     usage = None
     return Output.of(message, usage)
-
-
-def _marked(op: str, text: str) -> str:
-    return {"equal": text, "delete": f"[-{text}-]", "insert": f"{{+{text}+}}"}[op]

@@ -134,9 +134,20 @@ def test_the_diff_tab_shows_a_tool_call_beside_a_text_answer_and_phrases_the_dif
         and "tool call 1 count_errors removed (was count_errors())" in text
     )
     assert "(both empty)" not in text and "root[" not in text  # no raw DeepDiff path in sight
-    left = page.get_by_text("tool call 1: count_errors", exact=False).first.bounding_box()
-    right = page.get_by_text(fork.messages[-1].text(), exact=True).first.bounding_box()
+    # the Replay tab is drawn too, hidden: only what the Diff tab shows is measured
+    left = (
+        page.get_by_text("tool call 1: count_errors", exact=False).filter(visible=True).first.bounding_box()
+    )
+    right = page.get_by_text(fork.messages[-1].text(), exact=True).filter(visible=True).first.bounding_box()
     assert left is not None and right is not None and left["x"] < right["x"]
+    removed = page.get_by_text("[-tool call 1: count_errors", exact=False).filter(visible=True).first
+    added = page.get_by_text("{+" + fork.messages[-1].text(), exact=False).filter(visible=True).first
+    backgrounds = [
+        run.evaluate("e => getComputedStyle(e.closest('span[style], span') || e).backgroundColor")
+        for run in (removed, added)
+    ]
+    assert all(b not in ("", "rgba(0, 0, 0, 0)", "transparent") for b in backgrounds), backgrounds
+    assert backgrounds[0] != backgrounds[1]  # red for the first's, green for the second's
     full_screenshot(page, "replay-diff-tab")
     page.close()
 

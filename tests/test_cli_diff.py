@@ -5,6 +5,10 @@ raw DeepDiff JSON)."""
 
 from __future__ import annotations
 
+import os
+import pty
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -50,3 +54,45 @@ def test_two_outputs_are_told_in_sentences(tmp_path: Path, capsys: pytest.Captur
     assert main(["diff", f"{one}@{FIRST_ANSWER}", f"{two}@{FIRST_ANSWER}", "--store", root]) == 0
     out = capsys.readouterr().out
     assert "root[" not in out and "- " in out and "melon" in out
+
+
+def on_a_terminal(argv: list[str], env: dict[str, str]) -> str:
+    """``soapwb`` run with its stdout on a pseudo-terminal, as a person runs it."""
+    leader, follower = pty.openpty()
+    proc = subprocess.run(
+        [sys.executable, "-m", "soapwb.cli", *argv],
+        stdout=follower,
+        stderr=subprocess.PIPE,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal closed: all read
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    assert proc.returncode == 0, proc.stderr
+    return b"".join(chunks).decode()
+
+
+def test_word_diffs_are_red_and_green_on_a_terminal_unless_no_color(tmp_path: Path) -> None:
+    """Coloured as git colours a word diff, and plain where colour is not wanted: a pipe, or
+    $NO_COLOR (https://no-color.org); the marks stay either way."""
+    root, _, one, two = two_reruns(tmp_path)
+    argv = ["diff", f"{one}@{FIRST_ANSWER}", f"{two}@{FIRST_ANSWER}", "--store", root]
+    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
+    coloured = on_a_terminal(argv, env)
+    assert "\x1b[31m[-" in coloured and "\x1b[32m{+" in coloured and "-]\x1b[0m" in coloured
+    plain = on_a_terminal(argv, {**env, "NO_COLOR": "1"})
+    assert "\x1b[" not in plain and "[-" in plain and "{+" in plain
+    piped = subprocess.run(
+        [sys.executable, "-m", "soapwb.cli", *argv], capture_output=True, text=True, env=env, check=True
+    ).stdout
+    assert "\x1b[" not in piped and "{+" in piped

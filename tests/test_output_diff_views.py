@@ -8,6 +8,7 @@ from workbench.output_diff_views import (
     argument_path,
     argument_sentences,
     call_text,
+    coloured_words,
     marked_output,
     output_sentences,
     output_text,
@@ -43,6 +44,16 @@ class TestToolCallsAsText:
     def test_a_changed_argument_shows_word_by_word(self) -> None:
         a, b = Output("", (search("weather in Paris"),)), Output("", (search("Paris weather"),))
         assert marked_output(a, b) == 'tool call 1: search query = [-"weather in Paris"-] {+"Paris weather"+}'
+
+
+class TestColouredWords:
+    def test_runs_are_red_and_green_and_escaped_so_text_never_becomes_markup(self) -> None:
+        words = [("equal", "see"), ("delete", "[here](https://evil.example)"), ("insert", "**now** :red[x]")]
+        shown = coloured_words(words)
+        assert shown.startswith("see :red-background[\\[\\-") and ":green-background[\\{\\+" in shown
+        for raw in ("](", "**", ":red[x]", "https://"):  # no link, no bold, no directive of its own
+            assert raw not in shown, raw
+        assert coloured_words([]) == ""
 
 
 class TestSentences:

@@ -38,7 +38,7 @@ from soap_core.runtime.local_model import LocalModelServer, free_port
 from tests.conftest import CHILD_ID, PARENT_ID, SESSION_UUID, SOAP_FIXTURE, edit_json, snapshot
 from tests.scripted import ScriptedEndpoint
 from tests.workbench_store import XSS
-from workbench.output_diff_views import call_texts, marked_output, output_sentences
+from workbench.output_diff_views import call_texts, coloured_words, output_sentences, output_words
 from workbench.replay_views import (
     Batch,
     RunSettings,
@@ -64,7 +64,7 @@ from workbench.replay_views import (
     setting_states,
     tool_modes_text,
 )
-from workbench.views import short_id
+from workbench.views import context_label, short_id
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
 OPENPOKE_SHORT = Path(__file__).parent / "fixtures" / "openpoke" / "short"
@@ -100,6 +100,10 @@ def analyst(root: Path) -> Session:
 
 def texts(at: AppTest) -> list[str]:
     return [element.value for element in at.text]
+
+
+def markdowns(at: AppTest) -> list[str]:
+    return [element.value for element in at.markdown]
 
 
 def as_shown(text: str) -> str:
@@ -403,7 +407,7 @@ class TestRunningAgainstTheLocalModel:
         original = after.contexts[found.context_id].messages[found.index]
         a, b = Output.of(original), Output.of(fork.messages[-1])
         diff = diff_outputs(a, b)
-        assert as_shown(marked_output(a, b)) in texts(at)
+        assert coloured_words(output_words(a, b)) in markdowns(at)
         assert "\n".join(f"• {s}" for s in output_sentences(a, b)) in texts(at)
         assert f"distance {diff.distance}  {'identical' if diff.identical else 'different'}" in texts(at)
         [table] = [
@@ -414,7 +418,7 @@ class TestRunningAgainstTheLocalModel:
         later = open_replay(writable_store, timeout=120, session=session.uuid)  # a reload: a new session
         assert saved_line(2, 0) in [c.value for c in later.caption]  # the store's own run, and this one
         assert f"run sample 0  fork {fork.id}" in texts(later)
-        assert as_shown(marked_output(a, b)) in texts(later)
+        assert coloured_words(output_words(a, b)) in markdowns(later)
         assert {"edits": {str(edited): "Say hello to the team."}} in json_values(later)
         [heading] = [h.value for h in later.subheader if h.value.startswith("Run 2")]
         assert f"#{edited} edited" in heading.replace("\\", "")
@@ -533,7 +537,7 @@ class TestDiffSection:
         store = Store(workbench_store)
         a, b = resolve_reference(store, f"{active}@8"), resolve_reference(store, fork.id)
         at = open_replay(workbench_store, diff_a=f"{active}@8", diff_b=fork.id)
-        assert as_shown(marked_output(Output.of(a.message), Output.of(b.message))) in texts(at)
+        assert coloured_words(output_words(Output.of(a.message), Output.of(b.message))) in markdowns(at)
         assert divergence_text(diff_contexts(a.context, b.context)) in texts(at)
 
     def test_a_tool_call_against_a_text_answer_is_phrased_never_both_empty(
@@ -558,6 +562,43 @@ class TestDiffSection:
         session = Store(SOAP_FIXTURE).load_session(SESSION_UUID)
         diff = diff_contexts(session.contexts[PARENT_ID], session.contexts[ACTIVE])
         assert divergence_text(diff) in texts(at)
+
+    def test_two_contexts_are_picked_from_the_fork_tree_and_kept_in_the_link(
+        self, workbench_store: Path
+    ) -> None:
+        """No typed id: the sides are pickers of the session's contexts, named as the fork
+        tree names them; a message number compares the outputs there too."""
+        session = analyst(workbench_store)
+        active = session.active_context
+        [fork] = replay_forks(session)
+        at = open_replay(workbench_store, session=session.uuid)
+        picker = at.selectbox(key="diff_a_context")
+        assert picker.value is None and set(picker.options) == {
+            context_label(session, cid) for cid in session.contexts
+        }
+        assert any("Pick two contexts" in i.value for i in at.info)
+        at.selectbox(key="diff_a_context").set_value(active.id).run()
+        at.selectbox(key="diff_b_context").set_value(fork.id).run()
+        assert (at.query_params["diff_a"], at.query_params["diff_b"]) == (active.id, fork.id)
+        assert divergence_text(diff_contexts(active, fork)) in texts(at)
+        call = max(i for i, m in enumerate(active.messages) if m.role == "assistant" and m.tool_uses())
+        at.text_input(key="diff_a_at").input(str(call)).run()
+        assert at.query_params["diff_a"] == f"{active.id}@{call}"
+        assert "tool call 1 count_errors removed (was count_errors())" in "\n".join(texts(at))
+        again = open_replay(
+            workbench_store, session=session.uuid, diff_a=f"{active.id}@{call}", diff_b=fork.id
+        )
+        assert again.selectbox(key="diff_a_context").value == active.id  # a link fills the pickers
+        assert again.text_input(key="diff_a_at").value == str(call)
+
+    def test_a_diff_link_without_a_session_opens_the_session_of_its_contexts(
+        self, workbench_store: Path
+    ) -> None:
+        session = analyst(workbench_store)
+        [fork] = replay_forks(session)
+        at = open_replay(workbench_store, diff_a=session.active_context_id, diff_b=fork.id)
+        assert at.query_params["session"] == session.uuid
+        assert at.selectbox(key="diff_b_context").value == fork.id
 
     def test_an_unknown_reference_is_an_error_and_the_replay_tab_still_works(self) -> None:
         at = open_replay(SOAP_FIXTURE, session=SESSION_UUID, diff_a="zzzz", diff_b=ACTIVE)

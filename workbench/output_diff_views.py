@@ -22,6 +22,7 @@ from typing import Any
 from deepdiff import DeepDiff
 
 from replay import Output, word_diff
+from workbench.views import escape_markdown
 
 SENTENCE_WIDTH = 60
 """Longest rendering of one value inside a sentence."""
@@ -38,6 +39,19 @@ def marked_words(words: Sequence[tuple[str, str]]) -> str:
     """A word diff as plain text: ``[-deleted-]`` and ``{+inserted+}``, as git's word diff."""
     marks = {"equal": "{}", "delete": "[-{}-]", "insert": "{{+{}+}}"}
     return " ".join(marks[op].format(text) for op, text in words)
+
+
+def coloured_words(words: Sequence[tuple[str, str]]) -> str:
+    """A word diff as Markdown for the page: what only the first has on red, what only
+    the second has on green, each run escaped so it shows as written
+    (never a link, never formatting); the marks of :func:`marked_words` stay, so the
+    difference reads without colour too."""
+    spans = {
+        "equal": "{}",
+        "delete": ":red-background[\\[\\-{}\\-\\]]",
+        "insert": ":green-background[\\{{\\+{}\\+\\}}]",
+    }
+    return " ".join(spans[op].format(escape_markdown(text)) for op, text in words)
 
 
 def value_text(value: Any, width: int | None = None) -> str:

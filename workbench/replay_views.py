@@ -470,9 +470,11 @@ def word_table(words: Sequence[tuple[str, str]]) -> pd.DataFrame:
 
 def delta_table(diff: OutputDiff) -> pd.DataFrame:
     """Usage and latency of the second output minus the first, one row per measure."""
-    rows: list[tuple[str, float]] = [(f"usage.{k}", float(v)) for k, v in sorted(diff.usage_delta.items())]
+    rows: list[tuple[str, float]] = [
+        (k.replace("_", " "), float(v)) for k, v in sorted(diff.usage_delta.items())
+    ]  # completion_tokens → "completion tokens": labels in words
     if diff.latency_delta_s is not None:
-        rows.append(("latency_s", round(diff.latency_delta_s, 6)))
+        rows.append(("latency (s)", round(diff.latency_delta_s, 6)))
     return pd.DataFrame.from_records(rows, columns=["measure", "delta"])
 
 
