@@ -39,6 +39,7 @@ from analysis import (
 from soap_core import Session, SoapError, Store, read_calls
 from soap_core.runtime import LLMEndpoint
 from workbench.compaction_views import (
+    DRIFT_COLUMNS,
     KINDS,
     DriftJob,
     StrategyChoice,
@@ -67,9 +68,10 @@ from workbench.compaction_views import (
     suggested_numbers,
     with_baseline,
 )
+from workbench.context_names import short_id
 from workbench.loading import chosen_store, load_session, read_only_session, show_error_and_stop
 from workbench.selection import selected_session
-from workbench.views import StoreSignature, escape_markdown, store_signature
+from workbench.views import StoreSignature, blanks_as, escape_markdown, store_signature
 
 DRIFT_JOB = "compaction_drift_job"
 NOISE_SAMPLES = 2  # unchanged re-runs per call of what the session sent: the fewest that make a band
@@ -317,14 +319,18 @@ def show_drift(simulations: list[Simulation], job: DriftJob | None) -> None:
     results = job.results if job is not None else []
     drift = drift_rows(simulations, results) if results else []
     band = drift_band(results)
-    st.dataframe(comparison_table(simulations, drift, band), hide_index=True, key="comparison_table")
+    table = comparison_table(simulations, drift, band)
+    if table["drift"].isna().all():  # nothing measured yet: no column of blanks
+        table = table.drop(columns=list(DRIFT_COLUMNS))
+    shown = blanks_as(table, {"drift": "not measured", "noise band": "-", "vs noise": "-"})
+    st.dataframe(shown, hide_index=True, key="comparison_table")
     if not results:
         return
     note = band_note(band, measured=True)
     st.text("\n".join([note, *(drift_line(row, band) for row in drift if row.runs)]))
     for line in drift_errors(results):
         st.error(escape_markdown(line))
-    st.dataframe(drift_runs_table(results, band), hide_index=True, key="drift_runs")
+    st.dataframe(blanks_as(drift_runs_table(results, band), "-"), hide_index=True, key="drift_runs")
 
 
 @st.cache_resource(show_spinner=False, max_entries=32)
@@ -387,5 +393,5 @@ st.title("Compaction")
 store_root = chosen_store()
 store_state = store_signature(store_root)  # once a run: it stats every file of the store
 chosen = selected_session(store_root, read_only=True, signature=store_state)  # a drift run loads a copy
-st.text(f"{chosen.role} / {chosen.uuid}")
+st.text(f"{chosen.role} / {short_id(chosen.uuid)}", help=f"session id {chosen.uuid}")
 show_session(store_root, chosen, store_state)

@@ -30,7 +30,7 @@ from workbench.fork_tree_views import (
 )
 from workbench.loading import chosen_store, show_error_and_stop
 from workbench.selection import selected_session
-from workbench.views import context_label, escape_markdown, load_error_line, session_heading
+from workbench.views import blanks_as, context_label, escape_markdown, load_error_line, session_heading
 
 CHART_KEY = "fork_tree_chart"
 FORKS_KEY = "fork_tree_show_forks"
@@ -197,7 +197,7 @@ st.caption(
     + (f" The {folded} replay forks are shown as one node per run." if folded else "")
 )
 st.dataframe(
-    node_table(items),
+    blanks_as(node_table(items), {"messages": "-", "forks": "-"}),  # a discarded context, a lone fork
     hide_index=True,
     column_config={
         "name": st.column_config.TextColumn(width="large"),

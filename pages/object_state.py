@@ -12,6 +12,7 @@ import streamlit as st
 
 from soap_core import SoapError
 from soap_core.runtime import InvocationRecord
+from workbench.context_names import short_id
 from workbench.loading import chosen_store, show_error_and_stop
 from workbench.object_state_views import (
     agent_records,
@@ -25,7 +26,7 @@ from workbench.object_state_views import (
 )
 from workbench.selection import selected_session
 from workbench.times import viewer_zone
-from workbench.views import StoreSignature, escape_markdown, store_signature
+from workbench.views import StoreSignature, blanks_as, escape_markdown, store_signature
 
 
 @st.cache_data(show_spinner="Reading the invocation records…", max_entries=16)
@@ -95,7 +96,9 @@ def show_diff(records: list[InvocationRecord]) -> None:
         st.text("The two states are equal.")
         return
     st.text(f"{len(changes)} difference{'' if len(changes) == 1 else 's'}")
-    st.dataframe(diff_table(changes), hide_index=True)
+    st.dataframe(
+        blanks_as(diff_table(changes), {"before": "(not set)", "after": "(removed)"}), hide_index=True
+    )
 
 
 st.title("Object state")
@@ -115,9 +118,12 @@ records = shown_records(records)
 if not records:
     st.info("The agent itself was never invoked in this session: every record is a workbench re-run.")
     st.stop()
-st.text(f"{session.role} / {session.uuid}: {records_summary(records)}")
+st.text(
+    f"{session.role} / {short_id(session.uuid)}: {records_summary(records)}",
+    help=f"session id {session.uuid}",
+)
 st.subheader("State after each invocation")
-st.dataframe(state_table(records, viewer_zone()), hide_index=True)
+st.dataframe(blanks_as(state_table(records, viewer_zone()), "-"), hide_index=True)
 figure = numeric_figure(records)
 if figure is not None:
     st.plotly_chart(figure, key="object_state_numbers")

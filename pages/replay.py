@@ -258,7 +258,7 @@ def show_found(session: Session, found: Materialized) -> None:
     """The materialized request, its hash, notes and verification, and the original answer."""
     st.subheader("Materialized request")
     st.text(f"request hash {found.request_hash}")
-    st.text(source_line(found))
+    st.text(source_line(found), help=f"context id {(found.sent_from or (found.context_id,))[0]}")
     for note in found.notes:
         st.text(f"note: {note}")
     show_verification(found)
@@ -677,7 +677,7 @@ def show_run(
             st.text(f"{kind} sample {run.sample}: nothing saved, the model was never reached")
             st.warning(escape_markdown(f"sample {run.sample} failed: {run.error}"))
             return
-        st.text(f"{kind} sample {run.sample}  fork {run.fork_id}")
+        st.text(f"{kind} sample {run.sample}  fork {short_id(run.fork_id)}", help=f"fork id {run.fork_id}")
         st.page_link(
             "pages/context.py",
             label="Open the fork",
@@ -828,7 +828,7 @@ def show_saved_reruns(
         try:
             diff = diff_saved_rerun(session, result, calls)
         except (KeyError, SoapError) as exc:
-            st.error(escape_markdown(f"re-run {number} (fork {kept.result.fork_id}): {exc}"))
+            st.error(escape_markdown(f"re-run {number} (fork {short_id(kept.result.fork_id)}): {exc}"))
             continue
         show_rerun(number, kept, result, diff)
         continue_form(root, session.uuid, result, base_url)

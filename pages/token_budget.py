@@ -24,6 +24,7 @@ from analysis import (
     threshold_start,
 )
 from soap_core import Context, Session, SoapError, Store
+from workbench.context_names import short_id
 from workbench.loading import chosen_store, read_only_session, show_error_and_stop
 from workbench.selection import selected_context, selected_session
 from workbench.token_budget_views import (
@@ -193,7 +194,7 @@ st.title("Token budget")
 store_root = chosen_store()
 store_state = store_signature(store_root)  # once a run: it stats every file of the store
 chosen = selected_session(store_root, read_only=True, signature=store_state)  # the page changes nothing
-st.text(f"{chosen.role} / {chosen.uuid}")
+st.text(f"{chosen.role} / {short_id(chosen.uuid)}", help=f"session id {chosen.uuid}")
 show_calls(store_root, chosen, store_state)
 show_chain(store_root, chosen, store_state)
 show_messages(store_root, chosen, store_state)

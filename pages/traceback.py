@@ -14,6 +14,7 @@ import streamlit as st
 
 from soap_core import SoapError
 from soap_core.runtime import InvocationTrace
+from workbench.context_names import short_id
 from workbench.loading import chosen_store, show_error_and_stop
 from workbench.selection import selected_session
 from workbench.times import viewer_zone
@@ -36,7 +37,7 @@ from workbench.traceback_views import (
     trace_frames,
     workbench_runs,
 )
-from workbench.views import StoreSignature, escape_markdown, store_signature
+from workbench.views import StoreSignature, blanks_as, escape_markdown, store_signature
 
 
 @st.cache_data(show_spinner="Walking the invocation chains…", max_entries=16)
@@ -102,7 +103,10 @@ def show_call_sites(root: str, trace: InvocationTrace) -> None:
     for frame in trace_frames(trace):
         params = call_site_params(frame)
         if params is None:
-            st.text(f"{frame.role} / {frame.session}: called from Python (no calling message)")
+            st.text(
+                f"{frame.role} / {short_id(frame.session)}: called from Python (no calling message)",
+                help=f"session id {frame.session}",
+            )
             continue
         st.page_link(
             "pages/context.py",
@@ -118,7 +122,8 @@ def show_trace(root: str, trace: InvocationTrace, traced: SessionTraces) -> None
     for frame in problem_frames(trace):  # a refusal is the runtime's rule at work; a failure is red
         (st.warning if frame.outcome == "refused" else st.error)(escape_markdown(problem_message(frame)))
     st.subheader("Call stack (outermost first)")
-    st.dataframe(highlight_problems(stack_table(trace, prompts, viewer_zone())), hide_index=True)
+    stack = highlight_problems(stack_table(trace, prompts, viewer_zone()))
+    st.dataframe(blanks_as(stack, {"message": "from Python"}), hide_index=True)
     st.subheader("Call sites")
     show_call_sites(root, trace)
     st.subheader("Timeline across objects")
@@ -150,5 +155,5 @@ if not invocations:
     st.info("The agent itself was never invoked in this session: every invocation is a workbench re-run.")
     st.stop()
 st.subheader("Invocations of this session")
-st.dataframe(invocations_table(invocations, traced.prompts, viewer_zone()), hide_index=True)
+st.dataframe(blanks_as(invocations_table(invocations, traced.prompts, viewer_zone()), "-"), hide_index=True)
 show_trace(root, pick_invocation(traced, invocations), traced)

@@ -18,6 +18,7 @@ from soap_core import Context, Store
 from soap_core.runtime import LLMEndpoint
 from soap_core.runtime.local_model import LocalModelServer
 from tests.test_browser import SHOTS, analyst, open_page, settle, streamlit_app
+from workbench.context_names import short_id
 
 EDIT = "Say hello to the team."
 
@@ -89,15 +90,15 @@ def test_an_edited_replay_shows_side_by_side_and_outlasts_a_reload(
     page.get_by_role("button", name="Run", exact=True).click()
     fork = new_run(store, session, before)
     assert fork.messages[edited].text() == EDIT
-    wait_for_text(page, f"fork {fork.id}")
+    wait_for_text(page, f"fork {short_id(fork.id)}")
     settle(page)
 
     def shows_the_run() -> None:
         text = main_text(page)
-        assert f"fork {fork.id}" in text, text[-3000:]
+        assert f"fork {short_id(fork.id)}" in text, text[-3000:]
         assert "Runs of this message" in text and "edited" in text
         assert "(both empty)" not in text
-        box = page.locator('[data-testid="stVerticalBlock"]', has_text=f"fork {fork.id}").last
+        box = page.locator('[data-testid="stVerticalBlock"]', has_text=f"fork {short_id(fork.id)}").last
         shown = box.inner_text()
         assert "• text changed:" in shown  # the diff in sentences
         left = box.get_by_text("Original", exact=True).first.bounding_box()
@@ -111,7 +112,7 @@ def test_an_edited_replay_shows_side_by_side_and_outlasts_a_reload(
 
     page.reload()
     page.wait_for_selector('[data-testid="stMain"]', timeout=30_000)
-    wait_for_text(page, f"fork {fork.id}")
+    wait_for_text(page, f"fork {short_id(fork.id)}")
     settle(page)
     shows_the_run()
     full_screenshot(page, "replay-after-reload")
@@ -165,10 +166,10 @@ def test_a_replayed_tool_call_is_shown_as_text_on_both_sides(
     [run] = replay(Store(store), loaded, found, LLMEndpoint(llm_server.base_url))
     assert run.ok and run.output is not None and run.output.tool_uses()
     page = open_page(browser, f"{url}/replay?store={store}&session={loaded.uuid}&message={call}")
-    wait_for_text(page, f"fork {run.fork_id}")
+    wait_for_text(page, f"fork {short_id(run.fork_id)}")
     settle(page)
     full_screenshot(page, "replay-tool-call")
-    box = page.locator('[data-testid="stVerticalBlock"]', has_text=f"fork {run.fork_id}").last
+    box = page.locator('[data-testid="stVerticalBlock"]', has_text=f"fork {short_id(run.fork_id)}").last
     name = run.output.tool_uses()[0].name
     deadline = time.monotonic() + 30  # code blocks draw once their highlighter has loaded
     while (shown := box.inner_text()).count(f"tool call 1: {name}") < 3 and time.monotonic() < deadline:

@@ -24,6 +24,7 @@ from soap_core import Context, Session, Store, TextPart, read_invocations
 from soap_core.runtime.local_model import LocalModelServer
 from tests.test_browser import CHROMIUM, IN_VIEW, MARKED, SHOTS, settle, streamlit_app
 from tests.test_page_context_long import long_store
+from workbench.context_names import short_id
 from workbench.replay_views import EDIT_TAIL
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no chromium at {CHROMIUM}")
@@ -200,13 +201,13 @@ def test_find_open_jump_budget_replay_edit_diff_reload_and_hide_on_the_demo_stor
         forks = new_replay_forks(store, analyzer.uuid, before, 2)
         fork = forks[0]
         assert all(f.messages[edited].text() == EDIT for f in forks)
-        page.get_by_text(f"fork {fork.id}", exact=False).first.wait_for(timeout=WAIT_MS)
+        page.get_by_text(f"fork {short_id(fork.id)}", exact=False).first.wait_for(timeout=WAIT_MS)
         settle(page)
 
     def shows_the_run(page: Page) -> None:
         text = walk.main_text()
         assert "Runs of this message" in text and f"message #{edited} edited" in text, text[-3000:]
-        box = page.locator('[data-testid="stVerticalBlock"]', has_text=f"fork {fork.id}").last
+        box = page.locator('[data-testid="stVerticalBlock"]', has_text=f"fork {short_id(fork.id)}").last
         shown = box.inner_text()
         assert "• " in shown, "the diff is said in sentences"
         assert "root[" not in shown, "no raw DeepDiff paths"
@@ -221,7 +222,7 @@ def test_find_open_jump_budget_replay_edit_diff_reload_and_hide_on_the_demo_stor
 
     with walk.step("reload the page: the run and its diff are still there") as page:
         page.reload()
-        page.get_by_text(f"fork {fork.id}", exact=False).first.wait_for(timeout=WAIT_MS)
+        page.get_by_text(f"fork {short_id(fork.id)}", exact=False).first.wait_for(timeout=WAIT_MS)
         settle(page)
         shows_the_run(page)
 
@@ -337,7 +338,7 @@ def test_find_open_jump_replay_edit_and_reload_in_a_20000_message_context(
             [fork] = new_replay_forks(root, session.uuid, before, 1)
             assert fork.extra[REPLAY_KEY]["overrides"]["drops"] == list(range(1, keep_from))
             assert len(fork.messages) <= EDIT_TAIL + 2  # what was sent, and the answer
-            page.get_by_text(f"fork {fork.id}", exact=False).first.wait_for(timeout=WAIT_MS)
+            page.get_by_text(f"fork {short_id(fork.id)}", exact=False).first.wait_for(timeout=WAIT_MS)
             settle(page)
             assert f"messages #1-#{keep_from - 1} dropped" in walk.main_text()
             walk.shot("replay-late")
@@ -364,14 +365,14 @@ def test_find_open_jump_replay_edit_and_reload_in_a_20000_message_context(
             page.get_by_role("button", name="Run", exact=True).click()
             [fork] = new_replay_forks(root, session.uuid, before, 1)
             assert fork.messages[edited].text() == EDIT and len(fork.messages) == early + 1
-            page.get_by_text(f"fork {fork.id}", exact=False).first.wait_for(timeout=WAIT_MS)
+            page.get_by_text(f"fork {short_id(fork.id)}", exact=False).first.wait_for(timeout=WAIT_MS)
             settle(page)
             assert f"message #{edited} edited" in walk.main_text()
             walk.shot("replay-run")
 
         with walk.step("reload: the run is rebuilt from its fork") as page:
             page.reload()
-            page.get_by_text(f"fork {fork.id}", exact=False).first.wait_for(timeout=WAIT_MS)
+            page.get_by_text(f"fork {short_id(fork.id)}", exact=False).first.wait_for(timeout=WAIT_MS)
             settle(page)
             assert f"message #{edited} edited" in walk.main_text()
     walk.close()

@@ -127,7 +127,7 @@ class TestSimulation:
             }
             for r in shown
         ] == expected
-        assert all(r["drift"] is None for r in shown)
+        assert all("drift" not in r for r in shown)  # nothing measured: no column of blanks
         assert at.query_params["strategies"] == ",".join(SPECS)
 
     def test_each_curve_is_the_simulated_size_per_call_with_its_compactions(self) -> None:
@@ -272,7 +272,7 @@ class TestDrift:
         failures = [e.value for e in at.error]
         assert len(failures) == 4 and all("failed" in f and "connection" in f for f in failures)
         assert any("noise sample 2 at call 0" in f for f in failures)
-        assert [r["drift"] for r in comparison(at)] == [None, None]
+        assert all("drift" not in r for r in comparison(at))  # every run failed: nothing measured
         assert "No noise band" in texts(at)
 
     def test_a_summary_that_cannot_be_written_is_an_error_not_an_exception(
@@ -291,7 +291,7 @@ class TestDrift:
             and "Connection refused" in line
             for line in shown
         )
-        assert [r["drift"] for r in comparison(at)] == [None, None]
+        assert all("drift" not in r for r in comparison(at))  # every run failed: nothing measured
 
     def test_measuring_drift_on_the_local_model_fills_the_table_and_saves_forks(
         self, workbench_store: Path, tmp_path: Path, llm_server: LocalModelServer

@@ -378,14 +378,14 @@ class TestRunningAgainstTheLocalModel:
         output = fork.messages[-1]
         assert output.role == "assistant"
         assert shows_output(at, Output.of(output))
-        assert f"run sample 0  fork {fork.id}" in texts(at)
+        assert f"run sample 0  fork {short_id(fork.id)}" in texts(at)
         picker = at.selectbox(key="context_picker").options
         assert any(label.endswith(short_id(fork.id)) for label in picker)  # the cache did not hide the fork
         now = snapshot(writable_store)
         assert {name: now[name] for name in before} == before  # every original file to the byte
 
         at.run()  # a rerun keeps the runs
-        assert f"run sample 0  fork {fork.id}" in texts(at)
+        assert f"run sample 0  fork {short_id(fork.id)}" in texts(at)
 
     def test_an_edited_run_shows_its_diff_against_the_original(
         self, writable_store: Path, llm_server: LocalModelServer
@@ -417,7 +417,7 @@ class TestRunningAgainstTheLocalModel:
 
         later = open_replay(writable_store, timeout=120, session=session.uuid)  # a reload: a new session
         assert saved_line(2, 0) in [c.value for c in later.caption]  # the store's own run, and this one
-        assert f"run sample 0  fork {fork.id}" in texts(later)
+        assert f"run sample 0  fork {short_id(fork.id)}" in texts(later)
         assert coloured_words(output_words(a, b)) in markdowns(later)
         assert {"edits": {str(edited): "Say hello to the team."}} in json_values(later)
         [heading] = [h.value for h in later.subheader if h.value.startswith("Run 2")]
@@ -490,7 +490,7 @@ class TestRunningAgainstTheLocalModel:
         at = open_replay(writable_store, session=session.uuid)
         [warning] = [w.value for w in at.warning if "failed" in w.value]
         assert "sample 0 failed" in warning.replace("\\", "") and not at.error
-        assert f"run sample 0  fork {run.fork_id}" in texts(at)
+        assert f"run sample 0  fork {short_id(run.fork_id)}" in texts(at)
 
     def test_a_run_clicked_with_the_model_down_says_so_on_the_page(self, writable_store: Path) -> None:
         session = analyst(writable_store)

@@ -51,6 +51,8 @@ BASELINE = "none"
 KINDS = ("rolling-tokens", "rolling-messages", "strip-thinking", "summarize")
 """The strategies a user can pick (the baseline ``none`` is always simulated)."""
 
+DRIFT_COLUMNS = ("drift", "noise band", "vs noise")
+"""The comparison table's columns a drift run fills."""
 TABLE_COLUMNS = (
     "strategy",
     "peak tokens",

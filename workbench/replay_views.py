@@ -42,6 +42,7 @@ from replay import (
     unchanged_band,
 )
 from soap_core import Context, Message, Session, SoapError, canonical_json, read_calls
+from workbench.context_names import short_id
 from workbench.output_diff_views import inline_call, output_sentences
 from workbench.output_diff_views import marked_words as marked_words  # pages and tests use it from here
 from workbench.times import time_text
@@ -238,9 +239,9 @@ def source_line(found: Materialized) -> str:
     """Which framework's request shape the page shows, and where its messages came from."""
     what = SOURCE_DESCRIPTIONS.get(found.source, f"the request of {found.source}")
     where = (
-        f"the {found.sent_from[1]} messages of context {found.sent_from[0]}"
+        f"the {found.sent_from[1]} messages of context {short_id(found.sent_from[0])}"
         if found.sent_from
-        else f"context {found.context_id} before message #{found.index}, {len(found.messages)} messages"
+        else f"context {short_id(found.context_id)} before message #{found.index}, {len(found.messages)} messages"
     )
     return f"Built as {found.source} sends it ({what}) from {where}."
 

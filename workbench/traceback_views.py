@@ -334,7 +334,9 @@ def problem_frames(trace: InvocationTrace) -> list[TraceFrame]:
 
 def problem_message(frame: TraceFrame) -> str:
     """One plain line about a refused or failed frame (the page escapes it for Markdown)."""
-    return f"{frame.role} / {frame.session} {frame.outcome}: {frame.error or 'no error recorded'}"
+    return (
+        f"{frame.role} / {short_session(frame.session)} {frame.outcome}: {frame.error or 'no error recorded'}"
+    )
 
 
 def call_site_params(frame: TraceFrame) -> dict[str, str] | None:

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pandas as pd
+from pandas.io.formats.style import Styler
 
 from importers.openpoke import openpoke_state
 from soap_core import (
@@ -260,6 +261,22 @@ def media_file_name(message_id: str, part_index: int, part: MediaPart) -> str:
     extension = mimetypes.guess_extension(part.media_type or "") or ".bin"
     stem = _UNSAFE_FILE_CHARS.sub("_", f"{message_id}-{part_index}-{part.type}")
     return stem + extension
+
+
+def blanks_as(table: pd.DataFrame | Styler, words: str | Mapping[str, str]) -> pd.DataFrame | Styler:
+    """The table as ``st.dataframe`` should show it: a missing value reads as ``words``
+    (one text for every column, or one per column named), never as Streamlit's grey
+    "None". The data stays as it is (a number column stays numbers); only what is shown
+    changes, through the pandas Styler Streamlit renders."""
+    data = table.data if isinstance(table, Styler) else table
+    wanted = {c: words for c in data.columns} if isinstance(words, str) else dict(words)
+    blank = {c: w for c, w in wanted.items() if c in data.columns and bool(data[c].isna().any())}
+    if not blank:
+        return table
+    styler = table if isinstance(table, Styler) else data.style
+    for column, text in blank.items():
+        styler = styler.format(str, na_rep=text, subset=[column])
+    return styler
 
 
 def escape_markdown(text: str) -> str:
