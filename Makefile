@@ -50,8 +50,7 @@ browser:
 # the workbench with the local model beside it for replays. Ctrl-C stops both.
 run: install
 	@test -d $(STORE)/agents || echo "building the demo store in $(STORE): the example agents run against the local model"
-	test -d $(STORE)/agents || { rm -rf $(STORE).partial && \
-		$(BIN)/soapwb demo --store $(STORE).partial && mv $(STORE).partial $(STORE); }
+	test -d $(STORE)/agents || $(BIN)/soapwb demo --store $(STORE)
 	$(BIN)/soapwb ui --store $(STORE) --host $(HOST) --port $(PORT)
 
 # Benchmarks on generated stores, each a ratio against a baseline of the same run, written

@@ -9,12 +9,14 @@ import os
 import re
 import sys
 from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime
 from typing import Any, TextIO
 
 import orjson
 
 from soap_core import Store
 from soap_core._names import distinct_names, escape_controls
+from workbench.times import time_text
 
 
 class UsageError(Exception):
@@ -169,6 +171,12 @@ def progress_line(text: str, *, last: bool = False) -> None:
     terminal = stream.terminal if isinstance(stream, TerminalText) else stream
     terminal.write(f"\r{escape_controls(text)}{chr(10) if last else ''}")
     terminal.flush()
+
+
+def terminal_time(stamp: str | None) -> str:
+    """A time as the text output shows it: to the second, in this machine's zone (marked
+    when UTC), a naive stamp as written; ``--json`` keeps the stamp whole."""
+    return time_text(stamp, datetime.now().astimezone().tzinfo, age=False)
 
 
 _WORD_MARKS = {"equal": "{}", "delete": "[-{}-]", "insert": "{{+{}+}}"}

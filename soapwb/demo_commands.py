@@ -3,14 +3,18 @@
 The model is the one at ``--base-url`` or ``$OPENAI_BASE_URL`` (with ``$OPENAI_API_KEY``,
 which goes to the server and nowhere else). With neither, the command starts the local
 model server itself and stops it when it is done, also after an error, Ctrl-C or SIGTERM.
-Sessions already in the store are kept; the run adds its own.
+Sessions already in the store are kept; the run adds its own. A store that does not exist
+yet is built beside it (``DIR.partial``) and renamed into place when the run is done, so
+an interrupted first build never leaves a half store where the workbench looks.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -52,8 +56,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
         elapsed = int(time.monotonic() - started)
         print(f"soapwb demo [{elapsed // 60}:{elapsed % 60:02d}] {step}", file=sys.stderr, flush=True)
 
+    target = Path(args.store)
+    fresh = not target.exists()
+    building = target.with_name(target.name + ".partial") if fresh else target
+    if fresh and building.exists():
+        shutil.rmtree(building)  # what an interrupted first build left
     with _stop_on_sigterm(), model_endpoint(args.base_url) as endpoint:
-        summary = build_demo_store(Path(args.store), endpoint, progress=progress)
+        summary = build_demo_store(building, endpoint, progress=progress)
+    if fresh:
+        building.rename(target)  # every path the store keeps is relative to it: nothing to rewrite
+        summary = dataclasses.replace(summary, store=str(target))
     if args.json:
         emit_json(summary.as_dict())
     else:

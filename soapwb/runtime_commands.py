@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from soap_core.runtime import InvocationChain, TraceFrame, invocation_chains
-from soapwb.common import SESSION_HELP, add_store_options, emit_json, open_store
+from soapwb.common import SESSION_HELP, add_store_options, emit_json, open_store, terminal_time
 
 
 def register(commands: Any) -> None:
@@ -29,8 +29,12 @@ def frame_line(frame: TraceFrame) -> str:
         site = "called from Python"
     else:
         site = f"called from {frame.caller_role}/{frame.caller_session} context {frame.context_id} message {frame.message_index}"
-    end = frame.ended_at or ("still running" if frame.outcome == "running" else "never ended")
-    times = f"{frame.started_at} .. {end}"
+    end = (
+        terminal_time(frame.ended_at)
+        if frame.ended_at
+        else ("still running" if frame.outcome == "running" else "never ended")
+    )
+    times = f"{terminal_time(frame.started_at)} .. {end}"
     outcome = frame.outcome.upper() if frame.outcome in ("error", "refused", "interrupted") else frame.outcome
     error = f": {frame.error}" if frame.error else ""
     return f"{frame.role}/{frame.session}  [{site}]  {times}  {outcome}{error}"

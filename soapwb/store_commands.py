@@ -15,6 +15,7 @@ from soapwb.common import (
     format_table,
     open_store,
     role_names,
+    terminal_time,
 )
 
 
@@ -74,8 +75,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
             r.contexts,
             r.messages,
             r.tokens,
-            r.first_timestamp,
-            r.last_timestamp,
+            terminal_time(r.first_timestamp),
+            terminal_time(r.last_timestamp),
         )
         for r in rows
     ]

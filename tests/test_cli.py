@@ -102,8 +102,10 @@ def test_ls_prints_one_row_for_the_one_session(soapwb: Callable[..., Result], st
         "2",
         "6",
         "400",
-        "2025-06-11T14:03:10.114502",
-        "2025-06-11T14:05:47.205903",
+        "2025-06-11",  # to the second on the terminal (the stamp is 2025-06-11T14:03:10.114502)
+        "14:03:10",
+        "2025-06-11",
+        "14:05:47",
     ]
 
 

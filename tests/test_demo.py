@@ -249,6 +249,34 @@ def test_soapwb_demo_reports_an_unreachable_model_in_one_line(
     assert error.startswith("soapwb: error: LLM call to ")
     [step] = steps
     assert re.fullmatch(r"soapwb demo \[\d+:\d\d\] Log Analyzer, question 1 of \d+: .+", step), step
+    assert not (tmp_path / "store").exists()  # the failed first build is not where the workbench looks
+    assert (tmp_path / "store.partial" / "demo" / "app.log").exists()  # it stays beside it
+
+
+def test_a_first_demo_build_is_renamed_into_place_and_names_where_it_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``make run`` printed ``demo store: .demo-store.partial`` and renamed it after: the
+    command builds beside the store itself now and says the store's own name. (The run
+    is scripted here; the real build is the demo_store fixture's.)"""
+    import demo.build
+
+    def scripted(store_dir: Path, endpoint: object, **_: object) -> DemoSummary:
+        (store_dir / "agents" / "Demo").mkdir(parents=True, exist_ok=True)
+        return DemoSummary(str(store_dir), "demo/app.log", {}, 0, 0, {}, {}, [], [], [])
+
+    monkeypatch.setattr(demo.build, "build_demo_store", scripted)
+    target = tmp_path / "store"
+    (tmp_path / "store.partial").mkdir()  # what an interrupted build left
+    (tmp_path / "store.partial" / "stale").write_text("x")
+    assert main(["demo", "--store", str(target), "--base-url", "http://127.0.0.1:9/v1"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"demo store: {target}  (log file demo/app.log, in the store)")
+    assert (target / "agents" / "Demo").is_dir() and not (target / "stale").exists()
+    assert not (tmp_path / "store.partial").exists()
+    assert main(["demo", "--store", str(target), "--base-url", "http://127.0.0.1:9/v1"]) == 0
+    assert capsys.readouterr().out.startswith(f"demo store: {target}  ")  # a store already there: added to
+    assert not (tmp_path / "store.partial").exists()
 
 
 def test_soapwb_demo_refuses_a_store_path_that_is_a_file(

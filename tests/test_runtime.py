@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -34,6 +35,7 @@ from soap_core.runtime import (
 )
 from soap_core.runtime.local_model import LocalModelServer
 from soapwb.cli import main
+from soapwb.common import terminal_time
 from tests.conftest import snapshot
 
 SECRET = "sk-test-SECRET-never-on-disk-4242"
@@ -213,6 +215,9 @@ def test_soapwb_trace_prints_the_chain_from_the_files(
     assert lines[1].startswith("    0 Top/") and "called from Python" in lines[1]
     assert lines[2].startswith("    1   Middle/") and "called from Top/" in lines[2]
     assert lines[3].startswith(">   2     Leaf/") and lines[3].endswith("ok")
+    start = chain["frames"][0]["started_at"]  # microseconds and an offset in the record
+    assert "." in start and f"{terminal_time(start)} .. " in lines[1]  # to the second on the terminal
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d( UTC)? \.\. ", lines[1])
 
 
 def test_invoking_a_session_up_the_chain_is_refused_and_recorded(runtime: Runtime) -> None:
