@@ -8,6 +8,7 @@ active); it is shown as such, not as an error.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -132,9 +133,13 @@ def fork_tree(session: Session) -> list[ContextNode]:
     return nodes
 
 
-def describe_node(node: ContextNode) -> str:
-    """How a listing describes a node: kind, size and flags."""
-    detail = "discarded (no file)" if node.kind == "discarded" else f"{node.kind}, {node.messages} messages"
+def describe_node(node: ContextNode, name: str | None = None) -> str:
+    """How a listing describes a node: its name (else its kind), size and flags."""
+    detail = (
+        "discarded (no file)"
+        if node.kind == "discarded"
+        else f"{name or node.kind}, {node.messages} messages"
+    )
     if node.active:
         detail += "  [active]"
     if node.parent_missing:
@@ -150,9 +155,11 @@ spaces a level printed 8 MB of spaces; deeper lines stay at this indent, led by 
 depth, so the bytes printed grow with the number of contexts only."""
 
 
-def tree_lines(nodes: list[ContextNode]) -> list[str]:
+def tree_lines(nodes: list[ContextNode], names: Mapping[str, str] | None = None) -> list[str]:
     """``fork_tree``'s nodes as the text tree ``soapwb tree`` prints: each child under its
-    parent with ``├──`` (``└──`` for the last of its siblings), id then description; a
+    parent with ``├──`` (``└──`` for the last of its siblings), id, the node's name from
+    ``names`` when given (the workbench's: ``main``, ``re-run of main@13``), then its
+    description; a
     ``│`` continues each ancestor's line down to its next sibling.
 
     Whether a node is the last of its siblings is read in one pass from the end (a scan
@@ -181,5 +188,5 @@ def tree_lines(nodes: list[ContextNode]) -> list[str]:
                 ancestors_last.append(is_last)
         else:
             ancestors_last.clear()
-        lines.append(f"{indent}{node.id}  {describe_node(node)}")
+        lines.append(f"{indent}{node.id}  {describe_node(node, (names or {}).get(node.id))}")
     return lines

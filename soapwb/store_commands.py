@@ -17,6 +17,7 @@ from soapwb.common import (
     role_names,
     terminal_time,
 )
+from workbench.context_names import session_names
 
 
 def register(commands: Any) -> None:
@@ -161,7 +162,7 @@ def cmd_tree(args: argparse.Namespace) -> int:
         )
         return 0
     print(f"{role_names(store, session.role)[session.role]}/{session.uuid}")
-    for line in tree_lines(nodes):
+    for line in tree_lines(nodes, session_names(session).names):  # named as the pages name them
         print(line)
     for name, error in session.load_errors.items():
         print(f"unreadable: {name}: {error}")

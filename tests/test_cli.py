@@ -297,7 +297,7 @@ def test_tree_prints_the_discarded_child_and_marks_the_active_fork(
         f"{ROLE}/{SESSION_UUID}",
         f"{PARENT_ID}  root, 7 messages",
         f"├── {DISCARDED_ID}  discarded (no file)",
-        f"└── {CHILD_ID}  fork, 6 messages  [active]",
+        f"└── {CHILD_ID}  main, 6 messages  [active]",  # named as the pages name it
     ]
 
 

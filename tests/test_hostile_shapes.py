@@ -230,7 +230,7 @@ def test_tree_prints_every_child_of_a_wide_context_the_last_one_closing(tmp_path
     root = wide_store(tmp_path / "store", 2000)
     lines = cli("tree", SESSION_UUID, "--store", root).splitlines()
     ids = [context_id(n) for n in range(2000)]
-    assert lines[1] == f"{ROOT_ID}  root, 2 messages  [active]"
+    assert lines[1] == f"{ROOT_ID}  main, 2 messages  [active]"
     assert lines[2:] == [f"├── {cid}  discarded (no file)" for cid in ids[:-1]] + [
         f"└── {ids[-1]}  discarded (no file)"
     ]
@@ -245,12 +245,13 @@ def test_tree_indents_a_long_chain_no_deeper_than_its_limit_and_names_the_depth(
     lines = cli("tree", SESSION_UUID, "--store", root).splitlines()[1:]
     ids = [context_id(n) for n in range(60)]
     assert lines[0] == f"{ids[0]}  root, 2 messages"
-    assert lines[1] == f"└── {ids[1]}  fork, 2 messages"
+    assert lines[1] == f"└── {ids[1]}  fork 1, 2 messages"  # named as the pages name them
     assert (
         lines[TREE_INDENT_LIMIT + 1]
-        == "    " * TREE_INDENT_LIMIT + f"└── {ids[TREE_INDENT_LIMIT + 1]}  fork, 2 messages"
+        == "    " * TREE_INDENT_LIMIT
+        + f"└── {ids[TREE_INDENT_LIMIT + 1]}  fork {TREE_INDENT_LIMIT + 1}, 2 messages"
     )
-    deep = "    " * TREE_INDENT_LIMIT + "[depth 59] └── " + f"{ids[59]}  fork, 2 messages  [active]"
+    deep = "    " * TREE_INDENT_LIMIT + "[depth 59] └── " + f"{ids[59]}  main, 2 messages  [active]"
     assert lines[59] == deep
     assert {len(line) - len(line.lstrip(" ")) for line in lines[TREE_INDENT_LIMIT + 1 :]} == {
         4 * TREE_INDENT_LIMIT
