@@ -41,6 +41,7 @@ from soapwb.common import (
     print_words,
 )
 from workbench.output_diff_views import output_sentences, output_words
+from workbench.replay_views import row_changes
 
 
 def register(commands: Any) -> None:
@@ -443,7 +444,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
             for side, key, message in (("A", "a_index", left), ("B", "b_index", right))
             if row[key] is not None
         )
-        print(f"{where}: {'changed' if left and right else 'only in ' + ('A' if left else 'B')}")
+        print(f"{where}: {row_changes(left, right)}")  # the page's sentence for the row
         if row["words"]:
             print_words(row["words"], "  ")
     return 0

@@ -161,3 +161,18 @@ def test_a_live_rerun_whose_tool_fails_reports_it_and_exits_1(
     assert main([*argv, "--base-url", llm_server.base_url]) == 1
     printed = capsys.readouterr().out
     assert "FAILED: " in printed and "LogAnalyzer.count_lines(" in printed and "FileNotFoundError" in printed
+
+
+def test_the_cli_says_how_each_row_of_a_compaction_fork_differs_from_its_root(
+    demo_store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The Interaction agent's summary fork against its root: each differing row reads the
+    page's sentence (a row used to read 'changed' and nothing more, even where the text
+    was the same and the tool definitions were not)."""
+    session = Store(demo_store).load_session(role_session(demo_store, "InteractionAgent"))
+    fork = session.active_context
+    assert fork.origin_context_id is not None
+    assert main(["diff", fork.origin_context_id, fork.id, "--store", str(demo_store)]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith(("A #", "B #"))]
+    assert rows and not any(line.endswith(": changed") for line in rows), rows
+    assert any("text changed" in line or "tool call" in line for line in rows), rows

@@ -669,7 +669,9 @@ def row_changes(a: dict[str, Any] | None, b: dict[str, Any] | None) -> str:
     if left.key() != right.key():
         changes += output_sentences(left, right, ("A", "B"))
     elif not changes:
-        changes.append("same text and tool calls; other parts differ (a tool result, thinking or media)")
+        changes.append(
+            "same text and tool calls; other parts differ (tool definitions, a tool result, thinking or media)"
+        )
     return "; ".join(changes)
 
 
