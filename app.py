@@ -13,7 +13,6 @@ import os
 
 import streamlit as st
 
-from workbench.loading import APP_RAN
 from workbench.selection import remember_selection, restore_selection
 
 STORE_KEY = "store_path"
@@ -51,21 +50,20 @@ def pick_store() -> str:
 
 
 st.set_page_config(page_title="soap-workbench", page_icon=FAVICON, layout="wide")
-st.session_state[APP_RAN] = True
 # Before the sidebar is drawn: once it is, a person can click in it, and a click cuts this
 # run short at its next element, so what a copied link names must already be kept.
 first_store()
 restore_selection()
 page = st.navigation(
     [
-        st.Page("pages/sessions.py", title="Sessions", icon=":material/list:", default=True),
-        st.Page("pages/context.py", title="Context", icon=":material/chat:"),
-        st.Page("pages/fork_tree.py", title="Fork tree", icon=":material/account_tree:"),
-        st.Page("pages/traceback.py", title="Traceback", icon=":material/stacks:"),
-        st.Page("pages/token_budget.py", title="Token budget", icon=":material/data_usage:"),
-        st.Page("pages/replay.py", title="Replay & diff", icon=":material/replay:"),
-        st.Page("pages/compaction.py", title="Compaction", icon=":material/compress:"),
-        st.Page("pages/object_state.py", title="Object state", icon=":material/data_object:"),
+        st.Page("workbench/pages/sessions.py", title="Sessions", icon=":material/list:", default=True),
+        st.Page("workbench/pages/context.py", title="Context", icon=":material/chat:"),
+        st.Page("workbench/pages/fork_tree.py", title="Fork tree", icon=":material/account_tree:"),
+        st.Page("workbench/pages/traceback.py", title="Traceback", icon=":material/stacks:"),
+        st.Page("workbench/pages/token_budget.py", title="Token budget", icon=":material/data_usage:"),
+        st.Page("workbench/pages/replay.py", title="Replay & diff", icon=":material/replay:"),
+        st.Page("workbench/pages/compaction.py", title="Compaction", icon=":material/compress:"),
+        st.Page("workbench/pages/object_state.py", title="Object state", icon=":material/data_object:"),
     ]
 )
 pick_store()

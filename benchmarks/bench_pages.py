@@ -180,7 +180,7 @@ def view_in_python(bench: Bench, root: Path, session: Session, messages: int) ->
     at = AppTest.from_file(str(APP), default_timeout=600)
     at.query_params.update(store=str(root), session=session.uuid, message="0")
     at.run()
-    at.switch_page("pages/context.py").run()
+    at.switch_page("workbench/pages/context.py").run()
     assert not at.exception, at.exception
     rng = random.Random(5)
     times = []
@@ -229,7 +229,7 @@ def clicks_in_python(bench: Bench, root: Path, session: Session, messages: int, 
         at = AppTest.from_file(str(APP), default_timeout=900)
         at.query_params.update(store=str(root), session=session.uuid)
         at.run()
-        first = timed(lambda at=at, page=page: at.switch_page(f"pages/{page}.py").run())
+        first = timed(lambda at=at, page=page: at.switch_page(f"workbench/pages/{page}.py").run())
         assert not at.exception, at.exception
         clicks = [timed(at.run) for _ in range(5)]
         assert not at.exception, at.exception

@@ -10,7 +10,7 @@ APP = Path(__file__).resolve().parents[1] / "app.py"
 
 
 def open_app_page(store: Path | None, page: str, timeout: float = 60, **params: str) -> AppTest:
-    """Run the app with ``?store=`` and ``params`` set, then switch to ``pages/<page>.py``;
+    """Run the app with ``?store=`` and ``params`` set, then switch to ``workbench/pages/<page>.py``;
     the page must not have raised."""
     at = AppTest.from_file(str(APP), default_timeout=timeout)
     if store is not None:
@@ -18,6 +18,6 @@ def open_app_page(store: Path | None, page: str, timeout: float = 60, **params: 
     at.query_params.update(params)
     at.run()
     if page != "sessions":
-        at.switch_page(f"pages/{page}.py").run()
+        at.switch_page(f"workbench/pages/{page}.py").run()
     assert not at.exception
     return at

@@ -303,7 +303,7 @@ def test_the_fork_tree_costs_linear_id_operations_on_a_wide_or_deep_session(
 
 @pytest.mark.parametrize("shape", [wide_session, chain_session], ids=["100,000-children", "fork-chain"])
 def test_the_fork_tree_page_figures_cost_linear_id_operations(shape: Callable[[list[str]], Session]) -> None:
-    def page(ids: list[str]) -> None:  # what pages/fork_tree.py computes and draws
+    def page(ids: list[str]) -> None:  # what workbench/pages/fork_tree.py computes and draws
         session = shape(ids)
         names = session_names(session)
         items = tree_items(names)
@@ -391,7 +391,7 @@ def test_the_traceback_page_builds_each_frame_of_a_deep_chain_a_bounded_number_o
     def frames(root: Path) -> int:
         nonlocal built
         built = 0
-        traced = load_traces(str(root), SESSION_UUID)  # what pages/traceback.py caches
+        traced = load_traces(str(root), SESSION_UUID)  # what workbench/pages/traceback.py caches
         traced.trace(traced.invocations[-1])  # and the stack it shows first: 800 deep
         return built
 

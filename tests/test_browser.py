@@ -22,6 +22,7 @@ from soap_core import Store, session_overview
 from soap_core.runtime.local_model import LocalModelServer, free_port
 from soapwb.ui_commands import streamlit_command
 from tests.workbench_store import XSS
+from workbench.context_names import short_id
 from workbench.session_filters import SORTS, SessionFilter, narrowed
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -254,7 +255,7 @@ def test_one_replay_clicked_through_saves_a_fork_and_shows_its_output(
         pytest.fail("no replay fork with an answer appeared")
     settle(page)
     text = page.inner_text('[data-testid="stMain"]')
-    assert new[0].id in text
+    assert f"fork {short_id(new[0].id)}" in text  # the short id, the full one in its tooltip
     assert page.locator('[data-testid="stException"]').count() == 0
     page.screenshot(path=str(SHOTS / "replay-after-run.png"), full_page=True)
     page.close()

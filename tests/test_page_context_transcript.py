@@ -31,7 +31,7 @@ def open_context(root: Path, session: Session, **params: str) -> AppTest:
     at = AppTest.from_file(str(APP), default_timeout=60)
     at.query_params.update(store=str(root), session=session.uuid, **params)
     at.run()
-    at.switch_page("pages/context.py").run()
+    at.switch_page("workbench/pages/context.py").run()
     assert not at.exception
     return at
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-PAGES = sorted((Path(__file__).resolve().parents[1] / "pages").glob("*.py"))
+PAGES = sorted((Path(__file__).resolve().parents[1] / "workbench" / "pages").glob("*.py"))
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[p.stem for p in PAGES])

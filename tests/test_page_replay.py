@@ -69,7 +69,7 @@ from workbench.views import context_label, short_id
 APP = Path(__file__).resolve().parents[1] / "app.py"
 OPENPOKE_SHORT = Path(__file__).parent / "fixtures" / "openpoke" / "short"
 OPENPOKE_LONG = Path(__file__).parent / "fixtures" / "openpoke" / "long"
-PAGE = "pages/replay.py"
+PAGE = "workbench/pages/replay.py"
 ACTIVE = "e7c40f19-2a6b-4d35-8e91-7b03a5c6d2f4"
 
 

@@ -179,7 +179,7 @@ def open_replay(root: Path, session: Session, **params: str) -> AppTest:
     at = AppTest.from_file(str(APP), default_timeout=300)
     at.query_params.update({"store": str(root), "session": session.uuid, **params})
     at.run()
-    at.switch_page("pages/replay.py").run()
+    at.switch_page("workbench/pages/replay.py").run()
     assert not at.exception, [e.value for e in at.exception]
     return at
 

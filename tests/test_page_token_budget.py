@@ -42,7 +42,7 @@ from workbench.token_budget_views import (
 )
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
-WINDOW_SECTION = "window_choice"  # pages/token_budget.py's key of the rolling-window section
+WINDOW_SECTION = "window_choice"  # workbench/pages/token_budget.py's key of the rolling-window section
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "soap"
 SESSION = "20250611-3f0c2b6e-8a41-4d8e-9c1a-5b7d2e9f4a10"
 ACTIVE = "e7c40f19-2a6b-4d35-8e91-7b03a5c6d2f4"

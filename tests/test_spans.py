@@ -303,7 +303,7 @@ def test_the_context_pages_first_open_builds_only_the_messages_it_shows(big: tup
     at = AppTest.from_file(str(APP), default_timeout=120)
     at.query_params.update(store=str(root), session=saved.uuid, message=str(MESSAGES // 2))
     at.run()
-    at.switch_page("pages/context.py").run()
+    at.switch_page("workbench/pages/context.py").run()
     assert not at.exception, at.exception
     shown = "\n".join(t.value for t in at.text) + "\n".join(m.value for m in at.markdown)
     assert f"{MESSAGES:,} messages" in shown

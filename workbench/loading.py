@@ -42,31 +42,8 @@ def show_error_and_stop(exc: Exception) -> NoReturn:
     st.stop()
 
 
-APP_RAN = "_soapwb_app_ran"
-"""Set by app.py in the session state the first time it runs."""
-
-
-def run_through_the_app() -> None:
-    """Make sure a page runs inside app.py's navigation.
-
-    With a ``pages/`` folder beside app.py, Streamlit's first script run in a server
-    process uses its legacy multipage mode: a URL naming a page runs that page's file
-    alone, without app.py (no store picker, the folder's file names as navigation)
-    until some run has called ``st.navigation``. A page that finds itself run that way
-    before app.py ever ran in this session switches the legacy mode off and reruns, so
-    app.py takes over. (AppTest resets the mode before every run; there app.py has run
-    first, and the pages keep running as they are.)
-    """
-    from streamlit.runtime.pages_manager import PagesManager
-
-    if PagesManager.uses_pages_directory and not st.session_state.get(APP_RAN):
-        PagesManager.uses_pages_directory = False
-        st.rerun()
-
-
 def chosen_store() -> str:
     """The store path from the ``store`` query parameter; stops the page if it is unusable."""
-    run_through_the_app()
     path = str(st.query_params.get("store", "")).strip()
     if not path:
         st.info("No store chosen: enter the path of a sOAP config dir in the sidebar, or set SOAPWB_STORE.")

@@ -679,7 +679,7 @@ def show_run(
             return
         st.text(f"{kind} sample {run.sample}  fork {short_id(run.fork_id)}", help=f"fork id {run.fork_id}")
         st.page_link(
-            "pages/context.py",
+            "workbench/pages/context.py",
             label="Open the fork",
             icon=":material/arrow_forward:",
             query_params={"store": root, "session": session_uuid, "context": run.fork_id},

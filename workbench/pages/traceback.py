@@ -109,7 +109,7 @@ def show_call_sites(root: str, trace: InvocationTrace) -> None:
             )
             continue
         st.page_link(
-            "pages/context.py",
+            "workbench/pages/context.py",
             label=escape_markdown(call_site_label(frame)),
             icon=":material/subdirectory_arrow_right:",
             query_params={"store": root, **params},

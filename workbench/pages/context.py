@@ -377,7 +377,7 @@ def show_message(view: PageView, placement: Placement) -> None:
             st.text(call_line(call))
         if message.role == "assistant":
             st.page_link(
-                "pages/replay.py",
+                "workbench/pages/replay.py",
                 label="Replay it, or re-run the agent from here",
                 icon=":material/replay:",
                 query_params={

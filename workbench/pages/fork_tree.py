@@ -120,7 +120,7 @@ def show_item(
         )
         return
     st.page_link(
-        "pages/context.py",
+        "workbench/pages/context.py",
         label="Open in Context",
         icon=":material/arrow_forward:",
         query_params={"store": root, "session": session.uuid, "context": node.id},
@@ -164,7 +164,7 @@ def send_to_diff(root: str, session: Session, nodes: list[ContextNode]) -> None:
         st.text("Pick two contexts to compare them on the Replay & diff page.")
         return
     st.page_link(
-        "pages/replay.py",
+        "workbench/pages/replay.py",
         label="Diff these two",
         icon=":material/difference:",
         query_params={"store": root, "session": session.uuid, "diff_a": chosen[0], "diff_b": chosen[1]},

@@ -39,7 +39,7 @@ def pick_session(root: str, overviews: list[SessionOverview], names: dict[str, s
         return
     choose_session(chosen)
     st.page_link(
-        "pages/context.py",
+        "workbench/pages/context.py",
         label="Open its context",
         icon=":material/arrow_forward:",
         query_params={"store": root, "session": chosen},
@@ -60,7 +60,7 @@ def show_search(root: str) -> None:
         return
     for hit in hits[:HIT_LINKS]:
         st.page_link(
-            "pages/context.py",
+            "workbench/pages/context.py",
             label=escape_markdown(
                 f"{hit.role} · message {hit.index} ({hit.message_role}): {hit.snippet} · "
                 f"session {short_id(hit.session)}"
@@ -107,7 +107,7 @@ def show_openpoke_report() -> None:
     st.text(summary.headline)
     for session in summary.sessions:
         st.page_link(
-            "pages/context.py",
+            "workbench/pages/context.py",
             label=escape_markdown(f"{session.name}: {session.messages:,} messages ({session.status})"),
             icon=":material/arrow_forward:",
             query_params={"store": summary.store, "session": session.uuid},
@@ -167,6 +167,6 @@ picked = st.dataframe(
 if picked.selection.rows:  # a click on a row opens that session's context
     row = shown[picked.selection.rows[0]]
     choose_session(row.uuid)
-    st.switch_page("pages/context.py", query_params={"store": root, "session": row.uuid})
+    st.switch_page("workbench/pages/context.py", query_params={"store": root, "session": row.uuid})
 pick_session(root, overviews, names)
 show_search(root)
