@@ -246,7 +246,7 @@ class LogAnalyzer(AgenticObject):
         if rolling_window_max_tokens != DEFAULT_ROLLING_WINDOW_MAX_TOKENS:
             # The runtime reads ``compaction`` from the object, so one object can differ
             # from its class (the seed's app reads the value from its config file).
-            self.compaction = RollingTokenWindow(threshold=rolling_window_max_tokens, keep=0.5)  # type: ignore[misc]
+            self.compaction = RollingTokenWindow(threshold=rolling_window_max_tokens, keep=0.5)
         self._summarizer = summarizer or ChunkSummarizer(
             runtime=runtime, object_id=f"{self.object_id}.summarizer"
         )

@@ -287,7 +287,7 @@ class InteractionAgent(AgenticObject):
         self._turn: _Turn | None = None
         self._memory = WorkingMemory(runtime=runtime, object_id=f"{self.object_id}.memory")
         # Summarize needs this object's own summarizer, so the hook is set per object.
-        self.compaction = Summarize(self._memory, threshold=working_memory_max_tokens, keep_last=2)  # type: ignore[misc]
+        self.compaction = Summarize(self._memory, threshold=working_memory_max_tokens, keep_last=2)
 
     @property
     def mailbox(self) -> Mailbox:

@@ -95,7 +95,7 @@ def cmd_tokens(args: argparse.Namespace) -> int:
         f"{session.role}/{session.uuid}: {len(budgets)} calls "
         f"({'recorded' if budgets and budgets[0].recorded else 'reconstructed from the contexts'})"
     )
-    rows = []
+    rows: list[tuple[object, ...]] = []
     for b in budgets:
         for event in b.compactions_before:
             rows.append(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 from typing import Any
 
@@ -125,6 +126,10 @@ def tool_modes(args: argparse.Namespace) -> ToolModes:
     return ToolModes(args.tools, per_tool, injected, args.unserved)
 
 
+def _count_step(progress: Progress, what: str, done: int) -> None:
+    progress.status(f"{what}: {done} model calls")
+
+
 def cmd_rerun(args: argparse.Namespace) -> int:
     if args.noise == 1 or args.noise < 0:
         raise UsageError("--noise takes K >= 2: a spread needs two unchanged re-runs")
@@ -136,10 +141,10 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     modes, overrides = tool_modes(args), overrides_from(args, len(found.messages))
     progress = Progress(args)
     with endpoint_for(args) as endpoint:
-        noise = f", then {args.noise} unchanged for the noise band" if args.noise else ""
+        then = f", then {args.noise} unchanged for the noise band" if args.noise else ""
         progress.say(
             f"re-running {session.role} from message {found.index} of {found.context_id} on "
-            f"{endpoint.base_url}: {args.samples} re-run{'s' if args.samples != 1 else ''}{noise}"
+            f"{endpoint.base_url}: {args.samples} re-run{'s' if args.samples != 1 else ''}{then}"
         )
         results = []
         for number in range(1, args.samples + 1):
@@ -152,9 +157,7 @@ def cmd_rerun(args: argparse.Namespace) -> int:
                     endpoint,
                     overrides=overrides,
                     tools=modes,
-                    on_step=lambda n, k=number: progress.status(
-                        f"re-run {k}/{args.samples}: {n} model calls"
-                    ),
+                    on_step=functools.partial(_count_step, progress, f"re-run {number}/{args.samples}"),
                 )
             )
             progress.status(f"re-run {number}/{args.samples}: done", last=True)

@@ -17,7 +17,6 @@ from soapwb.common import (
     role_names,
     terminal_time,
 )
-from workbench.context_names import session_names
 
 
 def register(commands: Any) -> None:
@@ -120,7 +119,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     origin = f"  fork of {context.origin_context_id}" if context.origin_context_id else ""
     print(f"{role_names(store, session.role)[session.role]}/{session.uuid}  context {context.id}{origin}")
     print(f"{len(rows)} messages, {header['tokens']} tokens (cl100k_base)")
-    table = []
+    table: list[tuple[object, ...]] = []
     for r in rows:
         tokens = f"{r.tokens} (cached {r.cached_tokens}, stale)" if r.stale else str(r.tokens)
         table.append((r.index, r.sequence_number, r.role, ",".join(r.parts) or "-", tokens, r.preview))
@@ -162,6 +161,8 @@ def cmd_tree(args: argparse.Namespace) -> int:
         )
         return 0
     print(f"{role_names(store, session.role)[session.role]}/{session.uuid}")
+    from workbench.context_names import session_names  # here: ls and show need not load replay
+
     for line in tree_lines(nodes, session_names(session).names):  # named as the pages name them
         print(line)
     for name, error in session.load_errors.items():

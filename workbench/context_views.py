@@ -35,7 +35,7 @@ from soap_core import (
     kind_code,
     preview,
 )
-from workbench.views import short_id
+from workbench.context_names import short_id
 
 PAGE_SIZE = 50
 """Messages on one page: enough to read a few turns, few enough to draw at once."""

@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 
 from analysis import CATEGORIES, CallBudget, CompactionEvent, MessageBudget, SessionSpend, ThresholdStart
 from soap_core import Context, WindowDisagreement
-from workbench.views import short_id
+from workbench.context_names import short_id
 
 CONTEXT_LIMIT_TRACE = "context limit"
 THRESHOLD_TRACE = "compaction threshold"

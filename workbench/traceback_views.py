@@ -30,8 +30,8 @@ from soap_core.runtime import (
     read_invocation,
     read_invocations,
 )
+from workbench.context_names import short_id
 from workbench.times import NO_TIME, time_text
-from workbench.views import short_id
 
 OUTCOME_ICONS = {"ok": "✅", "refused": "⛔", "error": "❌", "running": "⏳", "interrupted": "💥"}
 OUTCOME_COLOURS = {

@@ -11,6 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from soap_core import UNKNOWN_ROLE, SessionOverview, SoapError, Store
+from workbench.context_names import short_id
 from workbench.loading import agent_names, chosen_store, search_hits
 from workbench.openpoke_views import (
     ImportSummary,
@@ -20,7 +21,7 @@ from workbench.openpoke_views import (
 )
 from workbench.selection import choose_session, store_overviews
 from workbench.session_filters import SINCE, SORTS, STATES, SessionFilter, filter_note, narrowed
-from workbench.views import error_first, escape_markdown, overview_table, session_label, short_id
+from workbench.views import error_first, escape_markdown, overview_table, session_label
 
 
 def pick_session(root: str, overviews: list[SessionOverview], names: dict[str, str]) -> None:
