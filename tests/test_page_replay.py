@@ -591,6 +591,17 @@ class TestDiffSection:
         assert again.selectbox(key="diff_a_context").value == active.id  # a link fills the pickers
         assert again.text_input(key="diff_a_at").value == str(call)
 
+    def test_each_changed_message_is_also_shown_word_by_word_in_colour(self, workbench_store: Path) -> None:
+        session = analyst(workbench_store)
+        active = session.active_context
+        [fork] = replay_forks(session)
+        at = open_replay(workbench_store, session=session.uuid, diff_a=active.id, diff_b=fork.id)
+        diff = diff_contexts(active, fork)
+        changed = [r for r in diff.rows if not r["same"] and r["a"] and r["b"] and r["words"]]
+        assert changed  # the edited message, at least
+        shown = markdowns(at)
+        assert all(coloured_words(r["words"]) in shown for r in changed)
+
     def test_a_diff_link_without_a_session_opens_the_session_of_its_contexts(
         self, workbench_store: Path
     ) -> None:

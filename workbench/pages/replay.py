@@ -34,6 +34,7 @@ import streamlit as st
 from replay import (
     BranchDiff,
     CallLog,
+    ContextDiff,
     Materialized,
     Output,
     OutputDiff,
@@ -988,6 +989,31 @@ def show_diff(root: str, session: Session) -> None:
         hide_index=True,
         column_config={"changes": st.column_config.TextColumn(width="large")},
     )
+    show_changed_words(diff)
+
+
+MOST_WORD_ROWS = 40
+"""Changed messages shown word by word below the table; the table holds them all."""
+
+
+def show_changed_words(diff: ContextDiff) -> None:
+    """Each message that differs on both sides, word by word in red and green (a table
+    cell can only hold the plain marks)."""
+    changed = [
+        r for r in diff.rows if not r["same"] and r["a"] is not None and r["b"] is not None and r["words"]
+    ]
+    if not changed:
+        return
+    with st.expander(f"Changed messages, word by word ({len(changed)})", expanded=len(changed) <= 3):
+        for row in changed[:MOST_WORD_ROWS]:
+            st.caption(
+                escape_markdown(
+                    f"A #{row['a_index']} {row['a']['role']} · B #{row['b_index']} {row['b']['role']}"
+                )
+            )
+            st.markdown(coloured_words(row["words"]))
+        if len(changed) > MOST_WORD_ROWS:
+            st.caption(f"{len(changed) - MOST_WORD_ROWS} more in the table above.")
 
 
 def _output_name(ref: Reference) -> str:
