@@ -27,11 +27,8 @@ from replay._diff import (
 )
 from replay._materialize import (
     CallLog,
-    CallSite,
-    Materialized,
     MaterializeError,
     PromptAtCall,
-    SentPrefix,
     call_site,
     materialize,
     origin_of,
@@ -44,6 +41,7 @@ from replay._peteos_body import PeteosBodyError, openai_tool_parameters, peteos_
 from replay._peteos_source import PETEOS_05, PETEOS_06, PeteosSource
 from replay._ranges import MessageRangeError, message_ranges_text, parse_message_ranges
 from replay._refs import Reference, find_context, resolve_reference
+from replay._request import CallSite, Materialized, SentPrefix
 from replay._rerun import (
     RerunResult,
     branch_of,

@@ -21,8 +21,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from replay._materialize import CallSite, Materialized, call_site
+from replay._materialize import call_site
 from replay._peteos_body import DEFAULT_MAX_TOKENS, peteos_body
+from replay._request import CallSite, Materialized
 from replay._runtime_source import recorded_parameters
 from replay._sources import register_source
 from soap_core import (

@@ -33,7 +33,8 @@ from typing import Any
 
 from replay._branch import BranchDiff, Turn, branch_noise_band, branch_turns, diff_branches
 from replay._diff import NoiseBand
-from replay._materialize import Materialized, MaterializeError, materialize
+from replay._materialize import MaterializeError, materialize
+from replay._request import Materialized
 from replay._run import Endpoint, Overrides, branch_fork, replay_messages, replay_parameters
 from replay._runtime_source import RUNTIME_SOURCE, tool_listing
 from replay._sources import source_named

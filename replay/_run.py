@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from replay._diff import NoiseBand, Output, noise_band
-from replay._materialize import Materialized
+from replay._request import Materialized
 from replay._sources import source_named
 from soap_core import (
     REPLAY_KEY,

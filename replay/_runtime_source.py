@@ -25,7 +25,8 @@ from collections.abc import Mapping, Sequence
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
-from replay._materialize import CallLog, CallSite, Materialized, SentPrefix, call_site
+from replay._materialize import CallLog, call_site
+from replay._request import CallSite, Materialized, SentPrefix
 from replay._sources import register_source
 from soap_core import (
     OBJECT_KEY,

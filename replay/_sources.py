@@ -17,12 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
+from replay._request import Materialized, SentPrefix
 from soap_core import CallRecord, Context, Message, Session
-
-if TYPE_CHECKING:
-    from replay._materialize import Materialized, SentPrefix
 
 ENTRY_POINT_GROUP = "soapwb.request_sources"
 

@@ -13,7 +13,8 @@ from typing import Any
 
 from deepdiff import DeepDiff
 
-from replay._materialize import CallLog, Materialized, materialize, sent_prefix
+from replay._materialize import CallLog, materialize, sent_prefix
+from replay._request import Materialized
 from soap_core import CallRecord, Context, Session, SoapError, Store, read_calls
 
 

@@ -57,7 +57,8 @@ from importers.openpoke._mapping import (
 )
 from importers.openpoke._memory import WorkingMemoryState, working_memory_at
 from importers.openpoke._roster import roster_at
-from replay._materialize import Materialized, MaterializeError
+from replay._materialize import MaterializeError
+from replay._request import Materialized
 from soap_core import Context, Message, Session, TextPart, ToolPart, chat_request, inside, request_hash
 
 OPENPOKE_MODEL = "anthropic/claude-sonnet-4"

@@ -11,7 +11,7 @@ from soap_core._records import (
     read_invocation,
     read_invocations,
 )
-from soap_core.runtime._agentic import AgenticObject, ModelSettings, Runtime, agentic
+from soap_core.runtime._agentic import AgenticObject, agentic
 from soap_core.runtime._compaction import (
     Compaction,
     ContextBudget,
@@ -39,6 +39,7 @@ from soap_core.runtime._llm import (
     LLMError,
 )
 from soap_core.runtime._locks import ActiveSessionError
+from soap_core.runtime._object import ModelSettings, Runtime
 from soap_core.runtime._tools import ToolSpec, tool
 from soap_core.runtime._trace import (
     InvocationChain,

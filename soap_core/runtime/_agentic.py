@@ -13,56 +13,14 @@ import json
 import re
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from soap_core._errors import SoapError
-from soap_core._store import Store
-from soap_core.runtime._llm import LLMEndpoint
+from soap_core.runtime._invoke import run_invocation
+from soap_core.runtime._object import Compaction, ModelSettings, Runtime
 from soap_core.runtime._tools import ToolSpec, tool_specs
 
-if TYPE_CHECKING:
-    from soap_core.runtime._compaction import Compaction
-
 C = TypeVar("C", bound=type)
-
-
-@dataclass(frozen=True)
-class ModelSettings:
-    """How an agentic class talks to its model; None leaves a setting to the server."""
-
-    model: str | None = None
-    temperature: float | None = 0.0
-    max_tokens: int = 256
-    seed: int | None = None
-    top_p: float | None = None
-    context_limit: int = 4096
-    context_reserve: int = 256
-    max_iterations: int = 8
-    extra: Mapping[str, Any] = field(default_factory=dict)
-
-    def parameters(self) -> dict[str, Any]:
-        """The sampling parameters of a request, in the order they are recorded."""
-        return {
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            "max_tokens": self.max_tokens,
-            "seed": self.seed,
-            **self.extra,
-        }
-
-
-class Runtime:
-    """Where agentic objects keep their sessions and which model they call."""
-
-    def __init__(self, store: Store | Path | str, endpoint: LLMEndpoint) -> None:
-        self.store = store if isinstance(store, Store) else Store(store)
-        self.store.root.mkdir(parents=True, exist_ok=True)  # a runtime writes: its store exists
-        self.endpoint = endpoint
-
-    def __repr__(self) -> str:
-        return f"Runtime({self.store!r}, {self.endpoint!r})"
 
 
 class AgenticObject:
@@ -162,8 +120,6 @@ class AgenticObject:
         a tool name to call), ``follow_up`` to the calls after tool results: code can
         drive a small model through a task where a large one would decide by itself.
         """
-        from soap_core.runtime._invoke import run_invocation
-
         return run_invocation(self, prompt, thread, output_schema, tool_choice, follow_up)
 
 

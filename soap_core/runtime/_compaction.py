@@ -8,19 +8,13 @@ prompt and tool definitions are always kept, and a tool result never loses its c
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
 
 from soap_core._context import Context
 from soap_core._facts import SUMMARY_PREFIX as SUMMARY_PREFIX
 from soap_core._message import Message
 from soap_core._parts import TextPart, ToolResultPart, ToolUsePart
-
-if TYPE_CHECKING:
-    from soap_core.runtime._agentic import AgenticObject
-
-
-class Compaction(Protocol):
-    def __call__(self, owner: AgenticObject, context: Context) -> Context | None: ...
+from soap_core.runtime._object import Agent
+from soap_core.runtime._object import Compaction as Compaction  # the strategies' protocol, named here too
 
 
 @dataclass(frozen=True)
@@ -31,7 +25,7 @@ class RollingTokenWindow:
     threshold: int = 60_000
     keep: float = 0.5
 
-    def __call__(self, owner: AgenticObject, context: Context) -> Context | None:
+    def __call__(self, owner: Agent, context: Context) -> Context | None:
         if context.total_token_count() <= self.threshold:
             return None
         return context.rolling_token_window(int(self.threshold * self.keep))
@@ -43,7 +37,7 @@ class RollingSequenceWindow:
 
     n: int = 40
 
-    def __call__(self, owner: AgenticObject, context: Context) -> Context | None:
+    def __call__(self, owner: Agent, context: Context) -> Context | None:
         return context.rolling_sequence_window(self.n)
 
 
@@ -52,7 +46,7 @@ class ContextBudget:
     """The default: keep the context plus the answer inside the model's context limit
     less a reserve, by a rolling token window on the budget."""
 
-    def __call__(self, owner: AgenticObject, context: Context) -> Context | None:
+    def __call__(self, owner: Agent, context: Context) -> Context | None:
         settings = owner.settings
         budget = settings.context_limit - settings.context_reserve - settings.max_tokens
         if context.total_token_count() <= budget:
@@ -79,11 +73,11 @@ class Summarize:
     """Over ``threshold`` tokens, another agentic object summarises all but the last
     ``keep_last`` messages; the summary replaces them as one user message."""
 
-    summarizer: AgenticObject
+    summarizer: Agent
     threshold: int = 60_000
     keep_last: int = 4
 
-    def __call__(self, owner: AgenticObject, context: Context) -> Context | None:
+    def __call__(self, owner: Agent, context: Context) -> Context | None:
         if context.total_token_count() <= self.threshold:
             return None
         recent = set(context.recent_indices(self.keep_last))

@@ -40,10 +40,10 @@ from soap_core._redact import redact
 from soap_core._session import OBJECT_KEY, RERUN_SESSION_KEY, Session
 from soap_core._store import SESSION_FILE
 from soap_core._tree import REPLAY_KEY
-from soap_core.runtime._agentic import AgenticObject
 from soap_core.runtime._compaction import ContextBudget
 from soap_core.runtime._llm import LLMError
 from soap_core.runtime._locks import CHAIN, ActiveSessionError, Frame, owner_info, session_lock, thread_lock
+from soap_core.runtime._object import Agent
 from soap_core.runtime._tools import ToolSpec, json_type, run_tool
 
 OWNER_KEY = "_soapwb_owner"
@@ -132,7 +132,7 @@ def output_schema_json(output_schema: Any) -> dict[str, Any] | None:
     return schema
 
 
-def _thread_session(obj: AgenticObject, thread: str) -> Session | None:
+def _thread_session(obj: Agent, thread: str) -> Session | None:
     """The session this object keeps for ``thread``: the catalog names it (every session
     our store saves is indexed at once), so a thread-reuse invoke reads that session's
     files only. Without a hit the catalog first catches up with the files (a session
@@ -151,7 +151,7 @@ def _thread_session(obj: AgenticObject, thread: str) -> Session | None:
     return None
 
 
-def _keeps_thread(obj: AgenticObject, session: Session, thread: str) -> bool:
+def _keeps_thread(obj: Agent, session: Session, thread: str) -> bool:
     state = session.state_data
     return (
         session.role == obj.role
@@ -161,7 +161,7 @@ def _keeps_thread(obj: AgenticObject, session: Session, thread: str) -> bool:
     )
 
 
-def _scanned_thread_session(obj: AgenticObject, thread: str) -> Session | None:
+def _scanned_thread_session(obj: Agent, thread: str) -> Session | None:
     store = obj.runtime.store
     matches = []
     for summary in store.scan_sessions():
@@ -176,7 +176,7 @@ def _scanned_thread_session(obj: AgenticObject, thread: str) -> Session | None:
     return store.load_session(newest.ref)
 
 
-def _session_for(obj: AgenticObject, thread: str | None, branch: bool) -> tuple[Session, bool]:
+def _session_for(obj: Agent, thread: str | None, branch: bool) -> tuple[Session, bool]:
     """The thread's session, or a new one (and whether it is new). A new session is saved
     at once, its folder appearing whole, so that no crash leaves half a session. For a
     thread, looking for its session and creating it happen under the thread's lock, and
@@ -196,7 +196,7 @@ def _session_for(obj: AgenticObject, thread: str | None, branch: bool) -> tuple[
         return session, True
 
 
-def _new_session(obj: AgenticObject, thread: str | None, branch: bool = False) -> Session:
+def _new_session(obj: Agent, thread: str | None, branch: bool = False) -> Session:
     context = Context.create(Message.system_prompt(obj.system_prompt), [t.as_part() for t in obj.tools()])
     session = Session.create(obj.role, context, thread_id=thread)
     session.state_data[OBJECT_KEY] = obj.object_id
@@ -211,7 +211,7 @@ class _Run:
 
     def __init__(
         self,
-        obj: AgenticObject,
+        obj: Agent,
         session: Session,
         record: InvocationRecord,
         schema: Any,
@@ -470,7 +470,7 @@ def _json_safe(value: Any) -> Any:
 
 
 def run_invocation(
-    obj: AgenticObject,
+    obj: Agent,
     prompt: str,
     thread: str | None,
     output_schema: Any,
@@ -544,7 +544,7 @@ def callee_branch(session: Session, record: InvocationRecord) -> Context:
 
 
 def rerun_invocation(
-    obj: AgenticObject,
+    obj: Agent,
     session: Session,
     fork: Context,
     *,
