@@ -13,7 +13,7 @@ from streamlit.testing.v1 import AppTest
 
 from soap_core import Store
 from tests.apptest import open_app_page
-from workbench.views import blanks_as
+from workbench.views import STYLED_ROWS, blanks_as
 
 PAGES = [
     "sessions",
@@ -61,4 +61,7 @@ def test_a_missing_value_reads_as_words_and_the_numbers_stay_numbers() -> None:
     html = styled.to_html()  # type: ignore[union-attr]
     assert "not measured" in html and "0.42" in html
     assert blanks_as(table.dropna(), "-") is not None
+    long = pd.DataFrame({"n": pd.array([None, *range(STYLED_ROWS)], dtype="Int64")})
+    plain = blanks_as(long, "-")
+    assert isinstance(plain, pd.DataFrame) and plain["n"].tolist()[:2] == ["-", "0"]  # text, not a Styler
     assert blanks_as(pd.DataFrame({"n": [1, 2]}), "-").equals(pd.DataFrame({"n": [1, 2]}))  # type: ignore[union-attr]

@@ -263,6 +263,11 @@ def media_file_name(message_id: str, part_index: int, part: MediaPart) -> str:
     return stem + extension
 
 
+STYLED_ROWS = 5_000
+"""Up to this many rows a table's blanks are set through a Styler (numbers stay numbers);
+a longer one has its blank columns turned to text, which costs no more than the table."""
+
+
 def blanks_as(table: pd.DataFrame | Styler, words: str | Mapping[str, str]) -> pd.DataFrame | Styler:
     """The table as ``st.dataframe`` should show it: a missing value reads as ``words``
     (one text for every column, or one per column named), never as Streamlit's grey
@@ -273,6 +278,8 @@ def blanks_as(table: pd.DataFrame | Styler, words: str | Mapping[str, str]) -> p
     blank = {c: w for c, w in wanted.items() if c in data.columns and bool(data[c].isna().any())}
     if not blank:
         return table
+    if isinstance(table, pd.DataFrame) and len(table) > STYLED_ROWS:  # a Styler renders every cell
+        return table.assign(**{c: table[c].astype("string").fillna(w) for c, w in blank.items()})
     styler = table if isinstance(table, Styler) else data.style
     for column, text in blank.items():
         styler = styler.format(str, na_rep=text, subset=[column])
