@@ -992,8 +992,7 @@ def show_diff(root: str, session: Session) -> None:
     show_changed_words(diff)
 
 
-MOST_WORD_ROWS = 40
-"""Changed messages shown word by word below the table; the table holds them all."""
+MOST_WORD_ROWS = 40  # changed messages shown word by word below the table; the table holds them all
 
 
 def show_changed_words(diff: ContextDiff) -> None:
