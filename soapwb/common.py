@@ -179,6 +179,8 @@ def terminal_time(stamp: str | None) -> str:
     return time_text(stamp, datetime.now().astimezone().tzinfo, age=False)
 
 
+# The marks of workbench.output_diff_views.marked_words, kept here: importing that module
+# loads replay and pandas, which `soapwb ls` must not (tests/test_cli.py).
 _WORD_MARKS = {"equal": "{}", "delete": "[-{}-]", "insert": "{{+{}+}}"}
 _WORD_COLOURS = {"delete": "\x1b[31m", "insert": "\x1b[32m"}
 _RESET = "\x1b[0m"

@@ -14,18 +14,7 @@ from soap_core import Store
 from soap_core.runtime import LLMEndpoint
 from soap_core.runtime.local_model import LocalModelServer
 from soapwb.cli import main
-from tests.apptest import open_app_page
-
-PAGES = [
-    "sessions",
-    "context",
-    "fork_tree",
-    "traceback",
-    "token_budget",
-    "replay",
-    "compaction",
-    "object_state",
-]
+from tests.apptest import PAGES, open_app_page
 
 
 def role_session(store: Path, role: str) -> str:

@@ -12,19 +12,8 @@ from streamlit import dataframe_util
 from streamlit.testing.v1 import AppTest
 
 from soap_core import Store
-from tests.apptest import open_app_page
+from tests.apptest import PAGES, open_app_page
 from workbench.views import STYLED_ROWS, blanks_as
-
-PAGES = [
-    "sessions",
-    "context",
-    "fork_tree",
-    "traceback",
-    "token_budget",
-    "replay",
-    "compaction",
-    "object_state",
-]
 
 
 def shown(table: object) -> pd.DataFrame:
