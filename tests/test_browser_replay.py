@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page
 
-from replay import REPLAY_KEY, materialize, replay
+from replay import REPLAY_KEY, Output, materialize, replay
 from soap_core import Context, Store
 from soap_core.runtime import LLMEndpoint
 from soap_core.runtime.local_model import LocalModelServer
 from tests.test_browser import SHOTS, analyst, open_page, settle, streamlit_app
 from workbench.context_names import short_id
+from workbench.output_diff_views import output_words
 
 EDIT = "Say hello to the team."
 
@@ -141,8 +142,13 @@ def test_the_diff_tab_shows_a_tool_call_beside_a_text_answer_and_phrases_the_dif
     )
     right = page.get_by_text(fork.messages[-1].text(), exact=True).filter(visible=True).first.bounding_box()
     assert left is not None and right is not None and left["x"] < right["x"]
-    removed = page.get_by_text("[-tool call 1: count_errors", exact=False).filter(visible=True).first
-    added = page.get_by_text("{+" + fork.messages[-1].text(), exact=False).filter(visible=True).first
+    # the runs the page colours are those of the word diff of the two outputs; the local
+    # model's answer may share words with the call, so the first run of each kind is looked up
+    runs = output_words(Output.of(active.messages[call]), Output.of(fork.messages[-1]))
+    first = {op: text for op, text in reversed(runs)}
+    assert "delete" in first and "insert" in first, runs
+    removed = page.get_by_text("[-" + first["delete"], exact=False).filter(visible=True).first
+    added = page.get_by_text("{+" + first["insert"], exact=False).filter(visible=True).first
     backgrounds = [
         run.evaluate("e => getComputedStyle(e.closest('span[style], span') || e).backgroundColor")
         for run in (removed, added)
