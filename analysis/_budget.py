@@ -20,7 +20,6 @@ from typing import Any
 
 from replay import CallLog, materialize, origin_of, sent_prefix
 from soap_core import (
-    REPLAY_KEY,
     CallRecord,
     Context,
     MediaPart,
@@ -32,6 +31,7 @@ from soap_core import (
     ToolPart,
     ToolResultPart,
     ToolUsePart,
+    is_marked,
     read_calls,
 )
 from soap_core.runtime import invocation_chains
@@ -129,7 +129,7 @@ class CallBudget:
 
 
 def _is_replay(context: Context) -> bool:
-    return REPLAY_KEY in context.extra
+    return is_marked(context)
 
 
 def _reconstructed_calls(session: Session, log: CallLog) -> list[tuple[Context, int]]:

@@ -34,7 +34,7 @@ from analysis._lab import (
     simulate_items,
 )
 from replay import Endpoint, Output, diff_outputs, materialize, replay
-from soap_core import REPLAY_KEY, Context, Message, Session, SoapError, Store, TextPart, ThinkingPart
+from soap_core import Context, Message, Session, SoapError, Store, TextPart, ThinkingPart, is_marked
 from soap_core.runtime import AgenticObject, LLMEndpoint, ModelSettings, Runtime
 from soap_core.runtime._compaction import SUMMARY_PREFIX, render_for_summary
 
@@ -344,7 +344,7 @@ def _origin_context(session: Session, produced: str) -> Context:
     """The context the message was produced in: never a replay fork (a drift run at a
     later call copies the earlier messages, and a store read back may list it first)."""
     holding = [c for c in session.contexts.values() if any(m.id == produced for m in c.messages)]
-    return next((c for c in holding if REPLAY_KEY not in c.extra), holding[0])
+    return next((c for c in holding if not is_marked(c)), holding[0])
 
 
 def _as_sent_run(

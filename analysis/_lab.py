@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from analysis._budget import llm_calls, session_calls
 from soap_core import CallRecord, Context, Message, Session, ThinkingPart
+from soap_core._compaction_specs import DEFAULTS, GRAMMAR, parse_spec
 
 SUMMARY_ID = "summary"
 
@@ -171,8 +172,8 @@ class RollingTokens(_Window):
     over 60,000, keep the most recent 30,000). Specials always stay and count, and so
     does the newest message with its tool group, even over the budget."""
 
-    threshold: int = 60_000
-    keep: float = 0.5
+    threshold: int = int(DEFAULTS["rolling-tokens"][0])
+    keep: float = float(DEFAULTS["rolling-tokens"][1])
 
     def __post_init__(self) -> None:
         self.name = f"rolling-tokens:{self.threshold}:{self.keep:g}"
@@ -192,7 +193,7 @@ class RollingMessages(_Window):
     """Keep the last ``n`` messages besides the specials (fewer rather than split a
     tool call from its results)."""
 
-    n: int = 40
+    n: int = int(DEFAULTS["rolling-messages"][0])
 
     def __post_init__(self) -> None:
         self.name = f"rolling-messages:{self.n}"
@@ -219,8 +220,8 @@ class SummarizeOlder(_Window):
     The simulation cannot ask a model, so it stands in a summary of a quarter of what it
     replaces, at most ``summary_tokens``; drift runs ask the model for the real one."""
 
-    threshold: int = 60_000
-    keep_last: int = 4
+    threshold: int = int(DEFAULTS["summarize"][0])
+    keep_last: int = int(DEFAULTS["summarize"][1])
     summary_tokens: int = 200
 
     def __post_init__(self) -> None:
@@ -262,25 +263,20 @@ class FunctionStrategy(_Window):
 
 def parse_strategy(spec: str) -> Strategy:
     """``rolling-tokens:T[:KEEP]``, ``rolling-messages:N``, ``strip-thinking``,
-    ``summarize[:T[:KEEP_LAST]]`` or ``none``."""
-    name, *args = spec.split(":")
-    try:
-        if name == "rolling-tokens":
-            return RollingTokens(int(args[0]) if args else 60_000, float(args[1]) if len(args) > 1 else 0.5)
-        if name == "rolling-messages":
-            return RollingMessages(int(args[0]) if args else 40)
-        if name == "summarize":
-            return SummarizeOlder(int(args[0]) if args else 60_000, int(args[1]) if len(args) > 1 else 4)
-    except ValueError:
-        raise ValueError(f"bad numbers in strategy {spec!r}") from None
-    if name == "strip-thinking" and not args:
+    ``summarize[:T[:KEEP_LAST]]`` or ``none`` (the grammar of :mod:`soap_core`'s specs)."""
+    parsed = parse_spec(spec)
+    numbers = parsed.numbers
+    if parsed.kind == "rolling-tokens":
+        return RollingTokens(int(numbers[0]), float(numbers[1]))
+    if parsed.kind == "rolling-messages":
+        return RollingMessages(int(numbers[0]))
+    if parsed.kind == "summarize":
+        return SummarizeOlder(int(numbers[0]), int(numbers[1]))
+    if parsed.kind == "strip-thinking":
         return StripThinking()
-    if name == "none" and not args:
+    if parsed.kind == "none":
         return NoCompaction()
-    raise ValueError(
-        f"unknown strategy {spec!r}: use rolling-tokens:T[:KEEP], rolling-messages:N, strip-thinking, "
-        "summarize[:T[:KEEP_LAST]] or none"
-    )
+    raise ValueError(f"unknown strategy {spec!r}: use {GRAMMAR}")  # context-budget: no lab strategy
 
 
 @dataclass(slots=True)

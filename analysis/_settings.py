@@ -1,26 +1,27 @@
 """The compaction settings a session ran with, as its call log recorded them.
 
-The soapwb runtime writes, with every LLM call, the repr of the compaction strategy in
-force (``RollingTokenWindow(threshold=1800, keep=0.5)``) and the model's context window
-as the agentic class declared it. A page that asks for a threshold starts from these,
-so that what it draws is what the session ran with; where the strategy has no token
-threshold (a window of messages, or the default rule, whose reserve is not recorded),
-the context window is the nearest recorded number, and the note says which it is.
-A peteos session has no call log, so nothing is known.
+The soapwb runtime writes, with every LLM call, the spec of the compaction strategy in
+force (``rolling-tokens:1800:0.5``; records of ``soapwb.call/1`` held its repr, read the
+same) and the model's context window as the agentic class declared it. A page that asks
+for a threshold starts from these, so that what it draws is what the session ran with;
+where the strategy has no token threshold (a window of messages, or the default rule,
+whose reserve is not recorded), the context window is the nearest recorded number, and
+the note says which it is. A peteos session has no call log, so nothing is known.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
 from analysis._budget import session_calls
-from analysis._lab import History, RollingMessages, RollingTokens, SummarizeOlder, parse_strategy
+from analysis._lab import History
 from soap_core import CallRecord, Session
+from soap_core._compaction_specs import parse_spec, recorded_spec, spec_text
 
-_THRESHOLD = re.compile(r"\bthreshold=(\d+)")
+_THRESHOLDS = {"rolling-tokens", "summarize"}
+"""The kinds whose first number is a token threshold."""
 _SHOWN = 120
 """How much of a strategy's repr a note quotes (a summarizer's repr can be long)."""
 
@@ -49,9 +50,9 @@ def threshold_start(session: Session, *, calls: Sequence[CallRecord] | None = No
     several = (
         f" Its calls ran with {len(settings)} settings; this is the latest." if len(settings) > 1 else ""
     )
-    found = _THRESHOLD.findall(latest or "")
-    if latest and found:
-        tokens = int(found[-1])  # a summarizer's repr comes first in Summarize(...)
+    spec = recorded_spec(latest) if latest else None
+    if latest and spec is not None and spec.kind in _THRESHOLDS:
+        tokens = int(spec.numbers[0])
         return ThresholdStart(
             tokens,
             "compaction",
@@ -68,7 +69,7 @@ def threshold_start(session: Session, *, calls: Sequence[CallRecord] | None = No
         )
     if latest is None:
         why = "the call log records no compaction setting"
-    elif latest.startswith("ContextBudget"):
+    elif spec is not None and spec.kind == "context-budget":
         why = (
             "the session ran with the default rule (compact over the context window less a reserve "
             "and the answer's max_tokens), and the reserve is not recorded"
@@ -82,20 +83,20 @@ def threshold_start(session: Session, *, calls: Sequence[CallRecord] | None = No
     )
 
 
-_AS_SPECS = (
-    (re.compile(r"RollingTokenWindow\(threshold=(\d+), keep=([0-9.]+)\)"), "rolling-tokens:{0}:{1}"),
-    (re.compile(r"RollingSequenceWindow\(n=(\d+)\)"), "rolling-messages:{0}"),
-    (re.compile(r"Summarize\(.*threshold=(\d+), keep_last=(\d+)\)"), "summarize:{0}:{1}"),
-)
-"""The runtime's compaction strategies (their reprs) and the lab's specs for them."""
-
-
 @dataclass(frozen=True)
 class RanWith:
     """The compaction a session ran with, as the lab's spec and as recorded."""
 
     spec: str
     recorded: str
+
+    @property
+    def note(self) -> str:
+        """One line naming it, as the lab's spec (and as recorded, where that differs: an
+        old record's repr, a spec written without its defaults)."""
+        if self.recorded != self.spec:
+            return f"The session ran with {self.recorded} (its call log): {self.spec} here."
+        return f"The session ran with {self.spec} (its call log)."
 
 
 def ran_with(session: Session, *, calls: Sequence[CallRecord] | None = None) -> RanWith | None:
@@ -105,12 +106,10 @@ def ran_with(session: Session, *, calls: Sequence[CallRecord] | None = None) -> 
     settings = [c.compaction for c in session_calls(session, calls) if c.compaction]
     if not settings:
         return None
-    for pattern, spec in _AS_SPECS:
-        found = pattern.fullmatch(settings[-1])
-        if found:
-            numbers = [f"{float(n):g}" if "." in n else n for n in found.groups()]
-            return RanWith(spec.format(*numbers), settings[-1])
-    return None
+    spec = recorded_spec(settings[-1])
+    if spec is None or spec.kind == "context-budget":  # the lab has no such strategy
+        return None
+    return RanWith(str(spec), settings[-1])
 
 
 # -- the numbers a strategy starts from, for a page and the CLI alike ------------------
@@ -122,19 +121,12 @@ def kind_of(spec: str) -> str:
 
 def numbers_of(spec: str) -> list[float | int]:
     """The numbers a spec sets, defaults filled in (``rolling-tokens:600`` → 600, 0.5)."""
-    strategy = parse_strategy(spec)
-    if isinstance(strategy, RollingTokens):
-        return [strategy.threshold, strategy.keep]
-    if isinstance(strategy, RollingMessages):
-        return [strategy.n]
-    if isinstance(strategy, SummarizeOlder):
-        return [strategy.threshold, strategy.keep_last]
-    return []
+    return list(parse_spec(spec).numbers)
 
 
 def strategy_spec(kind: str, numbers: Sequence[float | int]) -> str:
     """The library's spec for ``kind`` with its numbers (``rolling-tokens:600:0.5``)."""
-    return ":".join([kind, *(f"{n:g}" if isinstance(n, float) else str(n) for n in numbers)])
+    return spec_text(kind, list(numbers))
 
 
 def suggested_numbers(history: History, ran: RanWith | None = None) -> dict[str, list[float | int]]:

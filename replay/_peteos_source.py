@@ -27,12 +27,12 @@ from replay._request import CallSite, Materialized
 from replay._runtime_source import recorded_parameters
 from replay._sources import register_source
 from soap_core import (
-    REPLAY_KEY,
     CallRecord,
     Context,
     Message,
     Session,
     SoapError,
+    is_marked,
     locate,
     read_json,
 )
@@ -176,7 +176,7 @@ def sent_messages(session: Session, site: CallSite) -> tuple[list[Message], tupl
     context, index = site.context, site.index
     prefix: tuple[list[Message], tuple[str, int] | None] = (list(context.messages[:index]), None)
     parent = session.contexts.get(context.origin_context_id or "")
-    if parent is None or REPLAY_KEY in context.extra or index >= len(context.messages):
+    if parent is None or is_marked(context) or index >= len(context.messages):
         return prefix
     if context.messages[index].role != "assistant":
         return prefix

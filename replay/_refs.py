@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from replay._materialize import resolve_index
-from soap_core import REPLAY_KEY, Context, Message, Session, SoapError, Store
+from soap_core import Context, Message, Session, SoapError, Store, is_marked
 
 
 @dataclass
@@ -23,7 +23,7 @@ class Reference:
 
     @property
     def is_run(self) -> bool:
-        return REPLAY_KEY in self.context.extra
+        return is_marked(self.context)
 
     @property
     def message(self) -> Message | None:

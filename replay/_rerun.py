@@ -46,7 +46,7 @@ from replay._tool_modes import (
     tool_server,
 )
 from soap_core import (
-    REPLAY_KEY,
+    BranchMark,
     CallRecord,
     Context,
     InvocationRecord,
@@ -55,10 +55,12 @@ from soap_core import (
     Store,
     TextPart,
     ToolResultPart,
+    is_marked,
     new_record_id,
     read_calls,
     read_invocation,
     request_hash,
+    set_mark,
     utc_now,
     write_call,
 )
@@ -201,8 +203,29 @@ def check_reachable(endpoint: Endpoint) -> None:
         check()
 
 
-def _fork(session: Session, found: Materialized, overrides: Overrides, record: dict[str, Any]) -> Context:
-    return branch_fork(session, found, replay_messages(found, overrides), record)
+def _fork(session: Session, found: Materialized, overrides: Overrides, mark: BranchMark) -> Context:
+    return branch_fork(session, found, replay_messages(found, overrides), mark)
+
+
+def _rerun_mark(
+    found: Materialized,
+    overrides: Overrides,
+    tools: ToolModes,
+    label: str | None,
+    *,
+    of_invocation: str | None = None,
+) -> BranchMark:
+    """The mark of a re-run's fork: the message it re-ran and how."""
+    return BranchMark(
+        RERUN_KIND,
+        found.context_id,
+        found.index,
+        found.message_id,
+        of_invocation=of_invocation,
+        label=label or None,
+        overrides=overrides.as_dict(),
+        tools=tools.as_dict(),
+    )
 
 
 def rerun(
@@ -241,16 +264,7 @@ def rerun(
     if changed:
         obj.settings = dataclasses.replace(obj.settings, **changed)  # type: ignore[misc]
     origin = session.contexts[found.context_id]
-    about = {
-        "kind": RERUN_KIND,
-        "of_context": found.context_id,
-        "of_index": found.index,
-        "of_message_id": found.message_id,
-        "of_invocation": record.id,
-        "overrides": overrides.as_dict(),
-        "tools": tools.as_dict(),
-        **({"label": label} if label else {}),
-    }
+    about = _rerun_mark(found, overrides, tools, label, of_invocation=record.id)
     fork = _fork(session, found, overrides, about)
     store.save_session(session)
     recorded_calls = {c.id: c for c in read_calls(session.directory)} if session.directory else {}
@@ -258,7 +272,10 @@ def rerun(
     log = ToolLog()
     result = RerunResult(fork.id, fork.id, found.context_id, found.index)
     before = set(session.contexts)
-    marked: dict[str, Any] = {**about, "prompt": f"(re-run from message {found.index} of {found.context_id})"}
+    marked: dict[str, Any] = {
+        **about.as_dict(),
+        "prompt": f"(re-run from message {found.index} of {found.context_id})",
+    }
     try:
         result.answer = rerun_invocation(
             obj,
@@ -301,15 +318,7 @@ def _rerun_from_records(
         )
     source = source_named(found.source)
     model, parameters = replay_parameters(found, overrides, endpoint)
-    about = {
-        "kind": RERUN_KIND,
-        "of_context": found.context_id,
-        "of_index": found.index,
-        "of_message_id": found.message_id,
-        "overrides": overrides.as_dict(),
-        "tools": tools.as_dict(),
-        **({"label": label} if label else {}),
-    }
+    about = _rerun_mark(found, overrides, tools, label)
     fork = _fork(session, found, overrides, about)
     store.save_session(session)
     origin = session.contexts[found.context_id]
@@ -329,7 +338,7 @@ def _rerun_from_records(
             request_hash=request_hash(request),
             base_url=endpoint.base_url,
             started_at=utc_now(),
-            replay=about,
+            replay=about.as_dict(),
         )
         result.calls.append(call.id)
         answer = None
@@ -411,13 +420,9 @@ def continue_branch(
         record.state_after or record.state_before or {}, runtime=runtime, object_id=record.callee.object_id
     )
     branch = context
-    if REPLAY_KEY not in context.extra:
+    if not is_marked(context):
         branch = context.side_fork()
-        branch.extra[REPLAY_KEY] = {
-            "kind": "continue",
-            "of_context": context.id,
-            "of_index": len(context.messages),
-        }
+        set_mark(branch, BranchMark("continue", context.id, len(context.messages)))
         session.add_context(branch)
     start = len(branch.messages)
     branch.append(Message.create("user", [TextPart(text)])).record_token_count()

@@ -19,7 +19,7 @@ from replay._diff import NoiseBand, Output, noise_band
 from replay._request import Materialized
 from replay._sources import source_named
 from soap_core import (
-    REPLAY_KEY,
+    BranchMark,
     Context,
     Message,
     Part,
@@ -31,6 +31,7 @@ from soap_core import (
     ToolUsePart,
     new_record_id,
     request_hash,
+    set_mark,
     utc_now,
     write_call,
 )
@@ -254,15 +255,15 @@ def branch_fork(
     session: Session,
     found: Materialized,
     messages: list[Message],
-    record: dict[str, Any],
+    mark: BranchMark,
     *,
     add: bool = True,
 ) -> Context:
     """A side fork of the context ``found`` came from, holding ``messages`` (copies) and
-    the run's ``record``; the original context is not changed. ``add=False`` leaves it
+    the run's ``mark``; the original context is not changed. ``add=False`` leaves it
     out of the session until its run has reached the model."""
     fork = session.contexts[found.context_id].side_fork(lambda _: [m.copy() for m in messages])
-    fork.extra[REPLAY_KEY] = record
+    set_mark(fork, mark)
     if add:
         session.add_context(fork)
     return fork
@@ -290,23 +291,29 @@ def replay(
     messages = replay_messages(found, overrides)
     model, parameters = replay_parameters(found, overrides, endpoint)
     request = source_named(found.source).build_request(messages, model=model, parameters=parameters)
-    origin = {"of_context": found.context_id, "of_index": found.index, "of_message_id": found.message_id}
-    if label is not None:
-        origin["label"] = label
     runs: list[ReplayRun] = []
-    forks: dict[str, Context] = {}
+    forks: dict[str, tuple[Context, BranchMark]] = {}
     for sample in range(samples):
         call_id = new_record_id()
-        record = {**origin, "overrides": overrides.as_dict(), "sample": sample, "call_id": call_id}
-        fork = branch_fork(session, found, messages, record, add=False)
-        forks[fork.id] = fork
+        mark = BranchMark(
+            "replay",
+            found.context_id,
+            found.index,
+            found.message_id,
+            label=label,
+            overrides=overrides.as_dict(),
+            sample=sample,
+            call_id=call_id,
+        )
+        fork = branch_fork(session, found, messages, mark, add=False)
+        forks[fork.id] = fork, mark
         runs.append(ReplayRun(fork.id, call_id, sample, request, request_hash(request), overrides.as_dict()))
     done = 0
     with ThreadPoolExecutor(max_workers=max(1, min(concurrency, samples))) as pool:
         futures = {pool.submit(_complete, endpoint, request): run for run in runs}
         for future in as_completed(futures):
             run = futures[future]
-            _finish(store, session, forks[run.fork_id], endpoint, run, future.result())
+            _finish(store, session, *forks[run.fork_id], endpoint, run, future.result())
             done += 1
             if on_progress is not None:
                 on_progress(done, samples)
@@ -333,6 +340,7 @@ def _finish(
     store: Store,
     session: Session,
     fork: Context,
+    mark: BranchMark,
     endpoint: Endpoint,
     run: ReplayRun,
     outcome: tuple[Completion | None, LLMError | None, str, str],
@@ -355,7 +363,7 @@ def _finish(
         base_url=endpoint.base_url,
         started_at=started,
         ended_at=ended,
-        replay=dict(fork.extra[REPLAY_KEY]),
+        replay=mark.as_dict(),
     )
     if completion is not None:
         try:
@@ -373,7 +381,7 @@ def _finish(
             call.response, call.usage, call.latency_s = run.response, run.usage, run.latency_s
     if error is not None:
         run.error = call.error = error
-        fork.extra[REPLAY_KEY] = {**fork.extra[REPLAY_KEY], "error": error}
+        set_mark(fork, mark.failed(error))
     session.add_context(fork)
     store.save_session(session)
     write_call(session.directory or store.session_dir(session.role, session.uuid), call)

@@ -32,12 +32,13 @@ from replay._branch import BranchDiff, branch_turns, diff_branches
 from replay._rerun import RERUN_KIND, RerunResult
 from replay._run import Overrides, ReplayRun
 from soap_core import (
-    REPLAY_KEY,
+    BranchMark,
     CallRecord,
     Context,
     Message,
     Session,
     canonical_json,
+    mark_of,
     read_calls,
     read_invocation,
 )
@@ -63,12 +64,10 @@ class SavedRun:
         return overrides_from_record(self.run.overrides)
 
 
-def replay_record(context: Context) -> dict[str, Any] | None:
-    """The record of a replay fork (not of a re-run or a continued branch), else None."""
-    record = context.extra.get(REPLAY_KEY)
-    if not isinstance(record, dict) or record.get("kind") is not None:
-        return None
-    return record
+def replay_mark(context: Context) -> BranchMark | None:
+    """The mark of a replay fork (not of a re-run or a continued branch), else None."""
+    mark = mark_of(context)
+    return mark if mark is not None and mark.kind == "replay" else None
 
 
 def _text(value: Any) -> str | None:
@@ -145,30 +144,26 @@ def _answer(fork: Context, call: CallRecord | None) -> Message | None:
     return last if last is not None and last.role == "assistant" else None
 
 
-def saved_run(fork: Context, record: Mapping[str, Any], call: CallRecord | None) -> SavedRun:
+def saved_run(fork: Context, mark: BranchMark, call: CallRecord | None) -> SavedRun:
     """The run ``fork`` holds, with its call record when there is one."""
-    call_id = _text(record.get("call_id")) or ""
     output = _answer(fork, call)
-    error = _text(record.get("error")) or (call.error if call else None)
+    error = mark.error or (call.error if call else None)
     if output is None and error is None:
         error = INTERRUPTED_RUN
-    overrides = record.get("overrides")
     run = ReplayRun(
         fork_id=fork.id,
-        call_id=call_id,
-        sample=_integer(record.get("sample")) or 0,
+        call_id=mark.call_id or "",
+        sample=mark.sample or 0,
         request=call.request if call else {},
         request_hash=call.request_hash if call else "",
-        overrides=overrides_from_record(overrides).as_dict(),
+        overrides=overrides_from_record(mark.overrides).as_dict(),
         output=output if error is None else None,
         response=call.response if call else None,
         usage=call.usage if call else None,
         latency_s=call.latency_s if call else None,
         error=error,
     )
-    return SavedRun(
-        run, _text(record.get("label")), call.base_url if call else "", call.started_at if call else ""
-    )
+    return SavedRun(run, mark.label, call.base_url if call else "", call.started_at if call else "")
 
 
 def saved_runs(
@@ -186,21 +181,17 @@ def saved_runs(
     context file was changed does not count as a run of the message now there).
     ``calls`` is the session's call log when the caller has read it already.
     """
-    forks: list[tuple[Context, dict[str, Any]]] = []
-    for context in session.contexts.values():
-        record = replay_record(context)
-        if record is None or record.get("of_context") != context_id or record.get("of_index") != index:
-            continue
-        recorded_message = record.get("of_message_id")
-        if message_id is not None and recorded_message is not None and recorded_message != message_id:
-            continue
-        forks.append((context, record))
+    forks = [
+        (context, mark)
+        for context in session.contexts.values()
+        if (mark := replay_mark(context)) is not None and _runs_from(mark, context_id, index, message_id)
+    ]
     if not forks:
         return []
     log = calls if calls is not None else (read_calls(session.directory) if session.directory else [])
-    wanted = {_text(r.get("call_id")) for _, r in forks}
+    wanted = {mark.call_id for _, mark in forks}
     by_id = {c.id: c for c in log if c.id in wanted}
-    runs = [saved_run(fork, record, by_id.get(_text(record.get("call_id")) or "")) for fork, record in forks]
+    runs = [saved_run(fork, mark, by_id.get(mark.call_id or "")) for fork, mark in forks]
     return sorted(runs, key=lambda s: (s.run.call_id, s.run.sample))
 
 
@@ -242,12 +233,20 @@ class SavedRerun:
     """When its first call started ("" when it made none)."""
 
 
-def rerun_record(context: Context) -> dict[str, Any] | None:
-    """The record of a re-run's fork, else None."""
-    record = context.extra.get(REPLAY_KEY)
-    if not isinstance(record, dict) or record.get("kind") != RERUN_KIND:
-        return None
-    return record
+def _runs_from(mark: BranchMark, context_id: str, index: int, message_id: str | None) -> bool:
+    """Whether ``mark`` is of a run of message ``index`` of ``context_id``: a mark made
+    before the context file was changed (its message id differs) is not."""
+    return (
+        mark.of_context == context_id
+        and mark.of_index == index
+        and (message_id is None or mark.of_message_id in (None, message_id))
+    )
+
+
+def rerun_mark(context: Context) -> BranchMark | None:
+    """The mark of a re-run's fork, else None."""
+    mark = mark_of(context)
+    return mark if mark is not None and mark.kind == RERUN_KIND else None
 
 
 def branch_contexts(session: Session, fork: Context) -> list[str]:
@@ -296,30 +295,26 @@ def saved_reruns(
     """Every saved re-run of the agent from message ``index`` of ``context_id``, oldest
     first; as :func:`saved_runs` finds replays."""
     forks = [
-        (context, record)
+        (context, mark)
         for context in session.contexts.values()
-        if (record := rerun_record(context)) is not None
-        and record.get("of_context") == context_id
-        and record.get("of_index") == index
-        and (message_id is None or record.get("of_message_id") in (None, message_id))
+        if (mark := rerun_mark(context)) is not None and _runs_from(mark, context_id, index, message_id)
     ]
     if not forks:
         return []
     log = list(calls if calls is not None else (read_calls(session.directory) if session.directory else []))
     reruns: list[SavedRerun] = []
-    for fork, record in forks:
+    for fork, mark in forks:
         branch = branch_contexts(session, fork)
         made = sorted((c for c in log if c.context_id in branch), key=lambda c: c.id)
         answer, error, failures = _ending(session, session.contexts[branch[-1]], made)
         result = RerunResult(branch[-1], fork.id, context_id, index, answer, error, [c.id for c in made])
         result.tool_failures = failures
-        tools = record.get("tools")
         reruns.append(
             SavedRerun(
                 result,
-                overrides_from_record(record.get("overrides")),
-                tools if isinstance(tools, dict) else {},
-                _text(record.get("label")),
+                overrides_from_record(mark.overrides),
+                dict(mark.tools or {}),
+                mark.label,
                 made[0].started_at if made else "",
             )
         )

@@ -46,6 +46,7 @@ from soap_core._layout import (
     locate,
     read_instances,
 )
+from soap_core._marks import REPLAY_KEY, BranchMark, is_marked, mark_of, read_mark, set_mark
 from soap_core._message import Message, MessageType, Role
 from soap_core._overview import (
     MessageRow,
@@ -91,7 +92,7 @@ from soap_core._saves import SAVE_LOCKS_DIR, SaveConflictError
 from soap_core._session import OBJECT_KEY, SOURCE_KEY, THREAD_ID_KEY, Session, new_session_uuid
 from soap_core._store import SESSION_FILE, SessionSummary, Store
 from soap_core._tokens import DEFAULT_ENCODING, count_text, get_encoding
-from soap_core._tree import REPLAY_KEY, ContextNode, describe_node, fork_tree
+from soap_core._tree import ContextNode, describe_node, fork_tree
 
 __all__ = [
     "CALLS_DIR",
@@ -117,6 +118,7 @@ __all__ = [
     "TURN",
     "UNKNOWN_ROLE",
     "AmbiguousSessionError",
+    "BranchMark",
     "CallPairs",
     "CallRecord",
     "Context",
@@ -167,8 +169,10 @@ __all__ = [
     "fork_tree",
     "get_encoding",
     "inside",
+    "is_marked",
     "kind_code",
     "locate",
+    "mark_of",
     "message_rows",
     "new_record_id",
     "new_session_uuid",
@@ -181,11 +185,13 @@ __all__ = [
     "read_invocation",
     "read_invocations",
     "read_json",
+    "read_mark",
     "request_hash",
     "safe_name",
     "search_store",
     "searchable_text",
     "session_overview",
+    "set_mark",
     "tool_parts_of",
     "tool_schema",
     "utc_now",

@@ -15,7 +15,10 @@ session as before:
   caller's too, so the chain can be walked from the files in both directions. It holds
   the object's public state after the invocation.
 
-Every record starts with a ``format`` field naming its kind and version.
+Every record starts with a ``format`` field naming its kind and version
+(``soapwb.call/2``). A reader takes every version up to its own through one upgrade
+function (:func:`upgraded`, one step a version) and refuses a newer one, naming the file
+and both versions, rather than guess at fields it does not know.
 
 Record ids become file names, so an id that is not a plain name is refused before it
 becomes a path, and a record folder (or file) that is a link leading out of its session
@@ -36,19 +39,24 @@ import fcntl
 import json
 import os
 import uuid
+from collections.abc import Callable
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from soap_core._compaction_specs import spec_of_repr
 from soap_core._errors import FormatError, SoapError
 from soap_core._ids import checked_id
 from soap_core._jsonio import read_json, write_json_atomic
 from soap_core._paths import OutsideStoreError, confine, link_escapes, outside_problem, real, safe_name
 from soap_core._redact import redact
 
-CALL_FORMAT = "soapwb.call/1"
-INVOCATION_FORMAT = "soapwb.invocation/1"
+CALL_VERSION = 2
+"""2: ``compaction`` holds the strategy's spec (``rolling-tokens:1800:0.5``), not its repr."""
+INVOCATION_VERSION = 1
+CALL_FORMAT = f"soapwb.call/{CALL_VERSION}"
+INVOCATION_FORMAT = f"soapwb.invocation/{INVOCATION_VERSION}"
 CALLS_DIR = "calls"
 INVOCATIONS_DIR = "invocations"
 LOCK_FILE = ".soapwb.lock"
@@ -104,10 +112,9 @@ class CallRecord:
 
     @classmethod
     def from_dict(cls, data: Any, path: Path) -> CallRecord:
-        """A call record read from ``path``; FormatError naming the field that is wrong."""
-        if not isinstance(data, dict) or data.get("format") != CALL_FORMAT:
-            raise FormatError(path, "$.format", f"not a {CALL_FORMAT} record")
-        values = _checked(data, path, "$", _CALL_TYPES, _CALL_REQUIRED, _CALL_IDS)
+        """A call record read from ``path`` (of any version up to this one, upgraded);
+        FormatError naming the field that is wrong."""
+        values = _checked(upgraded(data, path, "call"), path, "$", _CALL_TYPES, _CALL_REQUIRED, _CALL_IDS)
         _check_items(values, path, "system_prompt_hooks", str)
         return cls(**_without_nulls(cls, values))
 
@@ -138,6 +145,57 @@ _CALL_TYPES: dict[str, type | tuple[type, ...]] = {
 }
 _CALL_IDS = ("id", "session", "context_id", "invocation_id")
 """Fields naming a file (a record, a session folder, a context file): checked as ids."""
+
+
+# ── versions ─────────────────────────────────────────────────────────────────────────
+
+
+def _call_1_to_2(data: dict[str, Any]) -> dict[str, Any]:
+    """``compaction``: the repr of one of the runtime's strategies becomes its spec (a
+    user's own hook keeps its repr, as version 2 records it too)."""
+    recorded = data.get("compaction")
+    spec = spec_of_repr(recorded) if isinstance(recorded, str) else None
+    return {**data, "compaction": spec} if spec is not None else data
+
+
+UPGRADES: dict[str, tuple[int, dict[int, Callable[[dict[str, Any]], dict[str, Any]]]]] = {
+    "call": (CALL_VERSION, {1: _call_1_to_2}),
+    "invocation": (INVOCATION_VERSION, {}),
+}
+"""Each record kind: its current version and the step from each older version to the next."""
+
+
+def record_version(data: Any, path: Path, kind: str) -> int:
+    """The version of a ``kind`` record (``soapwb.call/1`` → 1); FormatError naming the
+    file when it is no such record or was written by a newer soapwb."""
+    current, _ = UPGRADES[kind]
+    prefix = f"soapwb.{kind}/"
+    written = data.get("format") if isinstance(data, dict) else None
+    number = written[len(prefix) :] if isinstance(written, str) and written.startswith(prefix) else ""
+    if not (number.isascii() and number.isdigit() and int(number) >= 1):
+        raise FormatError(path, "$.format", f"not a soapwb.{kind} record")
+    if int(number) > current:
+        raise FormatError(
+            path,
+            "$.format",
+            f"{written} was written by a newer soap-workbench; this one reads up to "
+            f"{prefix}{current}: upgrade soap-workbench to read it",
+        )
+    return int(number)
+
+
+def upgraded(data: Any, path: Path, kind: str) -> dict[str, Any]:
+    """A ``kind`` record of any version up to the current one, as the current version
+    writes it (the dict itself when it is current; a new one otherwise). Upgrading an
+    upgraded record changes nothing."""
+    version = record_version(data, path, kind)
+    current, steps = UPGRADES[kind]
+    record: dict[str, Any] = data
+    for step in range(version, current):
+        record = steps[step](record)
+    if version < current:
+        record = {**record, "format": f"soapwb.{kind}/{current}"}
+    return record
 
 
 def _checked(
@@ -239,9 +297,9 @@ class InvocationRecord:
 
     @classmethod
     def from_dict(cls, data: Any, path: Path) -> InvocationRecord:
-        """An invocation record read from ``path``; FormatError naming the field that is wrong."""
-        if not isinstance(data, dict) or data.get("format") != INVOCATION_FORMAT:
-            raise FormatError(path, "$.format", f"not a {INVOCATION_FORMAT} record")
+        """An invocation record read from ``path`` (of any version up to this one,
+        upgraded); FormatError naming the field that is wrong."""
+        data = upgraded(data, path, "invocation")
         values = _checked(data, path, "$", _INVOCATION_TYPES, _INVOCATION_REQUIRED, _INVOCATION_IDS)
         _check_items(values, path, "calls", str, ids=True)
         values["callee"] = _party(values["callee"], path, "$.callee")

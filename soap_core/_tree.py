@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from soap_core._marks import is_marked
 from soap_core._session import Session
 
 NodeKind = Literal["root", "fork", "replay", "discarded"]
-REPLAY_KEY = "soapwb_replay"  # set by replay on the forks it makes
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ def fork_tree(session: Session) -> list[ContextNode]:
         context = session.contexts.get(context_id)
         parent = parent_of.get(context_id)
         kind: NodeKind = "discarded" if context is None else "fork" if parent else "root"
-        if context is not None and REPLAY_KEY in context.extra:
+        if context is not None and is_marked(context):
             kind = "replay"
         return ContextNode(
             id=context_id,

@@ -175,7 +175,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
         )
         return 1 if failures else 0
     if ran is not None:
-        print(f"the session ran with {ran.recorded}: {ran.spec} here")
+        print(ran.note)
     print(
         format_table(
             ("STRATEGY", "PEAK TOKENS", "TOKENS SENT", "COMPACTIONS", "TOKENS SAVED", "DRIFT", "VS NOISE"),

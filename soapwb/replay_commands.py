@@ -28,7 +28,7 @@ from replay import (
     verify_store,
 )
 from replay._refs import resolve_reference
-from soap_core import REPLAY_KEY, Session, SoapError
+from soap_core import Context, Session, SoapError, mark_of
 from soap_core.runtime import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT_S, LLMEndpoint
 from soapwb.common import (
     SESSION_HELP,
@@ -452,17 +452,19 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 def _is_branch(ref: Any) -> bool:
     """A re-run or continued branch named as a whole: it has no single output."""
-    record = ref.context.extra.get(REPLAY_KEY)
-    return ref.index is None and isinstance(record, dict) and record.get("kind") in ("rerun", "continue")
+    mark = mark_of(ref.context)
+    return ref.index is None and mark is not None and mark.kind in ("rerun", "continue")
+
+
+def _mark_start(context: Context) -> int:
+    mark = mark_of(context)
+    return mark.of_index or 0 if mark is not None else 0
 
 
 def _diff_branches(args: argparse.Namespace, a: Any, b: Any) -> int:
     """Two branches (a re-run against the context it re-ran, or two re-runs) step by step,
     from where the first of them started, as the Replay page aligns them."""
-    starts = [
-        int(r.context.extra[REPLAY_KEY].get("of_index", 0)) if _is_branch(r) else len(r.context.messages)
-        for r in (a, b)
-    ]
+    starts = [(_mark_start(r.context) if _is_branch(r) else len(r.context.messages)) for r in (a, b)]
     start = min(starts)
     diff = diff_branches(branch_turns(a.context, start), branch_turns(b.context, start), names=("A", "B"))
     if args.json:

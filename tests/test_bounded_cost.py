@@ -49,7 +49,7 @@ from tests.test_hostile_shapes import (
     wide_session,
     wide_store,
 )
-from workbench.context_names import replay_records, session_names
+from workbench.context_names import replay_marks, session_names
 from workbench.context_views import fork_tree_excerpt
 from workbench.fork_tree_views import DISCARDED_SHOWN, fork_tree_figure, node_table, tree_items
 from workbench.traceback_views import load_traces
@@ -307,7 +307,7 @@ def test_the_fork_tree_page_figures_cost_linear_id_operations(shape: Callable[[l
         session = shape(ids)
         names = session_names(session)
         items = tree_items(names)
-        fork_tree_figure(items, replay_records(session), names.names)
+        fork_tree_figure(items, replay_marks(session), names.names)
         node_table(items)
 
     small = id_operations(lambda: page(counted_ids(500)))

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from soap_core import REPLAY_KEY, Context, FormatError, Message, Session, SessionOverview, TextPart
+from soap_core import REPLAY_KEY, Context, FormatError, Message, Session, SessionOverview, TextPart, read_mark
 from workbench.context_names import change_phrases, replay_runs, session_names
 from workbench.fork_tree_views import RUN_KIND, node_table, tree_items, tree_layout
 from workbench.views import (
@@ -159,7 +159,7 @@ class TestRuns:
                 "max_tokens": 64,
             }
         }
-        assert change_phrases(record) == [
+        assert change_phrases(read_mark(record)) == [
             "edit of messages 3, 12",
             "dropped message 5",
             "system prompt",

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from soap_core import ContextNode, Session, Store, fork_tree
+from soap_core import ContextNode, Session, Store, fork_tree, read_mark
 from soap_core.runtime.local_model import LocalModelServer
 from tests.apptest import open_app_page
 from tests.replayed_store import ReplayedStore, replayed_store
@@ -247,7 +247,7 @@ class TestTheFigureFunctions:
     def test_markup_from_a_replay_record_is_escaped_in_the_hover(self) -> None:
         node = ContextNode("c1", "p1", (), "replay", 1, False, 3, "c1.json")
         replay = {"of_context": "p1", "of_index": 2, "overrides": {"edits": {"2": "<script>x</script>"}}}
-        text = hover_text(node, replay)
+        text = hover_text(node, read_mark(replay))
         assert "<script>" not in text
         assert "&lt;script&gt;" in text
 
@@ -268,10 +268,10 @@ def test_a_rerun_branch_is_named_a_rerun_with_its_tool_modes_in_the_hover() -> N
         "overrides": {},
         "tools": {"default": "recorded"},
     }
-    lines = hover_lines(node, record)
+    lines = hover_lines(node, read_mark(record))
     assert "re-run of the agent from a1 message #3" in lines
     assert 'tools: {"default": "recorded"}' in lines
-    assert "replay of a1 message #3" in hover_lines(node, {"of_context": "a1", "of_index": 3})
+    assert "replay of a1 message #3" in hover_lines(node, read_mark({"of_context": "a1", "of_index": 3}))
 
 
 @pytest.fixture(scope="module")

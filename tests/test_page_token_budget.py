@@ -347,7 +347,7 @@ class TestTheThresholdTheSessionRanWith:
         assert traces(chart(at, 0))[THRESHOLD_TRACE]["y"] == [900, 900]
         assert (
             "Starts at 900 tokens, the threshold the session ran with: "
-            "RollingTokenWindow(threshold=900, keep=0.5) (from its call log)."
+            "rolling-tokens:900:0.5 (from its call log)."
         ) in texts(at)
         assert "threshold" not in at.query_params  # the session's own value needs no parameter
 
@@ -373,7 +373,7 @@ class TestTheThresholdTheSessionRanWith:
         assert traces(chart(at, 0))[THRESHOLD_TRACE]["y"][0] == 2048
         assert (
             "Starts at the model's context window, 2,048 tokens (from the call log): the session "
-            "compacted with RollingSequenceWindow(n=6), which has no token threshold."
+            "compacted with rolling-messages:6, which has no token threshold."
         ) in texts(at)
 
     def test_another_session_starts_at_its_own_threshold(self, windowed_store: Path) -> None:

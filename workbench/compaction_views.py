@@ -128,10 +128,8 @@ def default_specs(history: History, ran: RanWith | None = None) -> list[str]:
 
 
 def ran_with_note(ran: RanWith | None) -> str | None:
-    """A line naming the strategy the session ran with, as the lab's spec."""
-    if ran is None:
-        return None
-    return f"The session ran with {ran.recorded} (its call log): {ran.spec} here."
+    """A line naming the strategy the session ran with (:attr:`RanWith.note`)."""
+    return ran.note if ran is not None else None
 
 
 CURVE_POINTS = 2_000

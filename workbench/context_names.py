@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from replay import message_ranges_text
-from soap_core import REPLAY_KEY, ContextNode, Session, fork_tree
+from soap_core import BranchMark, ContextNode, Session, fork_tree, mark_of
 
 MAIN = "main"
 """The name of the active context."""
@@ -115,11 +115,10 @@ def _tool_phrases(tools: Any) -> list[str]:
     return phrases
 
 
-def change_phrases(record: Mapping[str, Any]) -> list[str]:
-    """What a replay record changed, each as a few words: ``edit of message 12``,
+def change_phrases(mark: BranchMark) -> list[str]:
+    """What a replay or re-run changed, each as a few words: ``edit of message 12``,
     ``temperature 0.2``, ``model X``, ``system prompt``, ``tools live``."""
-    overrides = record.get("overrides")
-    overrides = overrides if isinstance(overrides, Mapping) else {}
+    overrides = mark.overrides or {}
     phrases = []
     edited = [overrides.get(key) for key in ("edits", "tool_calls", "tool_results")]
     if any(edited):
@@ -134,7 +133,7 @@ def change_phrases(record: Mapping[str, Any]) -> list[str]:
             phrases.append(f"{name} {_cut(overrides[key])}")
     if overrides.get("max_tokens") is not None:
         phrases.append(f"max tokens {_cut(overrides['max_tokens'])}")
-    return phrases + _tool_phrases(record.get("tools"))
+    return phrases + _tool_phrases(mark.tools)
 
 
 @dataclass(frozen=True)
@@ -168,28 +167,22 @@ class ForkRun:
         return f"{count} {_NOUNS.get(self.kind, 'samples')}"
 
 
-def _record_kind(record: Mapping[str, Any]) -> str:
-    kind = record.get("kind")
-    return kind if isinstance(kind, str) and kind in _VERBS else "replay"
+def _run_kind(mark: BranchMark) -> str:
+    return mark.kind if mark.kind in _VERBS else "replay"
 
 
-def _index(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _run_key(record: Mapping[str, Any]) -> str:
+def _run_key(mark: BranchMark) -> str:
     """What the forks of one run share: origin, label, overrides and tool modes."""
-    shared = {k: record.get(k) for k in ("kind", "of_context", "of_index", "label", "overrides", "tools")}
+    shared = [_run_kind(mark), mark.of_context, mark.of_index, mark.label, mark.overrides, mark.tools]
     return json.dumps(shared, sort_keys=True, ensure_ascii=False, default=str)
 
 
-def _started(session: Session, context_id: str, record: Mapping[str, Any]) -> str | None:
+def _started(session: Session, context_id: str, mark: BranchMark) -> str | None:
     """The run's time: its call id's, else the first message the run added (one message
     read, never the whole context)."""
-    call_id = record.get("call_id")
-    if isinstance(call_id, str) and minute(call_id):
-        return minute(call_id)
-    index = _index(record.get("of_index"))
+    if mark.call_id and minute(mark.call_id):
+        return minute(mark.call_id)
+    index = mark.of_index
     messages = session.contexts[context_id].message_view
     if index is not None and 0 <= index < len(messages):
         stamp = messages[index].creation_timestamp
@@ -197,15 +190,13 @@ def _started(session: Session, context_id: str, record: Mapping[str, Any]) -> st
     return None
 
 
-def _split_by_sample(
-    members: list[tuple[str, Mapping[str, Any]]],
-) -> list[list[tuple[str, Mapping[str, Any]]]]:
+def _split_by_sample(members: list[tuple[str, BranchMark]]) -> list[list[tuple[str, BranchMark]]]:
     """Forks of one origin and settings, in the order they were made, cut wherever the
     sample number starts again (each ``replay`` call numbers its samples from 0)."""
-    runs: list[list[tuple[str, Mapping[str, Any]]]] = []
+    runs: list[list[tuple[str, BranchMark]]] = []
     previous: int | None = None
     for member in members:
-        sample = _index(member[1].get("sample"))
+        sample = member[1].sample
         if not runs or (sample is not None and previous is not None and sample <= previous):
             runs.append([])
         runs[-1].append(member)
@@ -213,49 +204,41 @@ def _split_by_sample(
     return runs
 
 
-def _order(member: tuple[str, Mapping[str, Any]]) -> tuple[str, int, str]:
-    call_id = member[1].get("call_id")
-    sample = _index(member[1].get("sample"))
-    return (call_id if isinstance(call_id, str) else "", -1 if sample is None else sample, member[0])
+def _order(member: tuple[str, BranchMark]) -> tuple[str, int, str]:
+    mark = member[1]
+    return (mark.call_id or "", -1 if mark.sample is None else mark.sample, member[0])
 
 
-def replay_records(session: Session) -> dict[str, dict[str, Any]]:
-    """The replay record (``extra["soapwb_replay"]``) of every replay fork, by context id."""
-    return {
-        cid: dict(context.extra[REPLAY_KEY])
-        for cid, context in session.contexts.items()
-        if isinstance(context.extra.get(REPLAY_KEY), Mapping)
-    }
+def replay_marks(session: Session) -> dict[str, BranchMark]:
+    """The mark of every context the workbench made in ``session`` (replays, re-runs,
+    continued branches), by context id."""
+    return {cid: mark for cid, context in session.contexts.items() if (mark := mark_of(context)) is not None}
 
 
-def replay_runs(session: Session, records: Mapping[str, Mapping[str, Any]] | None = None) -> list[ForkRun]:
+def replay_runs(session: Session, marks: Mapping[str, BranchMark] | None = None) -> list[ForkRun]:
     """Every run that saved replay forks in ``session``, oldest first."""
-    records = replay_records(session) if records is None else records
-    groups: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
-    for cid, record in records.items():
-        groups.setdefault(_run_key(record), []).append((cid, record))
+    marks = replay_marks(session) if marks is None else marks
+    groups: dict[str, list[tuple[str, BranchMark]]] = {}
+    for cid, mark in marks.items():
+        groups.setdefault(_run_key(mark), []).append((cid, mark))
     runs = []
     for members in groups.values():
         for batch in _split_by_sample(sorted(members, key=_order)):
             first_id, first = batch[0]
-            of_context = first.get("of_context")
-            if not isinstance(of_context, str):  # a record of the wrong shape: its fork knows
-                of_context = session.contexts[first_id].origin_context_id
-            label = first.get("label")
             runs.append(
                 ForkRun(
                     fork_ids=tuple(cid for cid, _ in batch),
-                    kind=_record_kind(first),
-                    of_context=of_context if isinstance(of_context, str) else None,
-                    of_index=_index(first.get("of_index")),
-                    label=_cut(label) if label is not None else None,
+                    kind=_run_kind(first),
+                    of_context=first.of_context or session.contexts[first_id].origin_context_id,
+                    of_index=first.of_index,
+                    label=_cut(first.label) if first.label is not None else None,
                     changes=tuple(change_phrases(first)),
                     started=_started(session, first_id, first),
-                    failed=sum(1 for _, record in batch if record.get("error")),
+                    failed=sum(1 for _, mark in batch if mark.error),
                 )
             )
     return sorted(
-        runs, key=lambda run: (run.started is None, run.started or "", _order((run.id, records[run.id])))
+        runs, key=lambda run: (run.started is None, run.started or "", _order((run.id, marks[run.id])))
     )
 
 
@@ -318,8 +301,7 @@ def _place_names(nodes: Sequence[ContextNode]) -> dict[str, str]:
 
 def _name_runs(session: Session, nodes: Sequence[ContextNode]) -> SessionNames:
     names = _place_names(nodes)
-    records = replay_records(session)
-    runs = replay_runs(session, records)
+    runs = replay_runs(session)
     run_of = {cid: run for run in runs for cid in run.fork_ids}
     described: dict[str, str] = {}
     # A run's origin may itself be a replay fork: name runs in the order their forks

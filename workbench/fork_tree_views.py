@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
-from soap_core import ContextNode, ContextNotFoundError, Session
+from soap_core import BranchMark, ContextNode, ContextNotFoundError, Session
 from workbench.context_names import ForkRun, SessionNames, short_id
 
 RUN_KIND = "replay run"
@@ -215,7 +215,7 @@ def _plain(text: str, limit: int = _HOVER_VALUE_LIMIT) -> str:
 
 
 def hover_lines(
-    node: ContextNode, replay: Mapping[str, Any] | None, names: Mapping[str, str] | None = None
+    node: ContextNode, mark: BranchMark | None, names: Mapping[str, str] | None = None
 ) -> list[str]:
     """What hovering a node tells, as plain lines: name, kind, size, replay details, id;
     ``names`` (:attr:`SessionNames.names`) name the node and the context it replayed."""
@@ -225,32 +225,31 @@ def hover_lines(
     lines.append(f"{node.kind}, {messages}" + ("  [active]" if node.active else ""))
     if node.parent_missing:
         lines.append(f"origin {node.parent_id} not in this session")
-    if replay:
-        lines.extend(_record_lines(replay, names))
+    if mark is not None:
+        lines.extend(_mark_lines(mark, names))
     lines.append(f"id {node.id}")
     return lines
 
 
-def _record_lines(replay: Mapping[str, Any], names: Mapping[str, str]) -> list[str]:
+def _mark_lines(mark: BranchMark, names: Mapping[str, str]) -> list[str]:
     lines = []
-    if replay.get("label") is not None:
-        lines.append(f"label: {replay['label']}")
+    if mark.label is not None:
+        lines.append(f"label: {mark.label}")
     what = {"rerun": "re-run of the agent from", "continue": "conversation continued from"}.get(
-        str(replay.get("kind")), "replay of"
+        mark.kind, "replay of"
     )
-    origin = replay.get("of_context")
-    named = names.get(origin) if isinstance(origin, str) else None
-    lines.append(f"{what} {named or origin} message #{replay.get('of_index')}")
-    lines.append("overrides: " + json.dumps(replay.get("overrides") or {}, ensure_ascii=False))
-    if replay.get("tools"):
-        lines.append("tools: " + json.dumps(replay["tools"], ensure_ascii=False))
-    if replay.get("error"):
-        lines.append(f"error: {replay['error']}")
+    named = names.get(mark.of_context) if mark.of_context is not None else None
+    lines.append(f"{what} {named or mark.of_context} message #{mark.of_index}")
+    lines.append("overrides: " + json.dumps(dict(mark.overrides or {}), ensure_ascii=False))
+    if mark.tools:
+        lines.append("tools: " + json.dumps(dict(mark.tools), ensure_ascii=False))
+    if mark.error:
+        lines.append(f"error: {mark.error}")
     return lines
 
 
 def run_lines(
-    item: TreeItem, replays: Mapping[str, Mapping[str, Any]], names: Mapping[str, str] | None = None
+    item: TreeItem, marks: Mapping[str, BranchMark], names: Mapping[str, str] | None = None
 ) -> list[str]:
     """What a folded run tells: its name, when it ran, its forks and their record."""
     run = item.run
@@ -263,7 +262,8 @@ def run_lines(
     ]
     if run.started:
         lines.append(f"ran {run.started}")
-    lines.extend(_record_lines(replays.get(run.id, {}), names or {}))
+    if run.id in marks:
+        lines.extend(_mark_lines(marks[run.id], names or {}))
     if run.failed:
         lines.append(f"{run.failed} failed")
     lines.append(
@@ -284,25 +284,23 @@ def fold_lines(item: TreeItem) -> list[str]:
 
 
 def item_lines(
-    item: TreeItem, replays: Mapping[str, Mapping[str, Any]], names: Mapping[str, str] | None = None
+    item: TreeItem, marks: Mapping[str, BranchMark], names: Mapping[str, str] | None = None
 ) -> list[str]:
     """The hover of any item, as plain lines."""
     if item.node is not None:
-        return hover_lines(item.node, replays.get(item.id), names)
+        return hover_lines(item.node, marks.get(item.id), names)
     if item.run is None:
         return fold_lines(item)
-    return run_lines(item, replays, names)
+    return run_lines(item, marks, names)
 
 
-def hover_text(
-    node: ContextNode, replay: Mapping[str, Any] | None, names: Mapping[str, str] | None = None
-) -> str:
+def hover_text(node: ContextNode, mark: BranchMark | None, names: Mapping[str, str] | None = None) -> str:
     """The hover label of a node: :func:`hover_lines`, escaped, joined by line breaks."""
-    return "<br>".join(_plain(line) for line in hover_lines(node, replay, names))
+    return "<br>".join(_plain(line) for line in hover_lines(node, mark, names))
 
 
-def _item_hover(item: TreeItem, replays: Mapping[str, Mapping[str, Any]], names: Mapping[str, str]) -> str:
-    return "<br>".join(_plain(line) for line in item_lines(item, replays, names))
+def _item_hover(item: TreeItem, marks: Mapping[str, BranchMark], names: Mapping[str, str]) -> str:
+    return "<br>".join(_plain(line) for line in item_lines(item, marks, names))
 
 
 def _edge_coordinates(layout: TreeLayout) -> tuple[list[float | None], list[float | None]]:
@@ -319,7 +317,7 @@ def _kind_trace(
     kind: str,
     members: list[TreeItem],
     layout: TreeLayout,
-    replays: Mapping[str, Any],
+    marks: Mapping[str, BranchMark],
     names: Mapping[str, str],
 ) -> go.Scatter:
     symbol, colour = KIND_STYLE[kind]
@@ -336,7 +334,7 @@ def _kind_trace(
         text=["\u2002" + _plain(i.label, _CHART_TEXT_LIMIT) for i in members],  # clear of the ring
         textposition="middle right",
         cliponaxis=False,
-        hovertext=[_item_hover(i, replays, names) for i in members],
+        hovertext=[_item_hover(i, marks, names) for i in members],
         hoverinfo="text",
         customdata=[[i.id] for i in members],
         name=kind,
@@ -363,7 +361,7 @@ def _x_extent(items: Sequence[TreeItem], layout: TreeLayout) -> float:
 
 def fork_tree_figure(
     items: Sequence[TreeItem],
-    replays: Mapping[str, Mapping[str, Any]] | None = None,
+    marks: Mapping[str, BranchMark] | None = None,
     names: Mapping[str, str] | None = None,
 ) -> go.Figure:
     """The tree drawn with plotly: elbow edges, one marker trace per kind (so the legend
@@ -373,7 +371,7 @@ def fork_tree_figure(
     Every marker carries its context id (a run: its first fork's) as ``customdata``,
     which is what a click on it returns to the page.
     """
-    replays, names = replays or {}, names or {}
+    marks, names = marks or {}, names or {}
     layout = tree_layout(items)
     edge_x, edge_y = _edge_coordinates(layout)
     figure = go.Figure()
@@ -390,7 +388,7 @@ def fork_tree_figure(
     for kind in KIND_STYLE:
         members = [item for item in items if item.kind == kind]
         if members:
-            figure.add_trace(_kind_trace(kind, members, layout, replays, names))
+            figure.add_trace(_kind_trace(kind, members, layout, marks, names))
     active = [item for item in items if item.active]
     if active:
         figure.add_trace(
@@ -399,7 +397,7 @@ def fork_tree_figure(
                 y=[layout.positions[i.id][1] for i in active],
                 mode="markers",
                 marker={"symbol": "circle-open", "size": 28, "color": "#d62728", "line": {"width": 3}},
-                hovertext=[_item_hover(i, replays, names) for i in active],
+                hovertext=[_item_hover(i, marks, names) for i in active],
                 hoverinfo="text",
                 customdata=[[i.id] for i in active],
                 name="active",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from soap_core._compaction_specs import DEFAULTS, spec_text
 from soap_core._context import Context
 from soap_core._facts import SUMMARY_PREFIX as SUMMARY_PREFIX
 from soap_core._message import Message
@@ -22,8 +23,12 @@ class RollingTokenWindow:
     """Over ``threshold`` tokens, keep the newest ``keep`` share of it (the seed's Log
     Analyzer: over 60,000, keep the most recent 30,000)."""
 
-    threshold: int = 60_000
-    keep: float = 0.5
+    threshold: int = int(DEFAULTS["rolling-tokens"][0])
+    keep: float = float(DEFAULTS["rolling-tokens"][1])
+
+    @property
+    def spec(self) -> str:
+        return spec_text("rolling-tokens", [self.threshold, float(self.keep)])
 
     def __call__(self, owner: Agent, context: Context) -> Context | None:
         if context.total_token_count() <= self.threshold:
@@ -35,7 +40,11 @@ class RollingTokenWindow:
 class RollingSequenceWindow:
     """Keep the last ``n`` messages besides the system prompt and tool definitions."""
 
-    n: int = 40
+    n: int = int(DEFAULTS["rolling-messages"][0])
+
+    @property
+    def spec(self) -> str:
+        return spec_text("rolling-messages", [self.n])
 
     def __call__(self, owner: Agent, context: Context) -> Context | None:
         return context.rolling_sequence_window(self.n)
@@ -45,6 +54,8 @@ class RollingSequenceWindow:
 class ContextBudget:
     """The default: keep the context plus the answer inside the model's context limit
     less a reserve, by a rolling token window on the budget."""
+
+    spec = "context-budget"
 
     def __call__(self, owner: Agent, context: Context) -> Context | None:
         settings = owner.settings
@@ -74,8 +85,12 @@ class Summarize:
     ``keep_last`` messages; the summary replaces them as one user message."""
 
     summarizer: Agent
-    threshold: int = 60_000
-    keep_last: int = 4
+    threshold: int = int(DEFAULTS["summarize"][0])
+    keep_last: int = int(DEFAULTS["summarize"][1])
+
+    @property
+    def spec(self) -> str:
+        return spec_text("summarize", [self.threshold, self.keep_last])
 
     def __call__(self, owner: Agent, context: Context) -> Context | None:
         if context.total_token_count() <= self.threshold:
@@ -97,3 +112,10 @@ class Summarize:
             return [*specials, note, *recent]
 
         return context.transform_fork(replace_older)
+
+
+def spec_of(strategy: Compaction) -> str:
+    """What a call record says of the strategy in force: its spec, or for a hook of the
+    user's own (which has no ``spec``) its repr."""
+    spec = getattr(strategy, "spec", None)
+    return spec if isinstance(spec, str) else repr(strategy)

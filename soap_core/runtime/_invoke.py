@@ -24,6 +24,7 @@ import jsonschema
 from soap_core._chat import canonical_json, chat_request, request_hash
 from soap_core._context import Context
 from soap_core._errors import SoapError
+from soap_core._marks import BranchMark, set_mark
 from soap_core._message import Message
 from soap_core._parts import TextPart, ThinkingPart, ToolPart, ToolResultPart, ToolUsePart
 from soap_core._records import (
@@ -39,8 +40,7 @@ from soap_core._records import (
 from soap_core._redact import redact
 from soap_core._session import OBJECT_KEY, RERUN_SESSION_KEY, Session
 from soap_core._store import SESSION_FILE
-from soap_core._tree import REPLAY_KEY
-from soap_core.runtime._compaction import ContextBudget
+from soap_core.runtime._compaction import ContextBudget, spec_of
 from soap_core.runtime._llm import LLMError
 from soap_core.runtime._locks import CHAIN, ActiveSessionError, Frame, owner_info, session_lock, thread_lock
 from soap_core.runtime._object import Agent
@@ -312,7 +312,7 @@ class _Run:
             system_prompt_hooks=hooks,
             tool_list_hook=self.tool_list_key,
             context_limit=settings.context_limit,
-            compaction=repr(self.obj.compaction or ContextBudget()),
+            compaction=spec_of(self.obj.compaction or ContextBudget()),
         )
         self.record.calls.append(call.id)
         try:
@@ -532,11 +532,7 @@ def callee_branch(session: Session, record: InvocationRecord) -> Context:
     turn in, so its session keeps what it had (the copy is not among the children)."""
     active = session.active_context
     fork = active.side_fork()
-    fork.extra[REPLAY_KEY] = {
-        "kind": "rerun-callee",
-        "of_context": active.id,
-        "of_index": len(active.messages),
-    }
+    set_mark(fork, BranchMark("rerun-callee", active.id, len(active.messages)))
     session.add_context(fork)
     record.callee.context_id = fork.id
     record.rerun = {"kind": "rerun-callee", "branch": fork.id}

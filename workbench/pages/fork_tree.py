@@ -10,12 +10,10 @@ the toggle and the pair sent to Diff live in the query parameters (``context``,
 
 from __future__ import annotations
 
-from typing import Any
-
 import streamlit as st
 
-from soap_core import ContextNode, Session, SoapError
-from workbench.context_names import SessionNames, replay_records, session_names
+from soap_core import REPLAY_KEY, BranchMark, ContextNode, Session, SoapError
+from workbench.context_names import SessionNames, replay_marks, session_names
 from workbench.fork_tree_views import (
     TreeItem,
     clicked_context,
@@ -98,22 +96,22 @@ def pick_fork(session: Session, names: SessionNames, run: TreeItem, node: Contex
 
 
 def show_item(
-    root: str, session: Session, names: SessionNames, items: list[TreeItem], replays: dict[str, Any]
+    root: str, session: Session, names: SessionNames, items: list[TreeItem], marks: dict[str, BranchMark]
 ) -> None:
     """The chosen node's details (a run's, then the fork of it picked) and a link that
     opens the context on the Context page."""
     item, node = pick_item(session, names, items)
-    lines = hover_lines(node, replays.get(node.id), names.names)
+    lines = hover_lines(node, marks.get(node.id), names.names)
     if item.run is not None and len(item.members) > 1:
-        st.text("\n".join(run_lines(item, replays, names.names)))
+        st.text("\n".join(run_lines(item, marks, names.names)))
         node = pick_fork(session, names, item, node)
-        lines = hover_lines(node, replays.get(node.id), names.names)
+        lines = hover_lines(node, marks.get(node.id), names.names)
     elif item.run is not None and item.run.started:
         lines.insert(1, f"ran {item.run.started}")
     st.text("\n".join(lines))
-    if node.id in replays:
+    if node.id in marks:
         with st.expander("Replay record"):
-            st.json(replays[node.id], expanded=1)
+            st.json(dict(session.contexts[node.id].extra[REPLAY_KEY]), expanded=1)  # as the file holds it
     if node.kind == "discarded":
         st.info(
             "This context was discarded: its parent names it, but it was never saved, so there is nothing to open."
@@ -180,18 +178,18 @@ names = session_names(session)
 if not names.nodes:
     st.info("This session has no contexts.")
     st.stop()
-replays = replay_records(session)
+marks = replay_marks(session)
 st.text(session_heading(session))
 st.text(tree_summary(names.nodes, len(names.runs)))
 show_all = show_forks_toggle(names)
 items = tree_items(names, fold_runs=not show_all)
 st.plotly_chart(
-    fork_tree_figure(items, replays, names.names),
+    fork_tree_figure(items, marks, names.names),
     on_select=open_clicked_node,
     selection_mode="points",
     key=CHART_KEY,
 )
-folded = len(replays) if not show_all else 0
+folded = len(marks) if not show_all else 0
 st.caption(
     "Click a node to open it; discarded contexts are hollow, the active one is ringed in red."
     + (f" The {folded} replay forks are shown as one node per run." if folded else "")
@@ -206,6 +204,6 @@ st.dataframe(
     },
 )
 st.subheader("Open a context")
-show_item(root, session, names, items, replays)
+show_item(root, session, names, items, marks)
 st.subheader("Send two contexts to Diff")
 send_to_diff(root, session, list(names.nodes))

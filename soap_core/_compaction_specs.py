@@ -1,0 +1,95 @@
+"""The one grammar of compaction strategies: ``KIND[:NUMBER[:NUMBER]]``.
+
+The runtime's hooks, the lab's simulated strategies, the pages and the CLI all name a
+strategy by its spec (``rolling-tokens:60000:0.5``, ``rolling-messages:40``,
+``summarize:1300:4``); the call log records the spec of the strategy in force. The
+kinds, their numbers and their defaults are here and nowhere else.
+
+Call records written before the spec (``soapwb.call/1``) hold the strategy's Python
+repr; :func:`spec_of_repr` reads those once, when a record is upgraded.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+DEFAULTS: dict[str, tuple[float | int, ...]] = {
+    "rolling-tokens": (60_000, 0.5),
+    "rolling-messages": (40,),
+    "summarize": (60_000, 4),
+    "strip-thinking": (),
+    "none": (),
+    "context-budget": (),
+}
+"""Each kind and the numbers it takes, at their defaults: a token threshold and the share
+kept; a number of messages; a token threshold and the messages kept whole."""
+_FLOATS = {("rolling-tokens", 1)}
+"""The numbers that are shares (the rest count tokens or messages)."""
+GRAMMAR = "rolling-tokens:T[:KEEP], rolling-messages:N, strip-thinking, summarize[:T[:KEEP_LAST]] or none"
+
+
+@dataclass(frozen=True)
+class CompactionSpec:
+    """A strategy by its kind and numbers (defaults filled in)."""
+
+    kind: str
+    numbers: tuple[float | int, ...] = ()
+
+    def __str__(self) -> str:
+        return spec_text(self.kind, self.numbers)
+
+
+def spec_text(kind: str, numbers: tuple[float | int, ...] | list[float | int]) -> str:
+    """``kind`` with its numbers: ``rolling-tokens:600:0.5`` (shares without a trailing 0)."""
+    return ":".join([kind, *(f"{n:g}" if isinstance(n, float) else str(n) for n in numbers)])
+
+
+def parse_spec(text: str) -> CompactionSpec:
+    """The spec ``text`` names, its missing numbers at their defaults; ValueError saying
+    what is wrong and what the grammar is."""
+    kind, *args = text.split(":")
+    if kind not in DEFAULTS:
+        raise ValueError(f"unknown strategy {text!r}: use {GRAMMAR}")
+    defaults = DEFAULTS[kind]
+    if len(args) > len(defaults):
+        raise ValueError(f"unknown strategy {text!r}: use {GRAMMAR}")
+    numbers: list[float | int] = list(defaults)
+    try:
+        for i, arg in enumerate(args):
+            numbers[i] = float(arg) if (kind, i) in _FLOATS else int(arg)
+    except ValueError:
+        raise ValueError(f"bad numbers in strategy {text!r}") from None
+    return CompactionSpec(kind, tuple(numbers))
+
+
+_REPRS = (
+    (re.compile(r"RollingTokenWindow\(threshold=(\d+), keep=([0-9.]+)\)"), "rolling-tokens"),
+    (re.compile(r"RollingSequenceWindow\(n=(\d+)\)"), "rolling-messages"),
+    (re.compile(r"Summarize\(.*threshold=(\d+), keep_last=(\d+)\)"), "summarize"),
+    (re.compile(r"ContextBudget\(\)"), "context-budget"),
+)
+"""The reprs the runtime's strategies had in ``soapwb.call/1`` records."""
+
+
+def spec_of_repr(recorded: str) -> str | None:
+    """The spec of a strategy recorded by its repr (a ``soapwb.call/1`` record), or None
+    for a strategy the runtime does not ship (a user's own hook)."""
+    for pattern, kind in _REPRS:
+        found = pattern.fullmatch(recorded)
+        if found:
+            numbers = [float(n) if "." in n else int(n) for n in found.groups()]
+            return spec_text(kind, numbers)
+    return None
+
+
+def recorded_spec(recorded: str) -> CompactionSpec | None:
+    """The spec a call record's ``compaction`` names: a spec, or an old record's repr
+    of one of the runtime's strategies; None for anything else (a user's own hook)."""
+    for text in (recorded, spec_of_repr(recorded)):
+        if text is not None:
+            try:
+                return parse_spec(text)
+            except ValueError:
+                continue
+    return None
