@@ -22,6 +22,7 @@ $(STAMP): pyproject.toml
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/test_import_layers.py
 
 typecheck: install
 	$(BIN)/mypy

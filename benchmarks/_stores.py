@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._harness import Bench
-from soap_core._generate import generate_store
+from soap_gen import generate_store
 
 SETTLED_AGO_NS = 60 * 1_000_000_000
 

@@ -68,8 +68,8 @@ from soap_core import (
     session_overview,
 )
 from soap_core._catalog import CATALOG_FILE, is_catalog_file
-from soap_core._generate import generate_store
 from soap_core._layout import AGENTS_DIR
+from soap_gen import generate_store
 
 SEED = 20250612
 MESSAGES = 20

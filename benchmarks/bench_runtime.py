@@ -18,10 +18,10 @@ from openai.types.chat import ChatCompletion
 
 from benchmarks._harness import Bench
 from benchmarks._stores import shared_store, store_shape
+from local_model import LocalModelServer
 from replay import Overrides, materialize, replay
 from soap_core import Store
 from soap_core.runtime import AgenticObject, LLMEndpoint, ModelSettings, Runtime
-from soap_core.runtime.local_model import LocalModelServer
 from tests.peers.openai_stub import OpenAIStub
 
 

@@ -77,8 +77,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def model_endpoint(base_url: str | None) -> Iterator[LLMEndpoint]:
     """The endpoint to run against: the one given or configured, else a local model
     server that lives as long as the ``with`` block."""
+    from local_model import NO_API_KEY, LocalModelServer
     from soap_core.runtime import LLMEndpoint
-    from soap_core.runtime.local_model import NO_API_KEY, LocalModelServer
 
     if base_url or os.environ.get("OPENAI_BASE_URL", "").strip():
         yield LLMEndpoint(base_url)

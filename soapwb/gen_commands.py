@@ -92,7 +92,7 @@ def _check(args: argparse.Namespace) -> None:
 
 def cmd_gen_store(args: argparse.Namespace) -> int:
     _check(args)
-    from soap_core._generate import generate_store
+    from soap_gen import generate_store
 
     started = time.perf_counter()
     summary = generate_store(

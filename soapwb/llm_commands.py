@@ -40,7 +40,7 @@ def register(commands: Any) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     # Imported here so that the other commands do not pay for loading the runtime package.
-    from soap_core.runtime.local_model import LocalModelError, LocalModelServer
+    from local_model import LocalModelError, LocalModelServer
 
     stop_requested = threading.Event()
 

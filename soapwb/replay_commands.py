@@ -251,7 +251,7 @@ def endpoint_for(args: argparse.Namespace) -> Iterator[LLMEndpoint]:
     base_url = args.base_url or os.environ.get("OPENAI_BASE_URL")
     with contextlib.ExitStack() as stack:
         if not base_url:
-            from soap_core.runtime.local_model import LocalModelServer
+            from local_model import LocalModelServer
 
             base_url = stack.enter_context(LocalModelServer(deterministic=True)).base_url
         yield LLMEndpoint(

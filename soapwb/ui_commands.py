@@ -83,7 +83,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
     env = {**os.environ, "SOAPWB_STORE": str(Path(args.store).resolve())}
     with contextlib.ExitStack() as stack:
         if not env.get("OPENAI_BASE_URL") and not args.no_model:
-            from soap_core.runtime.local_model import LocalModelServer
+            from local_model import LocalModelServer
 
             server = stack.enter_context(LocalModelServer(deterministic=True))
             env["OPENAI_BASE_URL"] = server.base_url

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from demo import DemoSummary, build_demo_store
+from local_model import LocalModelServer
 from soap_core.runtime import LLMEndpoint
-from soap_core.runtime.local_model import LocalModelServer
 
 FAKE_KEY = "sk-demo-FAKE-key-must-never-reach-disk-5150"
 

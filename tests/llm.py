@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from soap_core.runtime.local_model import NO_API_KEY, LocalModelServer
+from local_model import NO_API_KEY, LocalModelServer
 
 
 @pytest.fixture(scope="session")

@@ -225,7 +225,7 @@ def test_the_runs_store_is_linked_and_left_as_it_was(tmp_path: Path) -> None:
     included) changes none of the run's files."""
     from benchmarks._stores import settle
     from soap_core._catalog import is_catalog_file
-    from soap_core._generate import generate_store
+    from soap_gen import generate_store
 
     many = tmp_path / "many"
     generate_store(many, sessions=6, messages=12, fork_rate=0.5, chain_depth=2, seed=4)

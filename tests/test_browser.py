@@ -18,8 +18,8 @@ import pytest
 from playwright.sync_api import Browser, Page
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
+from local_model import LocalModelServer, free_port
 from soap_core import Store, session_overview
-from soap_core.runtime.local_model import LocalModelServer, free_port
 from soapwb.ui_commands import streamlit_command
 from tests.workbench_store import XSS
 from workbench.context_names import short_id

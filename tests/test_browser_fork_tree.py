@@ -15,8 +15,8 @@ import pytest
 from playwright.sync_api import Browser, Page
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
+from local_model import LocalModelServer
 from soap_core import Store
-from soap_core.runtime.local_model import LocalModelServer
 from tests.replayed_store import ReplayedStore, replayed_store
 from tests.test_browser import SHOTS, settle, streamlit_app
 from workbench.context_names import replay_runs

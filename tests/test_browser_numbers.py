@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page
 
+from local_model import LocalModelServer
 from soap_core import REPLAY_KEY, Store
-from soap_core.runtime.local_model import LocalModelServer
 from tests.test_browser import SHOTS, analyst, open_page, settle, streamlit_app
 
 CONFIRM_ABOVE = 3

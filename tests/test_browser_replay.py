@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page
 
+from local_model import LocalModelServer
 from replay import REPLAY_KEY, Output, materialize, replay
 from soap_core import Context, Store
 from soap_core.runtime import LLMEndpoint
-from soap_core.runtime.local_model import LocalModelServer
 from tests.test_browser import SHOTS, analyst, open_page, settle, streamlit_app
 from workbench.context_names import short_id
 from workbench.output_diff_views import output_words

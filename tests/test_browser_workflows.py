@@ -19,9 +19,9 @@ from playwright.sync_api import Browser, Page
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from demo.build import ANALYZER_STEPS
+from local_model import LocalModelServer
 from replay import REPLAY_KEY, materialize
 from soap_core import Context, Session, Store, TextPart, read_invocations
-from soap_core.runtime.local_model import LocalModelServer
 from tests.test_browser import CHROMIUM, IN_VIEW, MARKED, SHOTS, settle, streamlit_app
 from tests.test_page_context_long import long_store
 from workbench.context_names import short_id

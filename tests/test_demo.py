@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from demo import DemoSummary, summarize_sessions
+from local_model import free_port
 from soap_core import SESSION_FILE, Session, SessionSummary, Store, fork_tree
 from soap_core.runtime import (
     InvocationRecord,
@@ -23,7 +24,6 @@ from soap_core.runtime import (
     read_invocations,
 )
 from soap_core.runtime._locks import THREAD_LOCKS_DIR
-from soap_core.runtime.local_model import free_port
 from soapwb.cli import main
 from soapwb.demo_commands import format_summary
 from tests.demo_store import FAKE_KEY

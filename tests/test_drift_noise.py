@@ -26,10 +26,10 @@ from analysis import (
     model_calls,
     simulate_items,
 )
+from local_model import LocalModelServer
 from replay import materialize
 from soap_core import REPLAY_KEY, Store
 from soap_core.runtime import LLMEndpoint
-from soap_core.runtime.local_model import LocalModelServer
 from workbench.compaction_views import (
     CONFIRM_ABOVE,
     DriftJob,

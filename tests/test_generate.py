@@ -32,7 +32,7 @@ from soap_core import (
     write_call,
     write_invocation,
 )
-from soap_core._generate import (
+from soap_gen._generate import (
     ERROR_KEY,
     MAX_ITERATIONS,
     GeneratedStore,

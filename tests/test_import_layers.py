@@ -17,12 +17,23 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS: dict[str, set[str]] = {
     "soap_core": set(),
+    "soap_gen": {"soap_core"},
+    "local_model": {"soap_core"},
     "replay": {"soap_core"},
     "analysis": {"soap_core", "replay"},
     "importers": {"soap_core", "replay"},
     "demo": {"soap_core"},
     "workbench": {"soap_core", "replay", "analysis", "importers"},
-    "soapwb": {"soap_core", "replay", "analysis", "importers", "demo", "workbench"},
+    "soapwb": {
+        "soap_core",
+        "soap_gen",
+        "local_model",
+        "replay",
+        "analysis",
+        "importers",
+        "demo",
+        "workbench",
+    },
     "fuzz": {"soap_core", "replay", "analysis", "importers", "soapwb"},
 }
 """What each package may import besides itself. (soapwb's imports of importers and

@@ -26,8 +26,7 @@ from typing import Any
 
 import pytest
 
-from soap_core import SoapError
-from soap_core.runtime.local_model import (
+from local_model import (
     MODEL_NAME,
     LocalModelError,
     LocalModelServer,
@@ -35,6 +34,7 @@ from soap_core.runtime.local_model import (
     find_model_file,
     free_port,
 )
+from soap_core import SoapError
 from soapwb.cli import main
 from tests.llm import openai_client
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, Route
 
-from soap_core.runtime.local_model import LocalModelServer
+from local_model import LocalModelServer
 from tests.test_browser import PAGES, SHOTS, analyst, settle, streamlit_app
 from tests.test_page_labels import LINK_NAMES, link_named_store
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from analysis import RollingTokens, compare, history_of
+from local_model import LocalModelServer
 from replay import verify_store
 from soap_core import Store
 from soap_core.runtime import LLMEndpoint
-from soap_core.runtime.local_model import LocalModelServer
 from soapwb.cli import main
 from tests.apptest import PAGES, open_app_page
 

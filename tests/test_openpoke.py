@@ -31,11 +31,11 @@ from importers.openpoke import (
     tracks_at,
     working_memory_at,
 )
+from local_model import LocalModelServer
 from replay import MaterializeError, Output, Overrides, diff_outputs, materialize, replay
 from soap_core import SAVE_LOCKS_DIR, Context, Session, Store, fork_tree, tool_schema
 from soap_core._catalog import is_catalog_file
 from soap_core.runtime import LLMEndpoint, invocation_chain, read_invocations
-from soap_core.runtime.local_model import LocalModelServer
 from soapwb.cli import main
 
 FIXTURES = Path(__file__).parent / "fixtures" / "openpoke"

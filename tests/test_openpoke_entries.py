@@ -18,10 +18,10 @@ from typing import NamedTuple
 import pytest
 
 from importers.openpoke import import_openpoke, materialize_entry, read_openpoke, working_memory_at
+from local_model import LocalModelServer
 from replay import materialize
 from soap_core import Context, Session, Store, read_calls
 from soap_core.runtime import invocation_chain, read_invocations
-from soap_core.runtime.local_model import LocalModelServer
 from soapwb.cli import main
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -19,8 +19,8 @@ from streamlit.testing.v1 import AppTest
 
 import analysis
 from analysis import AS_SENT, DriftRun, DriftStep, SimPoint, Simulation, history_of, simulate, verdict_in
+from local_model import LocalModelServer
 from soap_core import REPLAY_KEY, Store
-from soap_core.runtime.local_model import LocalModelServer
 from tests.apptest import open_app_page
 from tests.conftest import snapshot
 from workbench import compaction_views

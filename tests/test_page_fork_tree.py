@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from local_model import LocalModelServer
 from soap_core import ContextNode, Session, Store, fork_tree, read_mark
-from soap_core.runtime.local_model import LocalModelServer
 from tests.apptest import open_app_page
 from tests.replayed_store import ReplayedStore, replayed_store
 from workbench.context_names import session_names

@@ -17,6 +17,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from importers.openpoke import import_openpoke
+from local_model import LocalModelServer, free_port
 from replay import (
     REPLAY_KEY,
     Output,
@@ -34,7 +35,6 @@ from replay import (
 from replay._refs import resolve_reference
 from soap_core import Context, Session, SoapError, Store, read_calls
 from soap_core.runtime import LLMEndpoint, LLMError
-from soap_core.runtime.local_model import LocalModelServer, free_port
 from tests.conftest import CHILD_ID, PARENT_ID, SESSION_UUID, SOAP_FIXTURE, edit_json, snapshot
 from tests.scripted import ScriptedEndpoint
 from tests.workbench_store import XSS

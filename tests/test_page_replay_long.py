@@ -17,6 +17,7 @@ from streamlit.testing.v1 import AppTest
 
 import replay
 import replay._run as replay_run
+from local_model import LocalModelServer
 from replay import (
     REPLAY_KEY,
     MessageRangeError,
@@ -27,7 +28,6 @@ from replay import (
     replay_messages,
 )
 from soap_core import Message, Session, Store
-from soap_core.runtime.local_model import LocalModelServer
 from tests.apptest import APP
 from tests.test_page_context_long import long_context, long_store
 from workbench.replay_views import (

@@ -32,11 +32,11 @@ import pytest
 from deepdiff import DeepDiff
 
 import soap_core
+from local_model import LocalModelServer
 from replay import Overrides, materialize, replay
 from soap_core import SAVE_LOCKS_DIR, Session, Store, read_calls
 from soap_core._catalog import is_catalog_file
 from soap_core.runtime import LLMEndpoint
-from soap_core.runtime.local_model import LocalModelServer
 from tests.apptest import open_app_page
 from tests.peers.fixtures import PeerStore, peteos05_store, peteos06_store, peteos_stub  # noqa: F401
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from local_model import LocalModelServer
 from replay import (
     Output,
     Overrides,
@@ -23,7 +24,6 @@ from replay import (
 )
 from soap_core import REPLAY_KEY, Store, fork_tree
 from soap_core.runtime import AgenticObject, LLMEndpoint, ModelSettings, Runtime
-from soap_core.runtime.local_model import LocalModelServer
 from soapwb.cli import main
 from tests.conftest import CHILD_ID, PARENT_ID, snapshot
 from tests.scripted import ScriptedEndpoint, calls, says

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from local_model import LocalModelServer
 from replay import RerunError, ToolModes, materialize, rerun
 from soap_core import REPLAY_KEY, Session, Store, read_calls, read_invocations
 from soap_core.runtime import AgenticObject, LLMEndpoint, Runtime
-from soap_core.runtime.local_model import LocalModelServer
 from tests.conftest import snapshot
 from tests.rerun_agents import Pantry
 from tests.scripted import ScriptedEndpoint, calls, says

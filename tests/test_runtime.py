@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from local_model import LocalModelServer
 from soap_core import Store, request_hash
 from soap_core.runtime import (
     ActiveSessionError,
@@ -33,7 +34,6 @@ from soap_core.runtime import (
     read_invocations,
     tool,
 )
-from soap_core.runtime.local_model import LocalModelServer
 from soapwb.cli import main
 from soapwb.common import terminal_time
 from tests.conftest import snapshot

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from local_model import LocalModelServer
 from replay import (
     INTERRUPTED_RUN,
     REPLAY_KEY,
@@ -31,7 +32,6 @@ from replay import (
 )
 from soap_core import Session, Store, read_calls
 from soap_core.runtime import LLMEndpoint, LLMError
-from soap_core.runtime.local_model import LocalModelServer
 from tests.scripted import ScriptedEndpoint
 from tests.test_rerun import FIRST_ANSWER, pear_on_the_local_model
 from workbench.replay_views import NOISE_LABEL, batches_from_saved

@@ -10,7 +10,7 @@ import tomllib
 import urllib.request
 from pathlib import Path
 
-from soap_core.runtime.local_model import free_port
+from local_model import free_port
 from soapwb.ui_commands import SERVER_OPTIONS, streamlit_command
 from tests.conftest import SOAP_FIXTURE
 

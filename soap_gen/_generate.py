@@ -72,26 +72,41 @@ from typing import Any
 
 import orjson
 
-from soap_core import _jsonio
-from soap_core._chat import canonical_json, chat_request, request_hash
-from soap_core._context import MESSAGES_ANCHOR, TOOL_RESULT_SUFFIX, Context
-from soap_core._errors import StoreError
-from soap_core._jsonio import dump_json, write_text_atomic
-from soap_core._message import Message
-from soap_core._parts import (
+from soap_core import (
+    CALLS_DIR,
+    INVOCATIONS_DIR,
+    MESSAGES_ANCHOR,
+    OBJECT_KEY,
+    THREAD_ID_KEY,
+    TOOL_RESULT_SUFFIX,
+    CallRecord,
+    Context,
+    InvocationRecord,
     MediaPart,
+    Message,
     Part,
+    Party,
+    Session,
+    Store,
+    StoreError,
     TextPart,
     ThinkingPart,
     ToolPart,
     ToolResultPart,
     ToolUsePart,
     base64_source,
+    canonical_json,
+    chat_request,
+    count_text,
+    dump_json,
+    request_hash,
+    write_text_atomic,
 )
-from soap_core._records import CALLS_DIR, INVOCATIONS_DIR, CallRecord, InvocationRecord, Party
-from soap_core._session import OBJECT_KEY, THREAD_ID_KEY, Session
-from soap_core._store import Store
-from soap_core._tokens import count_text, message_token_text
+
+# soap_core's private pieces the generator needs (no public name): unsynced writes, the
+# text a message's token count is taken of, and the runtime's output tools and schema hook.
+from soap_core._jsonio import unsynced_writes
+from soap_core._tokens import message_token_text
 from soap_core.runtime._invoke import _output_tools as output_tools
 from soap_core.runtime._invoke import schema_hook
 
@@ -1354,7 +1369,7 @@ def _unsynced(skip: bool) -> Iterator[None]:
     if not skip:
         yield
         return
-    with _jsonio.unsynced_writes():
+    with unsynced_writes():
         yield
 
 

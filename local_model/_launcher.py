@@ -1,4 +1,4 @@
-"""``python -m soap_core.runtime._llama_launcher ARGS``: llama.cpp's OpenAI-compatible
+"""``python -m local_model ARGS`` (``__main__.py``): llama.cpp's OpenAI-compatible
 server, with a chat format that shows the model its tool results.
 
 llama-cpp-python's ``chatml-function-calling`` template writes ``<|im_start|>tool`` and
@@ -45,10 +45,3 @@ def register() -> None:
         else:
             args = (args[0], shown_messages(list(args[1])), *args[2:])
         return llama_chat_format.chatml_function_calling(*args, **kwargs)
-
-
-if __name__ == "__main__":
-    register()
-    from llama_cpp.server.__main__ import main
-
-    main()  # type: ignore[no-untyped-call]
