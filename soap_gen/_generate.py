@@ -311,8 +311,8 @@ class _RoleSpec:
     temperature: float | None = 0.0
     max_tokens: int = 1024
     context_limit: int = 32768
-    compaction: str = "ContextBudget()"
-    """The strategy's repr, as recorded with each call."""
+    compaction: str = "context-budget"
+    """The strategy's spec, as recorded with each call."""
     reasoning: bool = False
     """Its model writes thinking (sent back as ``reasoning_content``)."""
     date_hook: bool = False
@@ -422,7 +422,7 @@ _ROLES: dict[str, _RoleSpec] = {
             model="smollm2-1.7b-instruct",
             max_tokens=512,
             context_limit=8192,
-            compaction="RollingSequenceWindow(n=40)",
+            compaction="rolling-messages:40",
         ),
         _role(
             "Researcher",
@@ -727,7 +727,7 @@ class _LiveSession:
             return
         self.fork_points.pop(0)
         parent = self.context
-        if self.spec.compaction == "ContextBudget()":
+        if self.spec.compaction == "context-budget":
             child = parent.rolling_token_window(max(1, parent.total_token_count() // 2))
         else:
             child = parent.rolling_sequence_window(max(2, (len(parent.messages) - 2) // 2))
