@@ -10,9 +10,10 @@ two files: this module reads them back, and writes nothing.
 
 Which samples one :func:`replay.replay` call made is not recorded as such, but it can
 be told: a call makes its forks one after another, numbering the samples from 0 and
-giving each a call id that sorts by creation time (:func:`soap_core.new_record_id`),
-and two calls never interleave. So runs in call-id order split into batches where the
-sample number starts again, or the overrides or the label change.
+giving each a call id that sorts by creation time (:func:`soap_core.new_record_id`).
+So the runs of one message, label and overrides, in call-id order, split into batches
+where the sample number starts again (:func:`split_batches`, the rule the fork tree's
+runs are told by too).
 
 A re-run (:func:`replay.rerun`) is a fork too, its record of kind ``rerun``; the branch
 goes on in the compaction forks the re-run made of it, and its answer is in the re-run's
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from replay._branch import BranchDiff, branch_turns, diff_branches
 from replay._rerun import RERUN_KIND, RerunResult
@@ -43,6 +44,8 @@ from soap_core import (
     read_invocation,
 )
 from soap_core.runtime import TOOL_FAILURES_KEY
+
+T = TypeVar("T")
 
 INTERRUPTED_RUN = "the run saved no answer and no error (its process may have been stopped)"
 
@@ -195,24 +198,44 @@ def saved_runs(
     return sorted(runs, key=lambda s: (s.run.call_id, s.run.sample))
 
 
+def split_batches(
+    items: Iterable[T],
+    *,
+    key: Callable[[T], str],
+    sample: Callable[[T], int | None],
+    order: Callable[[T], Any] | None = None,
+) -> list[list[T]]:
+    """``items`` (forks, or the runs saved in them) split into the calls that made them,
+    oldest first: those of one ``key`` (origin, label, overrides, tool modes), in the
+    order they were made, cut wherever the sample number starts again (each call numbers
+    its samples from 0; a re-run has none, so its runs of one key stay together). The
+    order is ``order``'s, else the order ``items`` come in. The one rule the Replay
+    page's batches and the fork tree's runs are both told by."""
+    ranked = sorted(enumerate(items), key=lambda pair: (order(pair[1]) if order else (), pair[0]))
+    groups: dict[str, list[tuple[int, T]]] = {}
+    for pair in ranked:
+        groups.setdefault(key(pair[1]), []).append(pair)
+    batches: list[list[tuple[int, T]]] = []
+    for members in groups.values():
+        previous: int | None = None
+        for position, pair in enumerate(members):
+            number = sample(pair[1])
+            if position == 0 or (number is not None and previous is not None and number <= previous):
+                batches.append([])
+            batches[-1].append(pair)
+            previous = number
+    rank = {pair[0]: place for place, pair in enumerate(ranked)}
+    return [[item for _, item in batch] for batch in sorted(batches, key=lambda batch: rank[batch[0][0]])]
+
+
 def replay_batches(runs: Sequence[SavedRun]) -> list[list[SavedRun]]:
-    """``runs`` (oldest first) split into the :func:`replay.replay` calls that made them:
-    a new batch starts where the sample number does not follow on from the one before,
-    or the overrides or the label change (see the module)."""
-    batches: list[list[SavedRun]] = []
-    for saved in runs:
-        last = batches[-1][-1] if batches else None
-        follows = (
-            last is not None
-            and saved.run.sample == last.run.sample + 1
-            and saved.label == last.label
-            and canonical_json(saved.run.overrides) == canonical_json(last.run.overrides)
-        )
-        if follows:
-            batches[-1].append(saved)
-        else:
-            batches.append([saved])
-    return batches
+    """``runs`` (oldest first) split into the :func:`replay.replay` calls that made them
+    (see :func:`split_batches`): their key is the label and the overrides."""
+    return split_batches(
+        runs,
+        key=lambda saved: canonical_json([saved.label, saved.run.overrides]),
+        sample=lambda saved: saved.run.sample,
+    )
 
 
 # ── re-runs of the agent ─────────────────────────────────────────────────────────────

@@ -12,19 +12,17 @@ from typing import Any
 
 from importers.openpoke import AddressError, materialize_at
 from replay import (
+    Batch,
     Materialized,
     MessageRangeError,
-    NoiseBand,
     Output,
     Overrides,
-    ReplayRun,
     branch_turns,
     diff_branches,
     diff_contexts,
     diff_outputs,
     parse_message_ranges,
-    replay,
-    unchanged_band,
+    run_batch,
     verify_store,
 )
 from replay._refs import resolve_reference
@@ -302,49 +300,27 @@ def cmd_replay(args: argparse.Namespace) -> int:
             f"replaying message {found.index} of {found.context_id} on {endpoint.base_url}: "
             f"{args.samples} run{'s' if args.samples != 1 else ''}{noise}"
         )
-        runs = replay(
+        batch = run_batch(
             store,
             session,
             found,
             endpoint,
             overrides,
             samples=args.samples,
+            unchanged=args.noise,
             concurrency=args.concurrency,
             on_progress=lambda done, total: progress.bar(done, total, "runs"),
         )
-        baseline: list[ReplayRun] = []
-        if args.noise:
-            baseline = replay(
-                store,
-                session,
-                found,
-                endpoint,
-                Overrides(),
-                samples=args.noise,
-                concurrency=args.concurrency,
-                on_progress=lambda done, total: progress.bar(done, total, "unchanged runs"),
-            )
-    return report_replay(
-        args, found.as_dict(), original if original_message else None, runs, baseline, overrides
-    )
-
-
-def _band(runs: list[ReplayRun], baseline: list[ReplayRun], overrides: Overrides) -> NoiseBand | None:
-    def outputs(of: list[ReplayRun]) -> list[Output]:
-        return [Output.of(r.output) for r in of if r.ok]
-
-    return unchanged_band(outputs(runs), outputs(baseline), overrides)
+    return report_replay(args, found.as_dict(), original if original_message else None, batch)
 
 
 def report_replay(
     args: argparse.Namespace,
     target: dict[str, Any],
     original: Output | None,
-    runs: list[ReplayRun],
-    baseline: list[ReplayRun],
-    overrides: Overrides,
+    batch: Batch,
 ) -> int:
-    band = _band(runs, baseline, overrides)
+    runs, baseline, band = batch.runs, batch.noise_runs, batch.band
     threshold = args.threshold if args.threshold is not None else (band.upper if band else 0.0)
     rows = []
     for run in runs:

@@ -161,7 +161,7 @@ def cmd_tree(args: argparse.Namespace) -> int:
         )
         return 0
     print(f"{role_names(store, session.role)[session.role]}/{session.uuid}")
-    from workbench.context_names import session_names  # here: ls and show need not load replay
+    from replay import session_names  # here: ls and show need not load replay
 
     for line in tree_lines(nodes, session_names(session).names):  # named as the pages name them
         print(line)

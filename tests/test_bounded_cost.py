@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from analysis import chain_budget
+from replay import replay_marks, session_names
 from soap_core import (
     FormatError,
     InvocationRecord,
@@ -49,7 +50,6 @@ from tests.test_hostile_shapes import (
     wide_session,
     wide_store,
 )
-from workbench.context_names import replay_marks, session_names
 from workbench.context_views import fork_tree_excerpt
 from workbench.fork_tree_views import DISCARDED_SHOWN, fork_tree_figure, node_table, tree_items
 from workbench.traceback_views import load_traces

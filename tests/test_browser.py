@@ -19,10 +19,10 @@ from playwright.sync_api import Browser, Page
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from local_model import LocalModelServer, free_port
+from replay import short_id
 from soap_core import Store, session_overview
 from soapwb.ui_commands import streamlit_command
 from tests.workbench_store import XSS
-from workbench.context_names import short_id
 from workbench.session_filters import SORTS, SessionFilter, narrowed
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,10 +16,10 @@ from playwright.sync_api import Browser, Page
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from local_model import LocalModelServer
+from replay import replay_runs
 from soap_core import Store
 from tests.replayed_store import ReplayedStore, replayed_store
 from tests.test_browser import SHOTS, settle, streamlit_app
-from workbench.context_names import replay_runs
 
 
 @pytest.fixture(scope="module")

@@ -20,11 +20,10 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from demo.build import ANALYZER_STEPS
 from local_model import LocalModelServer
-from replay import REPLAY_KEY, materialize
+from replay import REPLAY_KEY, materialize, short_id
 from soap_core import Context, Session, Store, TextPart, read_invocations
 from tests.test_browser import CHROMIUM, IN_VIEW, MARKED, SHOTS, settle, streamlit_app
 from tests.test_page_context_long import long_store
-from workbench.context_names import short_id
 from workbench.replay_views import EDIT_TAIL
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no chromium at {CHROMIUM}")

@@ -1,5 +1,5 @@
 """How contexts, replay runs and sessions are named and grouped: the functions behind
-every picker, the fork tree's nodes and its table (``workbench.context_names``,
+every picker, the fork tree's nodes and its table (``replay._names``,
 ``workbench.fork_tree_views``, ``workbench.views``), on sessions built in memory."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from replay import change_phrases, replay_runs, session_names
 from soap_core import REPLAY_KEY, Context, FormatError, Message, Session, SessionOverview, TextPart, read_mark
-from workbench.context_names import change_phrases, replay_runs, session_names
 from workbench.fork_tree_views import RUN_KIND, node_table, tree_items, tree_layout
 from workbench.views import (
     context_label,
@@ -327,7 +327,7 @@ class TestErrorsFirst:
 
 
 def test_a_short_id_drops_a_date_prefix_but_not_a_uuid_that_begins_with_digits() -> None:
-    from workbench.context_names import short_id
+    from replay import short_id
 
     assert short_id("20250611-3f0c2b6e-8a41-4d8e-9c1a-5b7d2e9f4a10") == "3f0c2b6e"
     assert short_id("43543053-fe84-4fb0-9c1a-5b7d2e9f4a10") == "43543053"
@@ -362,7 +362,7 @@ class TestTheLayout:
 
 
 def test_a_call_id_time_is_shown_in_local_time_as_message_times_are(monkeypatch: pytest.MonkeyPatch) -> None:
-    from workbench.context_names import minute
+    from replay import minute
 
     monkeypatch.setenv("TZ", "Asia/Kolkata")
     time.tzset()

@@ -13,10 +13,10 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from local_model import LocalModelServer
+from replay import session_names
 from soap_core import ContextNode, Session, Store, fork_tree, read_mark
 from tests.apptest import open_app_page
 from tests.replayed_store import ReplayedStore, replayed_store
-from workbench.context_names import session_names
 from workbench.fork_tree_views import clicked_context, hover_text, tree_items, tree_layout
 
 APP = Path(__file__).resolve().parents[1] / "app.py"

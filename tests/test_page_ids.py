@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from replay import short_id
 from soap_core import Store
 from tests.apptest import open_app_page
-from workbench.context_names import short_id
 
 FULL_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 PAGES = ["context", "traceback", "token_budget", "replay", "compaction", "object_state"]

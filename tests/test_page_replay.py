@@ -20,6 +20,7 @@ from importers.openpoke import import_openpoke
 from local_model import LocalModelServer, free_port
 from replay import (
     REPLAY_KEY,
+    Batch,
     Output,
     Overrides,
     ReplayRun,
@@ -40,7 +41,6 @@ from tests.scripted import ScriptedEndpoint
 from tests.workbench_store import XSS
 from workbench.output_diff_views import call_texts, coloured_words, output_sentences, output_words
 from workbench.replay_views import (
-    Batch,
     RunSettings,
     assistant_indices,
     batch_line,

@@ -13,6 +13,7 @@ from local_model import LocalModelServer
 from replay import (
     Output,
     Overrides,
+    batches_from_saved,
     diff_contexts,
     diff_outputs,
     materialize,
@@ -20,6 +21,7 @@ from replay import (
     replay,
     replay_messages,
     request_differences,
+    saved_runs,
     verify_store,
 )
 from soap_core import REPLAY_KEY, Store, fork_tree
@@ -159,6 +161,25 @@ def test_samples_give_a_noise_band_and_an_edit_is_placed_against_it(
     assert edited["noise_band"]["samples"] == 2
     assert row["noise"] == ("inside" if row["diff"]["distance"] <= edited["threshold"] else "outside")
     assert code == (1 if row["diff"]["distance"] > edited["threshold"] else 0)
+
+
+def test_a_command_line_batch_reads_back_as_the_page_s_own(
+    store: Store, llm_server: LocalModelServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One replay layer: ``soapwb replay --noise`` makes its unchanged samples as the
+    page does, so the page groups them into the same batch as its noise runs."""
+    session = only_session(store)
+    argv = replay_last(store, session.uuid, llm_server)
+    assert main([*argv, "--edit", "4=Name a famous painter.", "--noise", "2", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    found = materialize(session, None, -1)
+    reread = store.load_session(session.uuid)
+    [batch] = batches_from_saved(saved_runs(reread, found.context_id, found.index))
+    assert [r.fork_id for r in batch.runs] == [row["fork_id"] for row in report["runs"]]
+    assert [r.fork_id for r in batch.noise_runs] == [row["fork_id"] for row in report["baseline"]]
+    assert len(batch.noise_runs) == 2 and batch.overrides.edits == {4: "Name a famous painter."}
+    band = batch.band
+    assert band is not None and band.as_dict() == report["noise_band"]
 
 
 def test_check_passes_an_unchanged_replay_and_fails_a_changed_one(

@@ -15,11 +15,13 @@ from hypothesis import strategies as st
 from local_model import LocalModelServer
 from replay import (
     INTERRUPTED_RUN,
+    NOISE_LABEL,
     REPLAY_KEY,
     Overrides,
     ReplayRun,
     SavedRun,
     ToolModes,
+    batches_from_saved,
     diff_rerun,
     diff_saved_rerun,
     materialize,
@@ -34,7 +36,6 @@ from soap_core import Session, Store, read_calls
 from soap_core.runtime import LLMEndpoint, LLMError
 from tests.scripted import ScriptedEndpoint
 from tests.test_rerun import FIRST_ANSWER, pear_on_the_local_model
-from workbench.replay_views import NOISE_LABEL, batches_from_saved
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from replay import short_id
 from soap_core import (
     COMPACTION,
     TOOL_CALL,
@@ -35,7 +36,6 @@ from soap_core import (
     kind_code,
     preview,
 )
-from workbench.context_names import short_id
 
 PAGE_SIZE = 50
 """Messages on one page: enough to read a few turns, few enough to draw at once."""

@@ -21,8 +21,8 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
+from replay import ForkRun, SessionNames, short_id
 from soap_core import BranchMark, ContextNode, ContextNotFoundError, Session
-from workbench.context_names import ForkRun, SessionNames, short_id
 
 RUN_KIND = "replay run"
 """The kind of a node that stands for every fork of one replay run."""

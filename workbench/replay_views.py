@@ -19,6 +19,7 @@ import pandas as pd
 
 from importers.openpoke import EXECUTION_ROLE, is_openpoke_session, openpoke_meta
 from replay import (
+    Batch,
     BranchDiff,
     ContextDiff,
     Materialized,
@@ -28,21 +29,18 @@ from replay import (
     OutputDiff,
     Overrides,
     Reference,
-    ReplayRun,
     RerunResult,
-    SavedRun,
     ToolModes,
     Turn,
     diff_outputs,
     injected_results,
     message_ranges_text,
     parse_message_ranges,
-    replay_batches,
     request_differences,
-    unchanged_band,
+    run_output,
+    short_id,
 )
 from soap_core import Context, Message, Session, SoapError, canonical_json, read_calls
-from workbench.context_names import short_id
 from workbench.output_diff_views import inline_call, output_sentences
 from workbench.output_diff_views import marked_words as marked_words  # pages and tests use it from here
 from workbench.times import time_text
@@ -64,24 +62,6 @@ class Verdict:
     call_id: str | None = None
     recorded_hash: str | None = None
     differences: dict[str, Any] = field(default_factory=dict)
-
-
-NOISE_LABEL = "noise band"
-"""The label the page gives the unchanged samples it runs after a batch."""
-
-
-@dataclass
-class Batch:
-    """One click of Run: the overrides sent, their runs, and the unchanged noise samples."""
-
-    base_url: str
-    overrides: Overrides
-    runs: list[ReplayRun]
-    noise_runs: list[ReplayRun] = field(default_factory=list)
-    label: str | None = None
-    """The experiment's label when the runs were made with one (a compaction drift run)."""
-    started_at: str = ""
-    """When its first call started (ISO 8601), "" when not known."""
 
 
 @dataclass(frozen=True)
@@ -461,10 +441,6 @@ def original_output(session: Session, found: Materialized) -> Output:
     return Output.of(message, call.usage if call else None, call.latency_s if call else None)
 
 
-def run_output(run: ReplayRun) -> Output:
-    return Output.of(run.output, run.usage, run.latency_s)
-
-
 def word_table(words: Sequence[tuple[str, str]]) -> pd.DataFrame:
     return pd.DataFrame.from_records(list(words), columns=list(WORD_COLUMNS))
 
@@ -480,13 +456,6 @@ def delta_table(diff: OutputDiff) -> pd.DataFrame:
 
 
 # ── a batch of runs and its noise band ─────────────────────────────────────────────
-
-
-def batch_noise_band(batch: Batch) -> NoiseBand | None:
-    """The noise band of the batch (:func:`replay.unchanged_band`, the command line's rule)."""
-    outputs = [run_output(r) for r in batch.runs if r.ok]
-    noise = [run_output(r) for r in batch.noise_runs if r.ok]
-    return unchanged_band(outputs, noise, batch.overrides)
 
 
 def band_verdict(band: NoiseBand | None, distance: float | None) -> str:
@@ -505,7 +474,7 @@ def run_diffs(batch: Batch, original: Output) -> dict[str, OutputDiff]:
 
 def run_table(batch: Batch, original: Output) -> pd.DataFrame:
     """One row per run (edited and unchanged): its fork, distance to the original, band."""
-    band = batch_noise_band(batch)
+    band = batch.band
     diffs = run_diffs(batch, original)
     rows = []
     for kind, runs in (("run", batch.runs), ("unchanged", batch.noise_runs)):
@@ -531,29 +500,6 @@ def run_table(batch: Batch, original: Output) -> pd.DataFrame:
 
 MOST_BATCHES_SHOWN = 10
 """The page shows the newest batches of a message; older ones stay in the fork tree."""
-
-
-def batches_from_saved(saved: Sequence[SavedRun]) -> list[Batch]:
-    """The batches the saved runs of one message came in, oldest first.
-
-    :func:`replay.replay_batches` splits the runs into the replay calls that made them;
-    the page runs its unchanged samples (label ``noise band``) right after a batch's
-    runs, so such a call joins the plain batch before it as that batch's noise runs."""
-    batches: list[Batch] = []
-    for group in replay_batches(saved):
-        first = group[0]
-        runs = [s.run for s in group]
-        previous = batches[-1] if batches else None
-        if (
-            first.label == NOISE_LABEL
-            and previous is not None
-            and previous.label is None
-            and not previous.noise_runs
-        ):
-            previous.noise_runs.extend(runs)
-            continue
-        batches.append(Batch(first.base_url, first.overrides, runs, [], first.label, first.started_at))
-    return batches
 
 
 def saved_line(batches: int, reruns: int) -> str | None:

@@ -15,8 +15,8 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from analysis import CATEGORIES, CallBudget, CompactionEvent, MessageBudget, SessionSpend, ThresholdStart
+from replay import short_id
 from soap_core import Context, WindowDisagreement
-from workbench.context_names import short_id
 
 CONTEXT_LIMIT_TRACE = "context limit"
 THRESHOLD_TRACE = "compaction threshold"

@@ -19,6 +19,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from pandas.io.formats.style import Styler
 
+from replay import short_id
 from soap_core import CallRecord, Store
 from soap_core.runtime import (
     InvocationChain,
@@ -30,7 +31,6 @@ from soap_core.runtime import (
     read_invocation,
     read_invocations,
 )
-from workbench.context_names import short_id
 from workbench.times import NO_TIME, time_text
 
 OUTCOME_ICONS = {"ok": "✅", "refused": "⛔", "error": "❌", "running": "⏳", "interrupted": "💥"}

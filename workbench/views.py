@@ -17,6 +17,7 @@ import pandas as pd
 from pandas.io.formats.style import Styler
 
 from importers.openpoke import openpoke_state
+from replay import minute, session_names, short_id
 from soap_core import (
     INSTANCE_FILE,
     ContextNode,
@@ -28,7 +29,6 @@ from soap_core import (
     Store,
     describe_node,
 )
-from workbench.context_names import minute, session_names, short_id
 from workbench.times import NO_TIME, time_text
 
 StoreSignature = tuple[tuple[str, int, int], ...]
@@ -243,7 +243,7 @@ def fork_tree_lines(
     nodes: Sequence[ContextNode], shown_id: str | None = None, names: Mapping[str, str] | None = None
 ) -> list[str]:
     """The fork tree as indented lines, one per context, children under their parent;
-    with ``names`` (:func:`~workbench.context_names.session_names`), each line leads
+    with ``names`` (:func:`~replay.session_names`), each line leads
     with the context's name and ends with its short id."""
     lines = []
     for node in nodes:

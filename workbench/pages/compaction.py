@@ -36,6 +36,7 @@ from analysis import (
     ran_with,
     simulate_items,
 )
+from replay import short_id
 from soap_core import Session, SoapError, Store, read_calls
 from soap_core.runtime import LLMEndpoint
 from workbench.compaction_views import (
@@ -68,7 +69,6 @@ from workbench.compaction_views import (
     suggested_numbers,
     with_baseline,
 )
-from workbench.context_names import short_id
 from workbench.loading import chosen_store, load_session, read_only_session, show_error_and_stop
 from workbench.selection import selected_session
 from workbench.views import StoreSignature, blanks_as, escape_markdown, store_signature

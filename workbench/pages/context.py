@@ -29,7 +29,7 @@ from typing import Any
 
 import streamlit as st
 
-from replay import PromptAtCall
+from replay import PromptAtCall, session_names
 from soap_core import (
     AmbiguousSessionError,
     CallRecord,
@@ -51,7 +51,6 @@ from soap_core import (
     part_to_dict,
     read_calls,
 )
-from workbench.context_names import session_names
 from workbench.context_views import (
     ContextIndex,
     ForkPoint,

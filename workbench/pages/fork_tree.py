@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import streamlit as st
 
+from replay import SessionNames, replay_marks, session_names
 from soap_core import REPLAY_KEY, BranchMark, ContextNode, Session, SoapError
-from workbench.context_names import SessionNames, replay_marks, session_names
 from workbench.fork_tree_views import (
     TreeItem,
     clicked_context,

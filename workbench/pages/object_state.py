@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import streamlit as st
 
+from replay import short_id
 from soap_core import SoapError
 from soap_core.runtime import InvocationRecord
-from workbench.context_names import short_id
 from workbench.loading import chosen_store, show_error_and_stop
 from workbench.object_state_views import (
     agent_records,

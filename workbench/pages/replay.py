@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import streamlit as st
 
 from replay import (
+    Batch,
     BranchDiff,
     CallLog,
     ContextDiff,
@@ -44,21 +44,26 @@ from replay import (
     RerunResult,
     SavedRerun,
     SavedRun,
+    batches_from_saved,
     continue_branch,
     diff_contexts,
     diff_outputs,
     diff_saved_rerun,
     materialize,
     message_ranges_text,
-    replay,
     rerun,
     resolve_reference,
+    run_output,
     saved_reruns,
     saved_runs,
+    session_names,
+    short_id,
+)
+from replay import (
+    run_batch as replay_batch,
 )
 from soap_core import Context, Message, Session, SoapError, Store, ToolPart, read_calls
 from soap_core.runtime import LLMEndpoint
-from workbench.context_names import session_names, short_id
 from workbench.loading import chosen_store, read_only_session, show_error_and_stop
 from workbench.output_diff_views import (
     EMPTY_OUTPUTS,
@@ -72,15 +77,11 @@ from workbench.replay_views import (
     EDIT_TAIL,
     MOST_BATCHES_SHOWN,
     MOST_EDITED,
-    NOISE_LABEL,
-    Batch,
     EditWindow,
     RunSettings,
     answer_after,
     batch_line,
-    batch_noise_band,
     batch_title,
-    batches_from_saved,
     can_rerun,
     context_diff_table,
     default_edit_window,
@@ -108,7 +109,6 @@ from workbench.replay_views import (
     rerun_modes,
     rerun_pairs_table,
     run_diffs,
-    run_output,
     run_table,
     saved_line,
     setting_states,
@@ -600,39 +600,24 @@ def run_batch(
     if found.request_hash != shown_hash:  # the edits were made against the request shown
         st.error("The store changed since this request was shown: look at it again before running.")
         st.stop()
-    endpoint = LLMEndpoint(settings.base_url)
     total = samples + unchanged
     bar = st.progress(0.0, text=f"0 of {total} samples")
 
-    def progress(offset: int) -> Callable[[int, int], None]:
-        def update(done: int, _: int) -> None:
-            bar.progress((offset + done) / total, text=f"{offset + done} of {total} samples")
+    def progress(done: int, _: int) -> None:
+        bar.progress(done / total, text=f"{done} of {total} samples")
 
-        return update
-
-    made = replay(
+    batch = replay_batch(
         store,
         session,
         found,
-        endpoint,
+        LLMEndpoint(settings.base_url),
         overrides,
         samples=samples,
+        unchanged=unchanged,
         concurrency=concurrency,
-        on_progress=progress(0),
+        on_progress=progress,
     )
-    if unchanged:
-        made += replay(
-            store,
-            session,
-            found,
-            endpoint,
-            Overrides(),
-            samples=unchanged,
-            concurrency=concurrency,
-            on_progress=progress(samples),
-            label=NOISE_LABEL,
-        )
-    return made
+    return [*batch.runs, *batch.noise_runs]
 
 
 # ── showing runs ───────────────────────────────────────────────────────────────────
@@ -700,7 +685,7 @@ def show_batch(root: str, session_uuid: str, number: int, batch: Batch, original
     with st.expander("Overrides sent", expanded=False):
         st.json(batch.overrides.as_dict() or {"overrides": "none (the original request)"}, expanded=1)
     st.dataframe(run_table(batch, original), hide_index=True)
-    band = batch_noise_band(batch)
+    band = batch.band
     if band is not None:
         figures = band.as_dict()
         st.text(

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from replay import short_id
 from soap_core import UNKNOWN_ROLE, SessionOverview, SoapError, Store
-from workbench.context_names import short_id
 from workbench.loading import agent_names, chosen_store, search_hits
 from workbench.openpoke_views import (
     ImportSummary,

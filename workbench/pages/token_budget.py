@@ -23,8 +23,8 @@ from analysis import (
     message_budgets,
     threshold_start,
 )
+from replay import short_id
 from soap_core import Context, Session, SoapError, Store
-from workbench.context_names import short_id
 from workbench.loading import chosen_store, read_only_session, show_error_and_stop
 from workbench.selection import selected_context, selected_session
 from workbench.token_budget_views import (

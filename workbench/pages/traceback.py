@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import streamlit as st
 
+from replay import short_id
 from soap_core import SoapError
 from soap_core.runtime import InvocationTrace
-from workbench.context_names import short_id
 from workbench.loading import chosen_store, show_error_and_stop
 from workbench.selection import selected_session
 from workbench.times import viewer_zone

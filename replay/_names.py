@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from replay import message_ranges_text
+from replay._ranges import message_ranges_text
+from replay._saved import split_batches
 from soap_core import BranchMark, ContextNode, Session, fork_tree, mark_of
 
 MAIN = "main"
@@ -190,20 +191,6 @@ def _started(session: Session, context_id: str, mark: BranchMark) -> str | None:
     return None
 
 
-def _split_by_sample(members: list[tuple[str, BranchMark]]) -> list[list[tuple[str, BranchMark]]]:
-    """Forks of one origin and settings, in the order they were made, cut wherever the
-    sample number starts again (each ``replay`` call numbers its samples from 0)."""
-    runs: list[list[tuple[str, BranchMark]]] = []
-    previous: int | None = None
-    for member in members:
-        sample = member[1].sample
-        if not runs or (sample is not None and previous is not None and sample <= previous):
-            runs.append([])
-        runs[-1].append(member)
-        previous = sample
-    return runs
-
-
 def _order(member: tuple[str, BranchMark]) -> tuple[str, int, str]:
     mark = member[1]
     return (mark.call_id or "", -1 if mark.sample is None else mark.sample, member[0])
@@ -218,25 +205,23 @@ def replay_marks(session: Session) -> dict[str, BranchMark]:
 def replay_runs(session: Session, marks: Mapping[str, BranchMark] | None = None) -> list[ForkRun]:
     """Every run that saved replay forks in ``session``, oldest first."""
     marks = replay_marks(session) if marks is None else marks
-    groups: dict[str, list[tuple[str, BranchMark]]] = {}
-    for cid, mark in marks.items():
-        groups.setdefault(_run_key(mark), []).append((cid, mark))
     runs = []
-    for members in groups.values():
-        for batch in _split_by_sample(sorted(members, key=_order)):
-            first_id, first = batch[0]
-            runs.append(
-                ForkRun(
-                    fork_ids=tuple(cid for cid, _ in batch),
-                    kind=_run_kind(first),
-                    of_context=first.of_context or session.contexts[first_id].origin_context_id,
-                    of_index=first.of_index,
-                    label=_cut(first.label) if first.label is not None else None,
-                    changes=tuple(change_phrases(first)),
-                    started=_started(session, first_id, first),
-                    failed=sum(1 for _, mark in batch if mark.error),
-                )
+    for batch in split_batches(
+        marks.items(), key=lambda m: _run_key(m[1]), order=_order, sample=lambda m: m[1].sample
+    ):
+        first_id, first = batch[0]
+        runs.append(
+            ForkRun(
+                fork_ids=tuple(cid for cid, _ in batch),
+                kind=_run_kind(first),
+                of_context=first.of_context or session.contexts[first_id].origin_context_id,
+                of_index=first.of_index,
+                label=_cut(first.label) if first.label is not None else None,
+                changes=tuple(change_phrases(first)),
+                started=_started(session, first_id, first),
+                failed=sum(1 for _, mark in batch if mark.error),
             )
+        )
     return sorted(
         runs, key=lambda run: (run.started is None, run.started or "", _order((run.id, marks[run.id])))
     )
