@@ -17,8 +17,6 @@ from analysis._budget import (
 )
 from analysis._drift import (
     AS_SENT,
-    MIN_DRIFT_SAMPLES,
-    ConversationSummarizer,
     DriftBand,
     DriftRow,
     DriftRun,
@@ -32,7 +30,6 @@ from analysis._drift import (
     model_calls,
     model_summarizer,
     verdict_in,
-    view_messages,
 )
 from analysis._lab import (
     FunctionStrategy,
@@ -46,7 +43,6 @@ from analysis._lab import (
     StripThinking,
     SummarizeOlder,
     history_of,
-    items_of,
     parse_strategy,
     simulate,
     simulate_items,
@@ -56,10 +52,8 @@ from analysis._settings import RanWith, ThresholdStart, ran_with, threshold_star
 __all__ = [
     "AS_SENT",
     "CATEGORIES",
-    "MIN_DRIFT_SAMPLES",
     "CallBudget",
     "CompactionEvent",
-    "ConversationSummarizer",
     "DriftBand",
     "DriftRow",
     "DriftRun",
@@ -87,7 +81,6 @@ __all__ = [
     "drift_plan",
     "drift_rows",
     "history_of",
-    "items_of",
     "makeup",
     "measure",
     "message_budgets",
@@ -99,5 +92,4 @@ __all__ = [
     "simulate_items",
     "threshold_start",
     "verdict_in",
-    "view_messages",
 ]

@@ -205,6 +205,23 @@ def materialize_target(args: argparse.Namespace, session: Session) -> Materializ
         raise UsageError(str(exc)) from None
 
 
+def output_target(args: argparse.Namespace, session: Session) -> Materialized:
+    """:func:`materialize_target` for a command that re-runs a model output (replay,
+    rerun): a message the model did not write (a tool result, a user message) is refused
+    with the nearest output named, since the request before it is no call the model got
+    (a tool call without its result, say)."""
+    found = materialize_target(args, session)
+    messages = session.contexts[found.context_id].messages
+    if found.message_id is None or messages[found.index].role == "assistant":
+        return found
+    before = [i for i, m in enumerate(messages[: found.index]) if m.role == "assistant"]
+    nearest = f"; the model output before it is message {before[-1]} (--at {before[-1]})" if before else ""
+    raise UsageError(
+        f"--at {args.at}: message {found.index} of context {found.context_id} is a "
+        f"{messages[found.index].role.replace('_', ' ')} message, not a model output{nearest}"
+    )
+
+
 def cmd_materialize(args: argparse.Namespace) -> int:
     store = open_store(args)
     session = store.load_session(args.session, require_active=args.context is None)
@@ -288,7 +305,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise UsageError("--samples and --concurrency must be at least 1, --noise at least 0")
     store = open_store(args)
     session = store.load_session(args.session, require_active=args.context is None)
-    found = materialize_target(args, session)
+    found = output_target(args, session)
     overrides = overrides_from(args, len(found.messages))
     original_message = session.contexts[found.context_id].messages[found.index] if found.message_id else None
     call = found.call

@@ -26,7 +26,7 @@ from soapwb.replay_commands import (
     add_endpoint_options,
     add_target,
     endpoint_for,
-    materialize_target,
+    output_target,
     overrides_from,
 )
 
@@ -137,7 +137,7 @@ def cmd_rerun(args: argparse.Namespace) -> int:
         raise UsageError("--samples takes K >= 1")
     store = open_store(args)
     session = store.load_session(args.session, require_active=args.context is None)
-    found = materialize_target(args, session)
+    found = output_target(args, session)
     modes, overrides = tool_modes(args), overrides_from(args, len(found.messages))
     progress = Progress(args)
     with endpoint_for(args) as endpoint:

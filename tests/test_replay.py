@@ -182,6 +182,26 @@ def test_a_command_line_batch_reads_back_as_the_page_s_own(
     assert band is not None and band.as_dict() == report["noise_band"]
 
 
+def test_a_message_the_model_did_not_write_is_refused_with_the_output_before_it(
+    store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The request before a tool result or a user message is no call the model got (a
+    tool call without its result): replay and rerun name the model output to use instead,
+    before any endpoint is asked."""
+    session = only_session(store)
+    messages = session.active_context.messages
+    user = max(i for i, m in enumerate(messages) if m.role == "user")
+    output = max(i for i, m in enumerate(messages[:user]) if m.role == "assistant")
+    before = snapshot(store.root)
+    for command in ("replay", "rerun"):
+        argv = [command, session.uuid, "--at", str(user), "--store", str(store.root)]
+        assert main([*argv, "--base-url", "http://127.0.0.1:9/v1"]) == 2
+        error = capsys.readouterr().err
+        assert f"message {user} of context {session.active_context.id} is a user message" in error
+        assert f"--at {output})" in error
+    assert snapshot(store.root) == before
+
+
 def test_check_passes_an_unchanged_replay_and_fails_a_changed_one(
     store: Store, llm_server: LocalModelServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
