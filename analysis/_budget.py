@@ -32,7 +32,6 @@ from soap_core import (
     ToolResultPart,
     ToolUsePart,
     is_marked,
-    read_calls,
 )
 from soap_core.runtime import invocation_chains
 
@@ -157,9 +156,7 @@ def llm_calls(session: Session, log: CallLog) -> list[tuple[Context, int, CallRe
 
 def session_calls(session: Session, calls: Sequence[CallRecord] | None = None) -> CallLog:
     """The session's call log without replays (read from its folder unless given)."""
-    if calls is None:
-        calls = read_calls(session.directory) if session.directory else []
-    return CallLog([c for c in calls if not c.replay])
+    return CallLog([c for c in (calls if calls is not None else session.calls()) if not c.replay])
 
 
 class _RunningTotals:

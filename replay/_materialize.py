@@ -24,7 +24,7 @@ from typing import Any, cast, overload
 
 from replay._request import CallSite, Materialized, SentPrefix
 from replay._sources import DescribingSource, source_for
-from soap_core import CallRecord, Context, Session, SoapError, read_calls
+from soap_core import CallRecord, Context, Session, SoapError
 
 
 class MaterializeError(SoapError):
@@ -205,9 +205,7 @@ def _context_of(session: Session, context: Context | str | None) -> Context:
 
 
 def _log_of(session: Session, calls: Sequence[CallRecord] | None) -> CallLog:
-    if calls is None:
-        return CallLog(read_calls(session.directory) if session.directory else [])
-    return CallLog.of(calls)
+    return CallLog.of(calls if calls is not None else session.calls())
 
 
 def materialize(
@@ -273,7 +271,7 @@ def system_prompt_history(session: Session, context: Context) -> list[PromptAtCa
 
     Without a call log only the text on disk is known: the last materialization's.
     """
-    calls = CallLog(read_calls(session.directory) if session.directory else [])
+    calls = CallLog(session.calls())
     mine = [c for c in calls if c.context_id == context.id and c.message_id and not c.replay]
     history = []
     for call in sorted(mine, key=lambda c: c.message_index):

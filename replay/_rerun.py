@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,7 +57,6 @@ from soap_core import (
     ToolResultPart,
     is_marked,
     new_record_id,
-    read_calls,
     read_invocation,
     request_hash,
     set_mark,
@@ -267,7 +266,7 @@ def rerun(
     about = _rerun_mark(found, overrides, tools, label, of_invocation=record.id)
     fork = _fork(session, found, overrides, about)
     store.save_session(session)
-    recorded_calls = {c.id: c for c in read_calls(session.directory)} if session.directory else {}
+    recorded_calls = {c.id: c for c in session.calls()}
     first, later, made = _choices(call, record, recorded_calls)
     log = ToolLog()
     result = RerunResult(fork.id, fork.id, found.context_id, found.index)
@@ -294,8 +293,7 @@ def rerun(
     result.tool_failures = list(marked.get(TOOL_FAILURES_KEY, []))
     branch = [fork.id, *(cid for cid in session.contexts if cid not in before)]
     result.branch_id = branch[-1]
-    made_now = read_calls(session.directory) if session.directory else []
-    result.calls = [c.id for c in made_now if c.context_id in branch and c.id not in recorded_calls]
+    result.calls = [c.id for c in session.calls() if c.context_id in branch and c.id not in recorded_calls]
     return result
 
 
@@ -386,7 +384,7 @@ def _last_invocation(session: Session, context: Context) -> InvocationRecord:
     while current is not None and current.id not in lineage:
         lineage.append(current.id)
         current = session.contexts.get(current.origin_context_id or "")
-    calls = read_calls(session.directory) if session.directory else []
+    calls = session.calls()
     for context_id in lineage:
         for call in reversed(calls):
             if call.context_id == context_id and call.invocation_id:
@@ -428,7 +426,7 @@ def continue_branch(
     branch.append(Message.create("user", [TextPart(text)])).record_token_count()
     store.save_session(session)
     before = set(session.contexts)
-    known = {c.id for c in read_calls(session.directory)} if session.directory else set()
+    known = {c.id for c in session.calls()}
     result = RerunResult(branch.id, branch.id, context.id, start)
     log = ToolLog()
     marked: dict[str, Any] = {"kind": "continue", "of_context": context.id, "of_index": start, "prompt": text}
@@ -449,21 +447,23 @@ def continue_branch(
     result.tools = log.served
     result.tool_failures = list(marked.get(TOOL_FAILURES_KEY, []))
     result.branch_id = [branch.id, *(cid for cid in session.contexts if cid not in before)][-1]
-    made = read_calls(session.directory) if session.directory else []
-    result.calls = [c.id for c in made if c.id not in known]
+    result.calls = [c.id for c in session.calls() if c.id not in known]
     return result
 
 
-def branch_of(session: Session, result: RerunResult) -> tuple[list[Turn], list[Turn]]:
+def branch_of(
+    session: Session, result: RerunResult, calls: Sequence[CallRecord] | None = None
+) -> tuple[list[Turn], list[Turn]]:
     """The original branch (from the message on) and the re-run's, as steps.
 
     The re-run's branch starts where its messages stop being the original's prefix (a
-    compaction fork during the re-run keeps copies of some of them)."""
+    compaction fork during the re-run keeps copies of some of them). ``calls`` is the
+    session's call log when the caller has read it (to show several re-runs)."""
     origin, branch = session.contexts[result.of_context], session.contexts[result.branch_id]
     prefix = {m.id for m in origin.messages[: result.of_index]}
     start = next((i for i, m in enumerate(branch.messages) if m.id not in prefix), len(branch.messages))
-    calls = read_calls(session.directory) if session.directory else []
-    return branch_turns(origin, result.of_index, calls), branch_turns(branch, start, calls)
+    log = calls if calls is not None else session.calls()
+    return branch_turns(origin, result.of_index, log), branch_turns(branch, start, log)
 
 
 def diff_rerun(session: Session, result: RerunResult) -> BranchDiff:
@@ -505,5 +505,6 @@ def rerun_noise_band(
             )
         )
     reloaded = store.load_session(ref)
-    band = branch_noise_band([branch_of(reloaded, run)[1] for run in runs if run.ok])
+    log = reloaded.calls()
+    band = branch_noise_band([branch_of(reloaded, run, log)[1] for run in runs if run.ok])
     return band, runs

@@ -29,8 +29,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from replay._branch import BranchDiff, branch_turns, diff_branches
-from replay._rerun import RERUN_KIND, RerunResult
+from replay._branch import BranchDiff, diff_branches
+from replay._rerun import RERUN_KIND, RerunResult, branch_of
 from replay._run import Overrides, ReplayRun
 from soap_core import (
     BranchMark,
@@ -40,7 +40,6 @@ from soap_core import (
     Session,
     canonical_json,
     mark_of,
-    read_calls,
     read_invocation,
 )
 from soap_core.runtime import TOOL_FAILURES_KEY
@@ -191,7 +190,7 @@ def saved_runs(
     ]
     if not forks:
         return []
-    log = calls if calls is not None else (read_calls(session.directory) if session.directory else [])
+    log = calls if calls is not None else session.calls()
     wanted = {mark.call_id for _, mark in forks}
     by_id = {c.id: c for c in log if c.id in wanted}
     runs = [saved_run(fork, mark, by_id.get(mark.call_id or "")) for fork, mark in forks]
@@ -324,7 +323,7 @@ def saved_reruns(
     ]
     if not forks:
         return []
-    log = list(calls if calls is not None else (read_calls(session.directory) if session.directory else []))
+    log = list(calls) if calls is not None else session.calls()
     reruns: list[SavedRerun] = []
     for fork, mark in forks:
         branch = branch_contexts(session, fork)
@@ -347,8 +346,4 @@ def saved_reruns(
 def diff_saved_rerun(session: Session, result: RerunResult, calls: Iterable[CallRecord]) -> BranchDiff:
     """:func:`replay.diff_rerun` with the call log the caller has read already (it
     would read it again for every re-run shown)."""
-    log = list(calls)
-    origin, branch = session.contexts[result.of_context], session.contexts[result.branch_id]
-    prefix = {m.id for m in origin.messages[: result.of_index]}
-    start = next((i for i, m in enumerate(branch.messages) if m.id not in prefix), len(branch.messages))
-    return diff_branches(branch_turns(origin, result.of_index, log), branch_turns(branch, start, log))
+    return diff_branches(*branch_of(session, result, list(calls)))

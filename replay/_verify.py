@@ -15,7 +15,7 @@ from deepdiff import DeepDiff
 
 from replay._materialize import CallLog, materialize, sent_prefix
 from replay._request import Materialized
-from soap_core import CallRecord, Context, Session, SoapError, Store, read_calls
+from soap_core import CallRecord, Context, Session, SoapError, Store
 
 
 @dataclass
@@ -52,9 +52,7 @@ def verify_session(session: Session, *, calls: Sequence[CallRecord] | None = Non
     builds the request, to show where it differs.
     """
     results = []
-    if calls is None:
-        calls = read_calls(session.directory) if session.directory else []
-    log = CallLog.of(calls)
+    log = CallLog.of(calls if calls is not None else session.calls())
     for call in log:
         if call.message_id is None:
             continue  # a failed call produced nothing to rematerialize

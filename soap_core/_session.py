@@ -12,6 +12,7 @@ from soap_core._context import Context
 from soap_core._errors import ContextNotFoundError, FormatError, SoapError
 from soap_core._ids import checked_id
 from soap_core._layout import Layout
+from soap_core._records import CallRecord, read_calls
 from soap_core._saves import SavedBase
 from soap_core._tokens import DEFAULT_ENCODING
 
@@ -134,6 +135,15 @@ class Session:
             return matches[0]
         problem = "matches several contexts" if matches else "no such context in this session"
         raise ContextNotFoundError(self.directory or self.uuid, f"context {context_id!r}: {problem}")
+
+    def calls(self) -> list[CallRecord]:
+        """The session's call log (the ``calls/*.json`` records beside it), oldest first;
+        empty for a session with no folder.
+
+        Read from the files at each call, never kept (a re-run reads it before and after
+        its calls): a caller that asks about many messages or runs reads it once and
+        hands the list on, as the ``calls=`` parameters of replay and analysis take it."""
+        return read_calls(self.directory) if self.directory is not None else []
 
     # -- codec --------------------------------------------------------------------------
 

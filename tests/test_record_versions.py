@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from analysis import ran_with, threshold_start
-from soap_core import FormatError, Store, read_calls, read_invocations
+from soap_core import FormatError, Session, Store, read_calls, read_invocations
 from soap_core._records import CALL_FORMAT, INVOCATION_FORMAT, UPGRADES, upgraded
 
 RECORDS = Path(__file__).resolve().parent / "fixtures" / "records"
@@ -68,6 +68,14 @@ def test_a_version_1_call_reads_with_its_compaction_as_a_spec(tmp_path: Path) ->
         found = ran_with(session, calls=[call])
         assert (start.tokens, start.source) == (1800, "compaction")
         assert found is not None and found.spec == "rolling-tokens:1800:0.5"
+
+
+def test_a_session_reads_its_own_call_log(tmp_path: Path) -> None:
+    folder = session_with(tmp_path, RECORDS / "call-1.json", RECORDS / "call-2.json")
+    session = Session("r")
+    assert session.calls() == []  # made in memory: no folder, no log
+    session.directory = folder
+    assert session.calls() == read_calls(folder) and len(session.calls()) == 2
 
 
 def test_a_version_1_invocation_reads_whole(tmp_path: Path) -> None:

@@ -40,7 +40,7 @@ from replay import (
     run_output,
     short_id,
 )
-from soap_core import Context, Message, Session, SoapError, canonical_json, read_calls
+from soap_core import Context, Message, Session, SoapError, canonical_json
 from workbench.output_diff_views import inline_call, output_sentences
 from workbench.output_diff_views import marked_words as marked_words  # pages and tests use it from here
 from workbench.times import time_text
@@ -591,9 +591,8 @@ def output_of_reference(reference: Reference) -> Output:
     """The output a reference names, with the usage and latency of the call that made it."""
     message = reference.message
     usage = latency = None
-    directory = reference.session.directory
-    if message is not None and directory is not None:
-        call = next((c for c in read_calls(directory) if c.message_id == message.id), None)
+    if message is not None:
+        call = next((c for c in reference.session.calls() if c.message_id == message.id), None)
         if call is not None:
             usage, latency = call.usage, call.latency_s
     return Output.of(message, usage, latency)

@@ -37,7 +37,7 @@ from analysis import (
     simulate_items,
 )
 from replay import short_id
-from soap_core import Session, SoapError, Store, read_calls
+from soap_core import Session, SoapError, Store
 from soap_core.runtime import LLMEndpoint
 from workbench.compaction_views import (
     DRIFT_COLUMNS,
@@ -111,8 +111,7 @@ def _calls_recorded(root: str, uuid: str, signature: StoreSignature) -> bool:
     """Whether the calls come from the call log (``CallBudget.recorded``): it has a call,
     not a replay, made in one of the session's contexts."""
     session = read_only_session(root, uuid, signature)
-    calls = read_calls(session.directory) if session.directory else []
-    return any(not call.replay and call.context_id in session.contexts for call in calls)
+    return any(not call.replay and call.context_id in session.contexts for call in session.calls())
 
 
 def pick_numbers(kind: str, start: list[float | int]) -> str:

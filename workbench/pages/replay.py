@@ -62,7 +62,7 @@ from replay import (
 from replay import (
     run_batch as replay_batch,
 )
-from soap_core import Context, Message, Session, SoapError, Store, ToolPart, read_calls
+from soap_core import Context, Message, Session, SoapError, Store, ToolPart
 from soap_core.runtime import LLMEndpoint
 from workbench.loading import chosen_store, read_only_session, show_error_and_stop
 from workbench.output_diff_views import (
@@ -133,7 +133,7 @@ DIFF_TAB = "Diff two contexts or outputs"
 def call_log(session: Session) -> CallLog:
     """The session's call records, read once for this page run."""
     try:
-        return CallLog(read_calls(session.directory) if session.directory else [])
+        return CallLog(session.calls())
     except SoapError as exc:
         show_error_and_stop(exc)
 
@@ -171,8 +171,7 @@ def _materialized(
     it is most of what the page costs. Shared by every rerun, like the session: read it,
     never change it (a replay copies the messages it sends)."""
     session = read_only_session(root, ref, signature)
-    calls = CallLog(read_calls(session.directory) if session.directory else [])
-    return materialize(session, session.contexts[context_id], index, calls=calls)
+    return materialize(session, session.contexts[context_id], index)
 
 
 def materialized(shown: Shown, index: int) -> Materialized:
