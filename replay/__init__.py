@@ -3,6 +3,7 @@
 Public names are re-exported here; the ``_modules`` behind them are private.
 """
 
+from replay._address import AddressError, AddressingSource, materialize_at, number_of
 from replay._batch import NOISE_LABEL, Batch, batches_from_saved, run_batch, run_output
 from replay._branch import (
     AlignedPair,
@@ -116,6 +117,8 @@ __all__ = [
     "PETEOS_06",
     "REPLAY_KEY",
     "RUNTIME_SOURCE",
+    "AddressError",
+    "AddressingSource",
     "AlignedPair",
     "Batch",
     "BranchDiff",
@@ -170,9 +173,11 @@ __all__ = [
     "injected_results",
     "load_class",
     "materialize",
+    "materialize_at",
     "message_ranges_text",
     "minute",
     "noise_band",
+    "number_of",
     "openai_tool_parameters",
     "origin_of",
     "overrides_from_record",

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from importers.openpoke import AddressError, materialize_at
 from replay import (
+    AddressError,
     Batch,
     Materialized,
     MessageRangeError,
@@ -21,6 +21,7 @@ from replay import (
     diff_branches,
     diff_contexts,
     diff_outputs,
+    materialize_at,
     parse_message_ranges,
     run_batch,
     verify_store,
@@ -198,9 +199,7 @@ def add_target(parser: argparse.ArgumentParser) -> None:
 def materialize_target(args: argparse.Namespace, session: Session) -> Materialized:
     """The request ``--context``/``--at`` name, with ``--openpoke-root`` for an OpenPoke entry."""
     try:
-        return materialize_at(
-            session, args.context, args.at, openpoke_root=getattr(args, "openpoke_root", None)
-        )
+        return materialize_at(session, args.context, args.at, checkout=getattr(args, "openpoke_root", None))
     except AddressError as exc:
         raise UsageError(str(exc)) from None
 

@@ -18,7 +18,7 @@ Public names are re-exported here; the ``_modules`` behind them are private.
 """
 
 from importers._errors import ImporterError
-from importers.openpoke._addressing import AddressError, materialize_at, resolve_target
+from importers.openpoke._addressing import materialize_at, resolve_target
 from importers.openpoke._import import ImportReport, SessionReport, SummaryReport, import_openpoke
 from importers.openpoke._log import (
     LogEntry,
@@ -76,6 +76,7 @@ from importers.openpoke._reader import (
     to_utc,
 )
 from importers.openpoke._roster import ActiveAgents, roster_at, roster_history
+from replay import AddressError  # raised by materialize_at, named here as before
 from soap_core import SOURCE_KEY
 
 __all__ = [

@@ -14,19 +14,8 @@ from pathlib import Path
 
 from importers.openpoke._mapping import SUMMARY_TAG, is_openpoke_session, openpoke_meta
 from importers.openpoke._materialize import entry_position, materialize_entry
-from replay import Materialized, MaterializeError, materialize, resolve_index
+from replay import AddressError, Materialized, materialize, number_of, resolve_index
 from soap_core import Context, Session
-
-
-class AddressError(MaterializeError):
-    """``at`` (or the checkout given with it) does not fit the session: the user's
-    argument is wrong, not the store."""
-
-
-def _number(text: str, at: str) -> int:
-    if not text.strip().lstrip("-").isdigit():
-        raise AddressError(f"--at {at}: {text!r} is not a number (entry:N and message:N take an integer)")
-    return int(text)
 
 
 def resolve_target(session: Session, context_id: str | None, at: str) -> tuple[Context, int | str, list[str]]:
@@ -35,7 +24,7 @@ def resolve_target(session: Session, context_id: str | None, at: str) -> tuple[C
     context = session.context(context_id) if context_id else session.active_context
     kind, sep, rest = at.partition(":")
     if sep and kind in ("entry", "message"):
-        number = _number(rest, at)
+        number = number_of(rest, at)
         if kind == "message":
             return context, number, []
         if not is_openpoke_session(session):

@@ -9,8 +9,10 @@ imported session (a replay's answer) has our own call record, read as for our ru
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+from importers.openpoke._addressing import materialize_at
 from importers.openpoke._mapping import is_openpoke_session
 from importers.openpoke._materialize import materialize_entry, openpoke_request
 from replay import RUNTIME_SOURCE, Materialized
@@ -36,6 +38,13 @@ class OpenPokeSource:
         self, messages: Sequence[Message], *, model: str | None, parameters: Mapping[str, Any]
     ) -> dict[str, Any]:
         return openpoke_request(messages, model=model, parameters=parameters)  # OpenPoke's keys and order
+
+    def materialize_at(
+        self, session: Session, context_id: str | None, at: str, *, checkout: Path | None = None
+    ) -> Materialized:
+        """Plain ``N`` is log entry N (:mod:`importers.openpoke._addressing`); ``checkout``
+        an OpenPoke checkout to read the system prompt from."""
+        return materialize_at(session, context_id, at, openpoke_root=checkout)
 
 
 REQUEST_SOURCE = OpenPokeSource()
