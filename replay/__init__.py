@@ -39,6 +39,18 @@ from replay._materialize import (
 )
 from replay._peteos_body import PeteosBodyError, openai_tool_parameters, peteos_body
 from replay._peteos_source import PETEOS_05, PETEOS_06, PeteosSource
+from replay._phrases import (
+    EMPTY_OUTPUTS,
+    ORIGINAL_AND_RUN,
+    call_texts,
+    counted,
+    inline_call,
+    marked_runs,
+    marked_words,
+    output_sentences,
+    output_words,
+    row_changes,
+)
 from replay._ranges import MessageRangeError, message_ranges_text, parse_message_ranges
 from replay._refs import Reference, find_context, resolve_reference
 from replay._request import CallSite, Materialized, SentPrefix
@@ -94,8 +106,10 @@ from replay._verify import Verification, request_differences, verify_session, ve
 from soap_core import REPLAY_KEY
 
 __all__ = [
+    "EMPTY_OUTPUTS",
     "ENTRY_POINT_GROUP",
     "INTERRUPTED_RUN",
+    "ORIGINAL_AND_RUN",
     "PETEOS_05",
     "PETEOS_06",
     "REPLAY_KEY",
@@ -136,7 +150,9 @@ __all__ = [
     "branch_output",
     "branch_turns",
     "call_site",
+    "call_texts",
     "continue_branch",
+    "counted",
     "diff_branches",
     "diff_contexts",
     "diff_outputs",
@@ -146,12 +162,17 @@ __all__ = [
     "final_answer",
     "find_context",
     "injected_results",
+    "inline_call",
     "load_class",
+    "marked_runs",
+    "marked_words",
     "materialize",
     "message_ranges_text",
     "noise_band",
     "openai_tool_parameters",
     "origin_of",
+    "output_sentences",
+    "output_words",
     "overrides_from_record",
     "parse_message_ranges",
     "peteos_body",
@@ -171,6 +192,7 @@ __all__ = [
     "rerun_noise_band",
     "resolve_index",
     "resolve_reference",
+    "row_changes",
     "saved_reruns",
     "saved_run",
     "saved_runs",

@@ -22,8 +22,11 @@ from replay import (
     diff_branches,
     diff_contexts,
     diff_outputs,
+    output_sentences,
+    output_words,
     parse_message_ranges,
     replay,
+    row_changes,
     unchanged_band,
     verify_store,
 )
@@ -40,8 +43,6 @@ from soapwb.common import (
     open_store,
     print_words,
 )
-from workbench.output_diff_views import output_sentences, output_words
-from workbench.replay_views import row_changes
 
 
 def register(commands: Any) -> None:
