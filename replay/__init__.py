@@ -54,6 +54,18 @@ from replay._names import (
 )
 from replay._peteos_body import PeteosBodyError, openai_tool_parameters, peteos_body
 from replay._peteos_source import PETEOS_05, PETEOS_06, PeteosSource
+from replay._phrases import (
+    EMPTY_OUTPUTS,
+    ORIGINAL_AND_RUN,
+    call_texts,
+    counted,
+    inline_call,
+    marked_runs,
+    marked_words,
+    output_sentences,
+    output_words,
+    row_changes,
+)
 from replay._ranges import MessageRangeError, message_ranges_text, parse_message_ranges
 from replay._refs import Reference, find_context, resolve_reference
 from replay._request import CallSite, Materialized, SentPrefix
@@ -109,10 +121,12 @@ from replay._verify import Verification, request_differences, verify_session, ve
 from soap_core import REPLAY_KEY
 
 __all__ = [
+    "EMPTY_OUTPUTS",
     "ENTRY_POINT_GROUP",
     "INTERRUPTED_RUN",
     "MAIN",
     "NOISE_LABEL",
+    "ORIGINAL_AND_RUN",
     "PETEOS_05",
     "PETEOS_06",
     "REPLAY_KEY",
@@ -159,8 +173,10 @@ __all__ = [
     "branch_output",
     "branch_turns",
     "call_site",
+    "call_texts",
     "change_phrases",
     "continue_branch",
+    "counted",
     "describe_run",
     "diff_branches",
     "diff_contexts",
@@ -171,7 +187,10 @@ __all__ = [
     "final_answer",
     "find_context",
     "injected_results",
+    "inline_call",
     "load_class",
+    "marked_runs",
+    "marked_words",
     "materialize",
     "materialize_at",
     "message_ranges_text",
@@ -180,6 +199,8 @@ __all__ = [
     "number_of",
     "openai_tool_parameters",
     "origin_of",
+    "output_sentences",
+    "output_words",
     "overrides_from_record",
     "parse_message_ranges",
     "peteos_body",
@@ -201,6 +222,7 @@ __all__ = [
     "rerun_noise_band",
     "resolve_index",
     "resolve_reference",
+    "row_changes",
     "run_batch",
     "run_label",
     "run_output",

@@ -25,19 +25,16 @@ import difflib
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal, TypeAlias
 
-from deepdiff import DeepDiff
-
 from replay._diff import NoiseBand, Output, distance, noise_band, word_diff, words
+from replay._phrases import SENTENCE_WIDTH, counted, difference_sentences, inline_call, sentence, value_text
 from soap_core import CallRecord, Context, SoapError, TextPart, ToolResultPart, ToolUsePart, canonical_json
 
 TurnKind: TypeAlias = Literal["user", "text", "tool_call"]
 PairStatus: TypeAlias = Literal["equal", "changed", "only_a", "only_b"]
 StepKey: TypeAlias = tuple[str, str, str]
-
-_SHORT = 60
-"""Longest rendering of one value in a sentence."""
 
 
 @dataclass(frozen=True)
@@ -208,9 +205,10 @@ class AlignedPair:
     latency_delta_s: float | None = None
     """``b.latency_s - a.latency_s`` (None unless both are known)."""
     argument_changes: tuple[str, ...] = ()
-    """How a changed tool call's arguments differ, one sentence per difference."""
+    """How a changed tool call's arguments differ, one sentence per difference (in the
+    order of their paths; :func:`replay._phrases.difference_sentences`)."""
     result_changes: tuple[str, ...] = ()
-    """How a changed tool call's result differs, one sentence per difference."""
+    """How a changed tool call's result differs, one sentence per difference (as above)."""
     words: tuple[tuple[str, str], ...] = ()
     """Word diff of a changed user or text step (``replay.word_diff`` runs)."""
 
@@ -335,72 +333,40 @@ def _pair(a: Turn, b: Turn) -> AlignedPair:
         if a.name != b.name:
             arguments = (f"tool changed from {a.name} to {b.name}",)
         else:
-            arguments = _changes(a.arguments, b.arguments, "argument", "the arguments")
-            results = _changes(_result_value(a), _result_value(b), "result", "result")
+            arguments = tuple(
+                difference_sentences(a.arguments, b.arguments, "argument", "the arguments", _show)
+            )
+            results = _result_changes(a, b)
     elif a.kind == b.kind:
         runs = tuple(word_diff(a.text, b.text))
     return AlignedPair("changed", a, b, tokens, latency, arguments, results, runs)
 
 
-def _changes(old: Any, new: Any, item: str, whole: str) -> tuple[str, ...]:
-    """DeepDiff's differences as sentences: ``argument query changed from 'x' to 'y'``."""
-    found = DeepDiff(old, new, view="tree")
-    sentences: list[str] = []
-    for kind, levels in found.items():
-        for level in levels:
-            path = _path(level.path(output_format="list"))
-            subject = f"{item} {path}" if path else whole
-            if kind.endswith("_added"):
-                sentences.append(f"{subject} added: {_show(level.t2)}")
-            elif kind.endswith("_removed"):
-                sentences.append(f"{subject} removed (was {_show(level.t1)})")
-            else:
-                sentences.append(f"{subject} changed from {_show(level.t1)} to {_show(level.t2)}")
-    return tuple(sentences)
+def _result_changes(a: Turn, b: Turn) -> tuple[str, ...]:
+    """How two calls' results differ, one sentence per difference: ``result count changed
+    from 3 to 4``; a result on one side only is added or removed as a whole."""
+    old, new = _result_value(a), _result_value(b)
+    if a.has_result != b.has_result:
+        return (sentence("added" if b.has_result else "removed", "result", old, new, _show),)
+    return tuple(difference_sentences(old, new, "result", "result", _show))
 
 
-def _path(steps: list[Any]) -> str:
-    """``['filters', 'tags', 0]`` as ``filters.tags[0]``."""
-    out = ""
-    for step in steps:
-        out += f"[{step}]" if isinstance(step, int) else (f".{step}" if out else str(step))
-    return out
-
-
-def _show(value: Any, width: int = _SHORT) -> str:
-    """A value as a person reads it in a sentence: strings quoted, JSON otherwise, shortened."""
+def _show(value: Any, width: int = SENTENCE_WIDTH) -> str:
+    """A value as a person reads it in a sentence: strings quoted as Python quotes them
+    (``'x'``), JSON otherwise, shortened."""
     if isinstance(value, str):
-        if value == _NO_RESULT:
-            return value
         return repr(value if len(value) <= width else value[: width - 1] + "…")
-    try:
-        text = json.dumps(value, ensure_ascii=False, sort_keys=True)
-    except (TypeError, ValueError):
-        text = repr(value)
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _call(turn: Turn) -> str:
-    """A tool call as ``search(query='x', limit=5)``."""
-    args = turn.arguments
-    if isinstance(args, dict):
-        inner = ", ".join(f"{k}={_show(v, 40)}" for k, v in args.items())
-    else:
-        inner = _show(args, 40)
-    return f"{turn.name}({inner})"
+    return value_text(value, width)
 
 
 def _action(turn: Turn, *, past: bool) -> str:
     """What a step did: ``called search(query='x')`` (or ``call ...`` with past=False)."""
     if turn.kind == "tool_call":
-        return f"{'called' if past else 'call'} {_call(turn)}"
+        call = inline_call(str(turn.name), turn.arguments, partial(_show, width=40))
+        return f"{'called' if past else 'call'} {call}"
     if turn.kind == "text":
         return f"{'wrote' if past else 'write'} {_show(turn.text)}"
     return f"{'had' if past else 'have'} the user say {_show(turn.text)}"
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _divergence(pairs: Sequence[AlignedPair], first: int | None, names: tuple[str, str]) -> str:
@@ -412,7 +378,7 @@ def _divergence(pairs: Sequence[AlignedPair], first: int | None, names: tuple[st
     if pair.a is not None and pair.b is not None:
         if pair.a.key == pair.b.key and pair.a.kind == "tool_call":
             changes = pair.result_changes
-            more = f" (and {_count(len(changes) - 1, 'more difference')})" if len(changes) > 1 else ""
+            more = f" (and {counted(len(changes) - 1, 'more difference')})" if len(changes) > 1 else ""
             detail = changes[0] if changes else "the result differs"
             return f"turn {number}: both {_action(pair.a, past=True)}, but {detail}{more}"
         return f"turn {number}: {name_a} {_action(pair.a, past=True)}, {name_b} {_action(pair.b, past=True)}"
@@ -423,7 +389,7 @@ def _divergence(pairs: Sequence[AlignedPair], first: int | None, names: tuple[st
     in_owner = sum(1 for p in rest if (p.a if pair.a is not None else p.b) is not None)
     missing_ends = all((p.b if pair.a is not None else p.a) is None for p in rest)
     if missing_ends:
-        more = f" (and {_count(in_owner - 1, 'more step')})" if in_owner > 1 else ""
+        more = f" (and {counted(in_owner - 1, 'more step')})" if in_owner > 1 else ""
         stop = f"stops after turn {first}" if first else "takes no step"
         return f"{missing} {stop}; {owner} went on to {_action(step, past=False)}{more}"
     return f"turn {number}: {owner} {_action(step, past=True)}, {missing} has no such step"

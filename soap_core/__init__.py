@@ -91,6 +91,7 @@ from soap_core._records import (
 from soap_core._saves import SAVE_LOCKS_DIR, SaveConflictError
 from soap_core._session import OBJECT_KEY, SOURCE_KEY, THREAD_ID_KEY, Session, new_session_uuid
 from soap_core._store import SESSION_FILE, SessionSummary, Store
+from soap_core._times import NO_TIME, age_text, time_text
 from soap_core._tokens import DEFAULT_ENCODING, count_text, get_encoding
 from soap_core._tree import ContextNode, describe_node, fork_tree
 
@@ -104,6 +105,7 @@ __all__ = [
     "INVOCATIONS_DIR",
     "INVOCATION_FORMAT",
     "MESSAGES_ANCHOR",
+    "NO_TIME",
     "OBJECT_KEY",
     "OTHER",
     "REPLAY_KEY",
@@ -155,6 +157,7 @@ __all__ = [
     "UnknownPart",
     "UnsafeNameError",
     "WindowDisagreement",
+    "age_text",
     "base64_source",
     "build_call_pairs",
     "canonical_json",
@@ -192,6 +195,7 @@ __all__ = [
     "searchable_text",
     "session_overview",
     "set_mark",
+    "time_text",
     "tool_parts_of",
     "tool_schema",
     "utc_now",

@@ -14,9 +14,8 @@ from typing import Any, TextIO
 
 import orjson
 
-from soap_core import Store
+from soap_core import Store, time_text
 from soap_core._names import distinct_names, escape_controls
-from workbench.times import time_text
 
 
 class UsageError(Exception):
@@ -179,9 +178,6 @@ def terminal_time(stamp: str | None) -> str:
     return time_text(stamp, datetime.now().astimezone().tzinfo, age=False)
 
 
-# The marks of workbench.output_diff_views.marked_words, kept here: importing that module
-# loads replay and pandas, which `soapwb ls` must not (tests/test_cli.py).
-_WORD_MARKS = {"equal": "{}", "delete": "[-{}-]", "insert": "{{+{}+}}"}
 _WORD_COLOURS = {"delete": "\x1b[31m", "insert": "\x1b[32m"}
 _RESET = "\x1b[0m"
 
@@ -193,11 +189,14 @@ def colour_wanted() -> bool:
 
 
 def print_words(words: Iterable[tuple[str, str]], prefix: str = "") -> None:
-    """A word diff on stdout as git's word diff marks it, ``[-only in the first-]`` and
-    ``{+only in the second+}``; on a terminal the marked runs are red and green too. The
-    colour codes are the only control characters written on purpose, so they go to the
-    stream below :class:`TerminalText`; the words themselves are escaped."""
-    runs = [(op, _WORD_MARKS[op].format(text)) for op, text in words]
+    """A word diff on stdout as git's word diff marks it (:func:`replay.marked_words`),
+    ``[-only in the first-]`` and ``{+only in the second+}``; on a terminal the marked runs
+    are red and green too. The colour codes are the only control characters written on
+    purpose, so they go to the stream below :class:`TerminalText`; the words themselves
+    are escaped."""
+    from replay import marked_runs  # here: `soapwb ls` must not load replay (tests/test_cli.py)
+
+    runs = marked_runs(words)
     if not colour_wanted():
         print(prefix + " ".join(marked for _, marked in runs))
         return

@@ -22,7 +22,10 @@ from replay import (
     diff_contexts,
     diff_outputs,
     materialize_at,
+    output_sentences,
+    output_words,
     parse_message_ranges,
+    row_changes,
     run_batch,
     verify_store,
 )
@@ -39,8 +42,6 @@ from soapwb.common import (
     open_store,
     print_words,
 )
-from workbench.output_diff_views import output_sentences, output_words
-from workbench.replay_views import row_changes
 
 
 def register(commands: Any) -> None:

@@ -31,10 +31,10 @@ from soap_core import (
     message_rows,
     search_store,
     session_overview,
+    time_text,
 )
 from tests.apptest import open_app_page
 from workbench.openpoke_views import two_tracks
-from workbench.times import time_text
 from workbench.transcript import prompt_history_label, prompt_versions
 
 APP = Path(__file__).resolve().parents[1] / "app.py"

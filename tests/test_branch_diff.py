@@ -158,6 +158,25 @@ def test_nested_argument_and_json_result_differences_are_phrased_without_deepdif
     assert not any("root" in sentence for sentence in pair.argument_changes + pair.result_changes)
 
 
+def test_differences_read_in_the_order_of_their_paths_as_the_output_diff_phrases_them() -> None:
+    """One grammar with the output diff (replay._phrases), values quoted as Python: a type
+    change names both kinds; a result on one side only is added or removed as a whole."""
+    a = [("call", "search", {"z": 1, "limit": 5, "b": ["x"]}, "hits")]
+    b = [("call", "search", {"z": 2, "limit": "5", "b": []}, "hits")]
+    [_, pair] = diff_branches(turns_of(a), turns_of(b)).pairs
+    assert pair.argument_changes == (
+        "argument b[0] removed (was 'x')",
+        "argument limit changed from 5 (a number) to '5' (text)",
+        "argument z changed from 1 to 2",
+    )
+    call = Turn("tool_call", 3, "m", 1, name="search", arguments={}, call_id="c")
+    answered = Turn(
+        "tool_call", 3, "m", 1, name="search", arguments={}, call_id="c", result=[1], result_index=4
+    )
+    assert diff_branches([call], [answered]).pairs[0].result_changes == ("result added: [1]",)
+    assert diff_branches([answered], [call]).pairs[0].result_changes == ("result removed (was [1])",)
+
+
 def test_the_same_call_with_another_result_diverges_by_its_result() -> None:
     other = [("call", "search", {"query": "x"}, "no hits"), ORIGINAL[1]]
     diff = diff_branches(turns_of(ORIGINAL), turns_of(other))

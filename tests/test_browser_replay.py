@@ -14,11 +14,10 @@ import pytest
 from playwright.sync_api import Browser, Page
 
 from local_model import LocalModelServer
-from replay import REPLAY_KEY, Output, materialize, replay, short_id
+from replay import REPLAY_KEY, Output, materialize, output_words, replay, short_id
 from soap_core import Context, Store
 from soap_core.runtime import LLMEndpoint
 from tests.test_browser import SHOTS, analyst, open_page, settle, streamlit_app
-from workbench.output_diff_views import output_words
 
 EDIT = "Say hello to the team."
 

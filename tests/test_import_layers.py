@@ -32,12 +32,11 @@ LAYERS: dict[str, set[str]] = {
         "analysis",
         "importers",
         "demo",
-        "workbench",
     },
     "fuzz": {"soap_core", "replay", "analysis", "importers", "soapwb"},
 }
-"""What each package may import besides itself. (soapwb's imports of importers and
-workbench are the ones issue 24 means to end; they are allowed until then.)"""
+"""What each package may import besides itself: the command line shares the replay
+layer with the pages and never imports the workbench (issue 24)."""
 
 
 def module_name(path: Path) -> str:
@@ -131,6 +130,17 @@ def test_each_package_imports_only_the_layers_below_it() -> None:
         and target.split(".")[0] not in LAYERS[name.split(".")[0]]
     )
     assert wrong == []
+
+
+def test_the_command_line_reaches_an_importer_only_to_run_it() -> None:
+    """``--at`` is asked of the session's request source, so the one import of an
+    importer left in soapwb is ``soapwb import``, the importer's own front."""
+    reaching = {
+        name
+        for name, targets in import_graph().items()
+        if name.split(".")[0] == "soapwb" and any(target.split(".")[0] == "importers" for target in targets)
+    }
+    assert reaching <= {"soapwb.import_commands"}
 
 
 @pytest.mark.parametrize(

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-from replay import ContextDiff, Output, diff_outputs
-from workbench.output_diff_views import (
-    EMPTY_OUTPUTS,
-    argument_path,
+from replay import EMPTY_OUTPUTS, ContextDiff, Output, diff_outputs, output_sentences, row_changes
+from replay._phrases import (
     argument_sentences,
     call_text,
-    coloured_words,
     marked_output,
-    output_sentences,
     output_text,
+    path_text,
     tool_call_sentences,
 )
-from workbench.replay_views import context_diff_table, row_changes
+from workbench.replay_views import context_diff_table
+from workbench.views import coloured_words
 
 
 def search(query: str, **more: object) -> tuple[str, dict[str, object]]:
@@ -80,7 +78,7 @@ class TestSentences:
         ]
 
     def test_a_path_reads_as_a_person_writes_it(self) -> None:
-        assert argument_path(["filters", "tags", 0, "name"]) == "filters.tags[0].name"
+        assert path_text(["filters", "tags", 0, "name"]) == "filters.tags[0].name"
 
     def test_a_call_added_in_the_middle_is_one_call_added(self) -> None:
         a = [search("x"), ("save", {"id": 1})]

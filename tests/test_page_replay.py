@@ -24,10 +24,14 @@ from replay import (
     Output,
     Overrides,
     ReplayRun,
+    call_texts,
     diff_contexts,
     diff_outputs,
+    marked_words,
     materialize,
     noise_band,
+    output_sentences,
+    output_words,
     overrides_from_record,
     replay,
     replay_messages,
@@ -39,7 +43,6 @@ from soap_core.runtime import LLMEndpoint, LLMError
 from tests.conftest import CHILD_ID, PARENT_ID, SESSION_UUID, SOAP_FIXTURE, edit_json, snapshot
 from tests.scripted import ScriptedEndpoint
 from tests.workbench_store import XSS
-from workbench.output_diff_views import call_texts, coloured_words, output_sentences, output_words
 from workbench.replay_views import (
     RunSettings,
     assistant_indices,
@@ -50,7 +53,6 @@ from workbench.replay_views import (
     editable_results,
     editable_text,
     kind_in_words,
-    marked_words,
     message_label,
     named_message,
     nothing_replayable,
@@ -64,7 +66,7 @@ from workbench.replay_views import (
     setting_states,
     tool_modes_text,
 )
-from workbench.views import context_label, short_id
+from workbench.views import coloured_words, context_label, short_id
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
 OPENPOKE_SHORT = Path(__file__).parent / "fixtures" / "openpoke" / "short"

@@ -12,10 +12,9 @@ from typing import Any
 import pandas as pd
 from streamlit.testing.v1 import AppTest
 
-from soap_core import CallRecord, Store
+from soap_core import CallRecord, Store, time_text
 from soap_core.runtime import InvocationTrace, Party, invocation_chain, read_calls, read_invocations
 from tests.apptest import open_app_page
-from workbench.times import time_text
 from workbench.traceback_views import (
     FRAME_META,
     SPAN_META,

@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workbench.times import NO_TIME, age_text, time_text
+from soap_core import NO_TIME, age_text, time_text
 
 NOW = datetime(2026, 12, 3, 22, 0, 0, tzinfo=UTC)
 

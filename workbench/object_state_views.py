@@ -23,9 +23,8 @@ from deepdiff import DeepDiff
 from deepdiff.helper import NotPresent
 from plotly.subplots import make_subplots
 
-from soap_core import Store
+from soap_core import Store, time_text
 from soap_core.runtime import InvocationRecord, read_invocations
-from workbench.times import time_text
 
 BASE_COLUMNS = ("time", "prompt", "outcome", "invocation")
 DIFF_COLUMNS = ("attribute", "change", "before", "after")

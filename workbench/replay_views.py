@@ -32,18 +32,19 @@ from replay import (
     RerunResult,
     ToolModes,
     Turn,
+    counted,
     diff_outputs,
     injected_results,
+    inline_call,
+    marked_words,
     message_ranges_text,
     parse_message_ranges,
     request_differences,
+    row_changes,
     run_output,
     short_id,
 )
-from soap_core import Context, Message, Session, SoapError, canonical_json
-from workbench.output_diff_views import inline_call, output_sentences
-from workbench.output_diff_views import marked_words as marked_words  # pages and tests use it from here
-from workbench.times import time_text
+from soap_core import Context, Message, Session, SoapError, canonical_json, time_text
 from workbench.transcript import STYLES, speaker
 
 PREVIEW_WIDTH = 60
@@ -504,7 +505,7 @@ MOST_BATCHES_SHOWN = 10
 
 def saved_line(batches: int, reruns: int) -> str | None:
     """Under the request: what the store keeps of this message, listed below the form."""
-    kept = [_count(n, noun) for n, noun in ((batches, "run"), (reruns, "re-run")) if n]
+    kept = [counted(n, noun) for n, noun in ((batches, "run"), (reruns, "re-run")) if n]
     if not kept:
         return None
     return f"The store keeps {' and '.join(kept)} of this message, listed below the form."
@@ -549,15 +550,11 @@ def batch_title(number: int, batch: Batch) -> str:
 
 def batch_line(batch: Batch, zone: tzinfo | None = None) -> str:
     """When (in ``zone``, with its age), where and how many: the line under a batch's heading."""
-    samples = _count(len(batch.runs), "sample")
+    samples = counted(len(batch.runs), "sample")
     noise = f" and {len(batch.noise_runs)} unchanged" if batch.noise_runs else ""
     when = when_text(batch.started_at, zone)
     endpoint = f" against {batch.base_url}" if batch.base_url else ""
     return f"{samples}{noise}{endpoint}" + (f", started {when}" if when else "")
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 # ── which settings apply ─────────────────────────────────────────────────────────────
@@ -598,34 +595,12 @@ def output_of_reference(reference: Reference) -> Output:
     return Output.of(message, usage, latency)
 
 
-def _row_output(row: dict[str, Any] | None) -> Output:
-    if row is None:
-        return Output("")
-    return Output(str(row["text"]), tuple((str(name), args) for name, args in row["tool_calls"]))
-
-
-def row_changes(a: dict[str, Any] | None, b: dict[str, Any] | None) -> str:
-    """How one differing row of a context diff differs, in sentences (text and tool
-    calls; a message on one side only says so)."""
-    if a is None or b is None:
-        return "only in B" if a is None else "only in A"
-    left, right = _row_output(a), _row_output(b)
-    changes = [f"role changed from {a['role']} to {b['role']}"] if a["role"] != b["role"] else []
-    if left.key() != right.key():
-        changes += output_sentences(left, right, ("A", "B"))
-    elif not changes:
-        changes.append(
-            "same text and tool calls; other parts differ (tool definitions, a tool result, thinking or media)"
-        )
-    return "; ".join(changes)
-
-
 def divergence_text(diff: ContextDiff) -> str:
     """Where two contexts part, and how much of them is shared (messages lined up by content)."""
     if diff.first_divergence is None:
         return "The two contexts are the same, message by message."
-    counted = f" {diff.summary[0].upper()}{diff.summary[1:]}." if diff.summary else ""
-    return f"First divergence at message #{diff.first_divergence} (user turn {diff.turn}).{counted}"
+    summary = f" {diff.summary[0].upper()}{diff.summary[1:]}." if diff.summary else ""
+    return f"First divergence at message #{diff.first_divergence} (user turn {diff.turn}).{summary}"
 
 
 def _number(index: int | None) -> str:

@@ -20,7 +20,7 @@ import plotly.graph_objects as go
 from pandas.io.formats.style import Styler
 
 from replay import short_id
-from soap_core import CallRecord, Store
+from soap_core import NO_TIME, CallRecord, Store, time_text
 from soap_core.runtime import (
     InvocationChain,
     InvocationRecord,
@@ -31,7 +31,6 @@ from soap_core.runtime import (
     read_invocation,
     read_invocations,
 )
-from workbench.times import NO_TIME, time_text
 
 OUTCOME_ICONS = {"ok": "✅", "refused": "⛔", "error": "❌", "running": "⏳", "interrupted": "💥"}
 OUTCOME_COLOURS = {

@@ -17,9 +17,10 @@ import pandas as pd
 from pandas.io.formats.style import Styler
 
 from importers.openpoke import openpoke_state
-from replay import minute, session_names, short_id
+from replay import marked_runs, minute, session_names, short_id
 from soap_core import (
     INSTANCE_FILE,
+    NO_TIME,
     ContextNode,
     MediaPart,
     MessageRow,
@@ -28,8 +29,8 @@ from soap_core import (
     SoapError,
     Store,
     describe_node,
+    time_text,
 )
-from workbench.times import NO_TIME, time_text
 
 StoreSignature = tuple[tuple[str, int, int], ...]
 """(path, mtime_ns, size) of every folder and file that a listing or a load reads."""
@@ -299,6 +300,17 @@ def escape_markdown(text: str) -> str:
     the pattern, so the label reads the same and links nowhere.
     """
     return _MARKDOWN_SPECIALS.sub(r"\\\1", _LINK_STARTS.sub(WORD_JOINER, text))
+
+
+def coloured_words(words: Sequence[tuple[str, str]]) -> str:
+    """A word diff as Markdown for the page: what only the first has on red, what only
+    the second has on green, each run escaped so it shows as written (never a link, never
+    formatting); the marks of :func:`replay.marked_words` stay, so the difference reads
+    without colour too."""
+    colours = {"delete": ":red-background[{}]", "insert": ":green-background[{}]"}
+    return " ".join(
+        colours.get(op, "{}").format(escape_markdown(marked)) for op, marked in marked_runs(words)
+    )
 
 
 _PATH_LIMIT = 80

@@ -15,7 +15,7 @@ whole body behind a download.
 
 Outputs are shown side by side, the original on the left and the run on the right, tool
 calls as text; their differences are phrased as sentences
-(:mod:`workbench.output_diff_views`), the raw DeepDiff behind an expander.
+(:mod:`replay`, as the command line phrases them), the raw DeepDiff behind an expander.
 
 Message content is shown with st.text, st.code, st.json and st.dataframe only, never as
 Markdown or HTML.
@@ -31,6 +31,8 @@ from typing import Any
 import streamlit as st
 
 from replay import (
+    EMPTY_OUTPUTS,
+    ORIGINAL_AND_RUN,
     Batch,
     BranchDiff,
     CallLog,
@@ -45,12 +47,15 @@ from replay import (
     SavedRerun,
     SavedRun,
     batches_from_saved,
+    call_texts,
     continue_branch,
     diff_contexts,
     diff_outputs,
     diff_saved_rerun,
     materialize,
     message_ranges_text,
+    output_sentences,
+    output_words,
     rerun,
     resolve_reference,
     run_output,
@@ -65,14 +70,6 @@ from replay import (
 from soap_core import Context, Message, Session, SoapError, Store, ToolPart
 from soap_core.runtime import LLMEndpoint
 from workbench.loading import chosen_store, read_only_session, show_error_and_stop
-from workbench.output_diff_views import (
-    EMPTY_OUTPUTS,
-    ORIGINAL_AND_RUN,
-    call_texts,
-    coloured_words,
-    output_sentences,
-    output_words,
-)
 from workbench.replay_views import (
     EDIT_TAIL,
     MOST_BATCHES_SHOWN,
@@ -120,7 +117,7 @@ from workbench.replay_views import (
 )
 from workbench.selection import selected_context, selected_session
 from workbench.times import viewer_zone
-from workbench.views import StoreSignature, context_label, escape_markdown, store_signature
+from workbench.views import StoreSignature, coloured_words, context_label, escape_markdown, store_signature
 
 RERUNS_KEY = "replay_reruns"
 REPLAY_TAB = "Replay"
