@@ -3,18 +3,18 @@
 Public names are re-exported here; the ``_modules`` behind them are private.
 """
 
+from replay import (
+    _peteos_source as _peteos_source,  # imported for its effect: it registers the peteos sources
+)
 from replay._address import AddressError, AddressingSource, materialize_at, number_of
 from replay._batch import NOISE_LABEL, Batch, batches_from_saved, run_batch, run_output
 from replay._branch import (
-    AlignedPair,
     BranchDiff,
     Turn,
     branch_distance,
     branch_noise_band,
-    branch_output,
     branch_turns,
     diff_branches,
-    final_answer,
 )
 from replay._diff import (
     ContextDiff,
@@ -34,26 +34,20 @@ from replay._materialize import (
     call_site,
     materialize,
     origin_of,
-    recorded_call,
     resolve_index,
     sent_prefix,
     system_prompt_history,
 )
 from replay._names import (
-    MAIN,
     ForkRun,
     SessionNames,
     change_phrases,
-    describe_run,
     minute,
     replay_marks,
     replay_runs,
-    run_label,
     session_names,
     short_id,
 )
-from replay._peteos_body import PeteosBodyError, openai_tool_parameters, peteos_body
-from replay._peteos_source import PETEOS_05, PETEOS_06, PeteosSource
 from replay._phrases import (
     EMPTY_OUTPUTS,
     ORIGINAL_AND_RUN,
@@ -68,13 +62,11 @@ from replay._phrases import (
 )
 from replay._ranges import MessageRangeError, message_ranges_text, parse_message_ranges
 from replay._refs import Reference, find_context, resolve_reference
-from replay._request import CallSite, Materialized, SentPrefix
+from replay._request import Materialized
 from replay._rerun import (
     RerunResult,
-    branch_of,
     continue_branch,
     diff_rerun,
-    load_class,
     rerun,
     rerun_noise_band,
 )
@@ -84,60 +76,46 @@ from replay._run import (
     ReplayRun,
     replay,
     replay_messages,
-    replay_parameters,
     unchanged_band,
 )
-from replay._runtime_source import RUNTIME_SOURCE, RuntimeSource, recorded_parameters, request_messages
+from replay._runtime_source import RUNTIME_SOURCE, request_messages
 from replay._saved import (
     INTERRUPTED_RUN,
     SavedRerun,
     SavedRun,
-    branch_contexts,
     diff_saved_rerun,
     overrides_from_record,
     replay_batches,
-    replay_mark,
-    rerun_mark,
     saved_reruns,
-    saved_run,
     saved_runs,
 )
 from replay._sources import (
     ENTRY_POINT_GROUP,
     RequestSource,
     register_source,
-    source_for,
-    source_named,
     sources,
 )
 from replay._tool_modes import (
-    RecordedResult,
     RerunError,
     ToolModes,
     injected_results,
-    recorded_results,
 )
-from replay._verify import Verification, request_differences, verify_session, verify_store
+from replay._verify import request_differences, verify_session, verify_store
 from soap_core import REPLAY_KEY
 
 __all__ = [
     "EMPTY_OUTPUTS",
     "ENTRY_POINT_GROUP",
     "INTERRUPTED_RUN",
-    "MAIN",
     "NOISE_LABEL",
     "ORIGINAL_AND_RUN",
-    "PETEOS_05",
-    "PETEOS_06",
     "REPLAY_KEY",
     "RUNTIME_SOURCE",
     "AddressError",
     "AddressingSource",
-    "AlignedPair",
     "Batch",
     "BranchDiff",
     "CallLog",
-    "CallSite",
     "ContextDiff",
     "Endpoint",
     "ForkRun",
@@ -148,47 +126,35 @@ __all__ = [
     "Output",
     "OutputDiff",
     "Overrides",
-    "PeteosBodyError",
-    "PeteosSource",
     "PromptAtCall",
-    "RecordedResult",
     "Reference",
     "ReplayRun",
     "RequestSource",
     "RerunError",
     "RerunResult",
-    "RuntimeSource",
     "SavedRerun",
     "SavedRun",
-    "SentPrefix",
     "SessionNames",
     "ToolModes",
     "Turn",
-    "Verification",
     "batches_from_saved",
-    "branch_contexts",
     "branch_distance",
     "branch_noise_band",
-    "branch_of",
-    "branch_output",
     "branch_turns",
     "call_site",
     "call_texts",
     "change_phrases",
     "continue_branch",
     "counted",
-    "describe_run",
     "diff_branches",
     "diff_contexts",
     "diff_outputs",
     "diff_rerun",
     "diff_saved_rerun",
     "distance",
-    "final_answer",
     "find_context",
     "injected_results",
     "inline_call",
-    "load_class",
     "marked_runs",
     "marked_words",
     "materialize",
@@ -197,43 +163,31 @@ __all__ = [
     "minute",
     "noise_band",
     "number_of",
-    "openai_tool_parameters",
     "origin_of",
     "output_sentences",
     "output_words",
     "overrides_from_record",
     "parse_message_ranges",
-    "peteos_body",
-    "recorded_call",
-    "recorded_parameters",
-    "recorded_results",
     "register_source",
     "replay",
     "replay_batches",
-    "replay_mark",
     "replay_marks",
     "replay_messages",
-    "replay_parameters",
     "replay_runs",
     "request_differences",
     "request_messages",
     "rerun",
-    "rerun_mark",
     "rerun_noise_band",
     "resolve_index",
     "resolve_reference",
     "row_changes",
     "run_batch",
-    "run_label",
     "run_output",
     "saved_reruns",
-    "saved_run",
     "saved_runs",
     "sent_prefix",
     "session_names",
     "short_id",
-    "source_for",
-    "source_named",
     "sources",
     "system_prompt_history",
     "unchanged_band",

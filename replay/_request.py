@@ -36,7 +36,7 @@ class Materialized:
     call: CallRecord | None = None
     notes: list[str] = field(default_factory=list)
     source: str = "soapwb"
-    """The request source that built it (:func:`replay.source_named` gives it back)."""
+    """The request source that built it (:func:`replay._sources.source_named` gives it back)."""
     sent_from: tuple[str, int] | None = None
     """Where the sent messages were taken from when that is not the first ``index``
     messages of ``context_id``: (context id, how many of its messages)."""

@@ -7,12 +7,10 @@ from soap_core._chat import canonical_json, chat_message, chat_request, request_
 from soap_core._context import (
     DEFAULT_ANCHORS,
     MESSAGES_ANCHOR,
-    SYSTEM_PROMPT_ANCHOR,
     TOOL_RESULT_SUFFIX,
     TOOLS_ANCHOR,
     Context,
     WindowDisagreement,
-    content_hash,
 )
 from soap_core._errors import (
     AmbiguousSessionError,
@@ -24,7 +22,6 @@ from soap_core._errors import (
 )
 from soap_core._facts import (
     COMPACTION,
-    OTHER,
     TOOL_CALL,
     TURN,
     CallPairs,
@@ -33,21 +30,16 @@ from soap_core._facts import (
     collector_paused,
     facts_of,
     kind_code,
-    pair_tool_parts,
-    tool_parts_of,
 )
 from soap_core._jsonio import dump_json, read_json, write_json_atomic, write_text_atomic
 from soap_core._layout import (
     INSTANCE_FILE,
     UNKNOWN_ROLE,
-    InstanceClaim,
     Layout,
-    StoreLayout,
     locate,
-    read_instances,
 )
 from soap_core._marks import REPLAY_KEY, BranchMark, is_marked, mark_of, read_mark, set_mark
-from soap_core._message import Message, MessageType, Role
+from soap_core._message import Message, Role
 from soap_core._overview import (
     MessageRow,
     SearchHit,
@@ -71,7 +63,7 @@ from soap_core._parts import (
     part_from_dict,
     part_to_dict,
 )
-from soap_core._paths import OutsideStoreError, UnsafeNameError, inside, safe_name
+from soap_core._paths import OutsideStoreError, UnsafeNameError, inside
 from soap_core._records import (
     CALL_FORMAT,
     CALLS_DIR,
@@ -89,10 +81,10 @@ from soap_core._records import (
     write_invocation,
 )
 from soap_core._saves import SAVE_LOCKS_DIR, SaveConflictError
-from soap_core._session import OBJECT_KEY, SOURCE_KEY, THREAD_ID_KEY, Session, new_session_uuid
+from soap_core._session import OBJECT_KEY, SOURCE_KEY, THREAD_ID_KEY, Session
 from soap_core._store import SESSION_FILE, SessionSummary, Store
 from soap_core._times import NO_TIME, age_text, time_text
-from soap_core._tokens import DEFAULT_ENCODING, count_text, get_encoding
+from soap_core._tokens import count_text, get_encoding
 from soap_core._tree import ContextNode, describe_node, fork_tree
 
 __all__ = [
@@ -100,19 +92,16 @@ __all__ = [
     "CALL_FORMAT",
     "COMPACTION",
     "DEFAULT_ANCHORS",
-    "DEFAULT_ENCODING",
     "INSTANCE_FILE",
     "INVOCATIONS_DIR",
     "INVOCATION_FORMAT",
     "MESSAGES_ANCHOR",
     "NO_TIME",
     "OBJECT_KEY",
-    "OTHER",
     "REPLAY_KEY",
     "SAVE_LOCKS_DIR",
     "SESSION_FILE",
     "SOURCE_KEY",
-    "SYSTEM_PROMPT_ANCHOR",
     "THREAD_ID_KEY",
     "TOOLS_ANCHOR",
     "TOOL_CALL",
@@ -127,14 +116,12 @@ __all__ = [
     "ContextNode",
     "ContextNotFoundError",
     "FormatError",
-    "InstanceClaim",
     "InvocationRecord",
     "Layout",
     "MediaPart",
     "Message",
     "MessageFacts",
     "MessageRow",
-    "MessageType",
     "OutsideStoreError",
     "Part",
     "Party",
@@ -148,7 +135,6 @@ __all__ = [
     "SoapError",
     "Store",
     "StoreError",
-    "StoreLayout",
     "TextPart",
     "ThinkingPart",
     "ToolPart",
@@ -164,7 +150,6 @@ __all__ = [
     "chat_message",
     "chat_request",
     "collector_paused",
-    "content_hash",
     "count_text",
     "describe_node",
     "dump_json",
@@ -178,25 +163,20 @@ __all__ = [
     "mark_of",
     "message_rows",
     "new_record_id",
-    "new_session_uuid",
-    "pair_tool_parts",
     "part_from_dict",
     "part_to_dict",
     "preview",
     "read_calls",
-    "read_instances",
     "read_invocation",
     "read_invocations",
     "read_json",
     "read_mark",
     "request_hash",
-    "safe_name",
     "search_store",
     "searchable_text",
     "session_overview",
     "set_mark",
     "time_text",
-    "tool_parts_of",
     "tool_schema",
     "utc_now",
     "write_call",

@@ -25,10 +25,8 @@ from soap_core.runtime._invoke import (
     InvocationError,
     IterationLimitError,
     RerunStopped,
-    ToolServer,
     assistant_message,
     class_path,
-    output_schema_json,
     rerun_invocation,
 )
 from soap_core.runtime._llm import (
@@ -74,7 +72,6 @@ __all__ = [
     "RollingTokenWindow",
     "Runtime",
     "Summarize",
-    "ToolServer",
     "ToolSpec",
     "TraceFrame",
     "agentic",
@@ -82,7 +79,6 @@ __all__ = [
     "class_path",
     "invocation_chain",
     "invocation_chains",
-    "output_schema_json",
     "read_calls",
     "read_invocation",
     "read_invocations",
