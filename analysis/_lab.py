@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from analysis._budget import llm_calls, session_calls
 from soap_core import CallRecord, Context, Message, Session, ThinkingPart
-from soap_core._compaction_specs import DEFAULTS, GRAMMAR, parse_spec
+from soap_core._compaction_specs import DEFAULTS, GRAMMAR, parse_spec, spec_text
 
 SUMMARY_ID = "summary"
 
@@ -176,7 +176,7 @@ class RollingTokens(_Window):
     keep: float = float(DEFAULTS["rolling-tokens"][1])
 
     def __post_init__(self) -> None:
-        self.name = f"rolling-tokens:{self.threshold}:{self.keep:g}"
+        self.name = spec_text("rolling-tokens", [self.threshold, float(self.keep)])
 
     def compact(self) -> list[str]:
         if self.total <= self.threshold:
@@ -196,7 +196,7 @@ class RollingMessages(_Window):
     n: int = int(DEFAULTS["rolling-messages"][0])
 
     def __post_init__(self) -> None:
-        self.name = f"rolling-messages:{self.n}"
+        self.name = spec_text("rolling-messages", [self.n])
 
     def compact(self) -> list[str]:
         gone: list[str] = []
@@ -225,7 +225,7 @@ class SummarizeOlder(_Window):
     summary_tokens: int = 200
 
     def __post_init__(self) -> None:
-        self.name = f"summarize:{self.threshold}:{self.keep_last}"
+        self.name = spec_text("summarize", [self.threshold, self.keep_last])
 
     def compact(self) -> list[str]:
         if self.total <= self.threshold:

@@ -210,21 +210,20 @@ def split_batches(
     its samples from 0; a re-run has none, so its runs of one key stay together). The
     order is ``order``'s, else the order ``items`` come in. The one rule the Replay
     page's batches and the fork tree's runs are both told by."""
-    ranked = sorted(enumerate(items), key=lambda pair: (order(pair[1]) if order else (), pair[0]))
+    ordered = list(items) if order is None else sorted(items, key=order)  # sorted() is stable
     groups: dict[str, list[tuple[int, T]]] = {}
-    for pair in ranked:
-        groups.setdefault(key(pair[1]), []).append(pair)
+    for place, item in enumerate(ordered):
+        groups.setdefault(key(item), []).append((place, item))
     batches: list[list[tuple[int, T]]] = []
     for members in groups.values():
         previous: int | None = None
-        for position, pair in enumerate(members):
-            number = sample(pair[1])
+        for position, (place, item) in enumerate(members):
+            number = sample(item)
             if position == 0 or (number is not None and previous is not None and number <= previous):
                 batches.append([])
-            batches[-1].append(pair)
+            batches[-1].append((place, item))
             previous = number
-    rank = {pair[0]: place for place, pair in enumerate(ranked)}
-    return [[item for _, item in batch] for batch in sorted(batches, key=lambda batch: rank[batch[0][0]])]
+    return [[item for _, item in batch] for batch in sorted(batches, key=lambda batch: batch[0][0])]
 
 
 def replay_batches(runs: Sequence[SavedRun]) -> list[list[SavedRun]]:

@@ -86,10 +86,8 @@ def spec_of_repr(recorded: str) -> str | None:
 def recorded_spec(recorded: str) -> CompactionSpec | None:
     """The spec a call record's ``compaction`` names: a spec, or an old record's repr
     of one of the runtime's strategies; None for anything else (a user's own hook)."""
-    for text in (recorded, spec_of_repr(recorded)):
-        if text is not None:
-            try:
-                return parse_spec(text)
-            except ValueError:
-                continue
-    return None
+    try:
+        return parse_spec(recorded)
+    except ValueError:
+        old = spec_of_repr(recorded)
+        return parse_spec(old) if old is not None else None
