@@ -15,14 +15,16 @@ It keeps three sessions at most: one of 100,000 messages takes about 220 MB.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import streamlit as st
 
 from importers.openpoke import EXECUTION_ROLE, openpoke_state
 from replay import PromptAtCall, system_prompt_history
 from soap_core import (
+    Context,
     SearchHit,
     Session,
     SessionOverview,
@@ -33,6 +35,36 @@ from soap_core import (
 )
 from workbench.context_views import ContextIndex, build_index
 from workbench.views import StoreSignature, error_first, escape_markdown, store_signature
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What a page run works on: the store, its state (taken once a run: it stats the
+    store), the session and, once picked, the context. The cached loaders of the pages
+    take it whole (``hash_funcs=SCOPED``) and are keyed by :meth:`key`, the ids and the
+    state, never by the objects."""
+
+    root: str
+    signature: StoreSignature
+    session: Session
+    context: Context | None = None
+
+    def key(self) -> tuple[str, StoreSignature, str, str | None]:
+        return self.root, self.signature, self.session.uuid, self.context.id if self.context else None
+
+    def at(self, context: Context) -> Scope:
+        return replace(self, context=context)
+
+    @property
+    def chosen(self) -> Context:
+        """The context picked for this scope (a page picks one before it asks)."""
+        if self.context is None:
+            raise ValueError("no context chosen in this scope")
+        return self.context
+
+
+SCOPED: dict[Any, Any] = {Scope: Scope.key}
+"""``hash_funcs`` of a cached loader that takes a :class:`Scope`."""
 
 
 def show_error_and_stop(exc: Exception) -> NoReturn:
@@ -54,19 +86,22 @@ def chosen_store() -> str:
     return path
 
 
+# The store-wide loaders take the store's state as an argument (its cache key): a page
+# takes it once a run (``Scope.signature``), for it stats the store.
+
+
 @st.cache_data(show_spinner="Reading the store…", max_entries=8)
-def _overviews(root: str, signature: StoreSignature) -> list[SessionOverview]:
+def session_overviews(root: str, signature: StoreSignature) -> list[SessionOverview]:
+    """One listing row per session of the store, broken ones included."""
     store = Store(root)
     return [session_overview(store, summary) for summary in store.sessions()]
 
 
-def session_overviews(root: str) -> list[SessionOverview]:
-    """One listing row per session of the store, broken ones included."""
-    return _overviews(root, store_signature(root))
-
-
 @st.cache_data(show_spinner=False, max_entries=8)
-def _agent_names(root: str, signature: StoreSignature) -> dict[str, str]:
+def agent_names(root: str, signature: StoreSignature) -> dict[str, str]:
+    """The agent name of every OpenPoke execution session, by uuid: their role is the
+    same for all, so the pickers name them by the agent the import recorded. Reads
+    ``session.json`` of those sessions only, once per state of the store."""
     store = Store(root)
     names = {}
     for summary in store.sessions():
@@ -81,11 +116,10 @@ def _agent_names(root: str, signature: StoreSignature) -> dict[str, str]:
     return names
 
 
-def agent_names(root: str) -> dict[str, str]:
-    """The agent name of every OpenPoke execution session, by uuid: their role is the
-    same for all, so the pickers name them by the agent the import recorded. Reads
-    ``session.json`` of those sessions only, once per state of the store."""
-    return _agent_names(root, store_signature(root))
+@st.cache_data(show_spinner="Searching…", max_entries=16)
+def search_hits(root: str, query: str, signature: StoreSignature) -> list[SearchHit]:
+    """Messages of the store containing ``query``, each once."""
+    return search_store(Store(root), query, refresh=False)  # taking the signature refreshed it
 
 
 @st.cache_data(show_spinner="Loading the session…", max_entries=16)
@@ -96,9 +130,10 @@ def _session(root: str, ref: str, signature: StoreSignature) -> Session:
     return session
 
 
-def load_session(root: str, ref: str) -> Session:
-    """The session ``ref`` (uuid or prefix) with every readable context; raises SoapError."""
-    return _session(root, ref, store_signature(root))
+def load_session(root: str, ref: str, signature: StoreSignature | None = None) -> Session:
+    """The session ``ref`` (uuid or prefix) with every readable context, a copy of its
+    own for each caller; raises SoapError."""
+    return _session(root, ref, signature or store_signature(root))
 
 
 @st.cache_resource(show_spinner="Loading the session…", max_entries=3)
@@ -113,48 +148,23 @@ def read_only_session(root: str, ref: str, signature: StoreSignature | None = No
     return _shared_session(root, ref, signature or store_signature(root))
 
 
-@st.cache_data(show_spinner="Indexing the context…", max_entries=32)
-def _context_index(root: str, ref: str, context_id: str, signature: StoreSignature) -> ContextIndex:
-    session = _shared_session(root, ref, signature)
-    return build_index(session, session.contexts[context_id], Store(root).message_facts)
+# What the Context page computes over the chosen context of a read-only scope.
 
 
-def context_index(
-    root: str, ref: str, context_id: str, signature: StoreSignature | None = None
-) -> ContextIndex:
-    """The :class:`~workbench.context_views.ContextIndex` of one context of the session
-    ``ref``: one pass over its messages the first time, a small copy afterwards."""
-    return _context_index(root, ref, context_id, signature or store_signature(root))
+@st.cache_data(show_spinner="Indexing the context…", max_entries=32, hash_funcs=SCOPED)
+def context_index(scope: Scope) -> ContextIndex:
+    """The :class:`~workbench.context_views.ContextIndex` of the scope's context: one
+    pass over its messages the first time, a small copy afterwards."""
+    return build_index(scope.session, scope.chosen, Store(scope.root).message_facts)
 
 
-@st.cache_data(show_spinner="Counting tokens…", max_entries=32)
-def _context_tokens(root: str, ref: str, context_id: str, signature: StoreSignature) -> int:
-    return _shared_session(root, ref, signature).contexts[context_id].total_token_count()
+@st.cache_data(show_spinner="Counting tokens…", max_entries=32, hash_funcs=SCOPED)
+def context_tokens(scope: Scope) -> int:
+    """The true token total of the scope's context (cl100k_base), counted once."""
+    return scope.chosen.total_token_count()
 
 
-def context_tokens(root: str, ref: str, context_id: str, signature: StoreSignature | None = None) -> int:
-    """The true token total of one context (cl100k_base), counted once."""
-    return _context_tokens(root, ref, context_id, signature or store_signature(root))
-
-
-@st.cache_data(show_spinner="Reading the call log…", max_entries=32)
-def _system_prompts(root: str, ref: str, context_id: str, signature: StoreSignature) -> list[PromptAtCall]:
-    session = _shared_session(root, ref, signature)
-    return system_prompt_history(session, session.contexts[context_id])
-
-
-def system_prompts(
-    root: str, ref: str, context_id: str, signature: StoreSignature | None = None
-) -> list[PromptAtCall]:
-    """``replay.system_prompt_history`` of one context, read from the call log once."""
-    return _system_prompts(root, ref, context_id, signature or store_signature(root))
-
-
-@st.cache_data(show_spinner="Searching…", max_entries=16)
-def _search(root: str, query: str, signature: StoreSignature) -> list[SearchHit]:
-    return search_store(Store(root), query, refresh=False)  # the signature just refreshed it
-
-
-def search_hits(root: str, query: str) -> list[SearchHit]:
-    """Messages of the store containing ``query``, each once."""
-    return _search(root, query, store_signature(root))
+@st.cache_data(show_spinner="Reading the call log…", max_entries=32, hash_funcs=SCOPED)
+def system_prompts(scope: Scope) -> list[PromptAtCall]:
+    """``replay.system_prompt_history`` of the scope's context, read from the call log once."""
+    return system_prompt_history(scope.session, scope.chosen)

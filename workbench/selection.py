@@ -11,9 +11,10 @@ from dataclasses import replace
 
 import streamlit as st
 
-from soap_core import Context, ContextNotFoundError, Session, SessionOverview, SoapError
+from soap_core import ContextNotFoundError, Session, SessionOverview, SoapError
 from soap_core._names import distinct_names
 from workbench.loading import (
+    Scope,
     agent_names,
     chosen_store,
     load_session,
@@ -21,7 +22,7 @@ from workbench.loading import (
     session_overviews,
     show_error_and_stop,
 )
-from workbench.views import StoreSignature, context_label, escape_markdown, session_label
+from workbench.views import StoreSignature, context_label, escape_markdown, session_label, store_signature
 
 CARRIED = ("session", "context", "message")
 """The selection that follows the user from page to page (the store is kept by app.py)."""
@@ -64,10 +65,10 @@ def matches_session(session_uuid: str, ref: str) -> bool:
     return session_uuid.startswith(ref) or session_uuid.partition("-")[2].startswith(ref)
 
 
-def store_overviews(root: str) -> list[SessionOverview]:
+def store_overviews(root: str, signature: StoreSignature) -> list[SessionOverview]:
     """The store's listing rows; stops the page with a message when there are none."""
     try:
-        overviews = session_overviews(root)
+        overviews = session_overviews(root, signature)
     except SoapError as exc:
         show_error_and_stop(exc)
     if not overviews:
@@ -76,18 +77,22 @@ def store_overviews(root: str) -> list[SessionOverview]:
     return overviews
 
 
-def selected_session(
-    root: str | None = None, *, read_only: bool = False, signature: StoreSignature | None = None
-) -> Session:
+def selected_scope(*, read_only: bool = False) -> Scope:
+    """The chosen store, its state and the session of ``?session=`` (else one picked
+    here): the scope a page works in. ``read_only``: the session is the one object shared
+    by every rerun (:func:`~workbench.loading.read_only_session`), for a page that never
+    changes it, so a long context is not copied and rebuilt on every click."""
+    root = chosen_store()
+    signature = store_signature(root)  # once a run: it stats every file of the store
+    return Scope(root, signature, selected_session(root, signature, read_only=read_only))
+
+
+def selected_session(root: str, signature: StoreSignature, *, read_only: bool = False) -> Session:
     """The session of ``?session=`` (uuid or prefix), else one picked here; stops the page
-    with a clear message when there is none or it cannot be read. ``read_only``: the one
-    object shared by every rerun (:func:`~workbench.loading.read_only_session`), for a page
-    that never changes it, so a long context is not copied and rebuilt on every click;
-    ``signature``, the store's state when the page already took it."""
-    root = root or chosen_store()
-    overviews = store_overviews(root)
+    with a clear message when there is none or it cannot be read."""
+    overviews = store_overviews(root, signature)
     uuids = [o.uuid for o in overviews]
-    names = agent_names(root)
+    names = agent_names(root, signature)
     roles = distinct_names(o.role for o in overviews)  # twins (Café composed, decomposed) apart
     labels = {o.uuid: session_label(replace(o, role=roles[o.role]), names.get(o.uuid)) for o in overviews}
     wanted = st.query_params.get("session")
@@ -112,13 +117,17 @@ def selected_session(
     if wanted and current is None:
         st.rerun()  # picked after a link named none of them: drawn again without the warning
     try:
-        return read_only_session(root, chosen, signature) if read_only else load_session(root, chosen)
+        return (
+            read_only_session(root, chosen, signature) if read_only else load_session(root, chosen, signature)
+        )
     except SoapError as exc:
         show_error_and_stop(exc)
 
 
-def selected_context(session: Session, label: str = "Context") -> Context:
-    """The context of ``?context=`` (id or prefix), else the active one, else the first."""
+def selected_context(scope: Scope, label: str = "Context") -> Scope:
+    """The scope with the context of ``?context=`` (id or prefix), else the active one,
+    else the first."""
+    session = scope.session
     if not session.contexts:
         st.info("This session has no readable context.")
         st.stop()
@@ -143,4 +152,4 @@ def selected_context(session: Session, label: str = "Context") -> Context:
         key="context_picker",
     )
     st.query_params["context"] = chosen
-    return session.contexts[chosen]
+    return scope.at(session.contexts[chosen])

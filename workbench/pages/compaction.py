@@ -37,7 +37,7 @@ from analysis import (
     simulate_items,
 )
 from replay import short_id
-from soap_core import Session, SoapError, Store
+from soap_core import SoapError, Store
 from soap_core.runtime import LLMEndpoint
 from workbench.compaction_views import (
     DRIFT_COLUMNS,
@@ -69,9 +69,9 @@ from workbench.compaction_views import (
     suggested_numbers,
     with_baseline,
 )
-from workbench.loading import chosen_store, load_session, read_only_session, show_error_and_stop
-from workbench.selection import selected_session
-from workbench.views import StoreSignature, blanks_as, escape_markdown, store_signature
+from workbench.loading import SCOPED, Scope, load_session, show_error_and_stop
+from workbench.selection import selected_scope
+from workbench.views import blanks_as, escape_markdown
 
 DRIFT_JOB = "compaction_drift_job"
 NOISE_SAMPLES = 2  # unchanged re-runs per call of what the session sent: the fewest that make a band
@@ -82,36 +82,36 @@ NOISE_SAMPLES = 2  # unchanged re-runs per call of what the session sent: the fe
 # click. Nothing here changes what it gets from them (a drift run loads its own copy).
 
 
-@st.cache_resource(show_spinner="Reading the session's history…", max_entries=8)
-def _history(root: str, uuid: str, signature: StoreSignature) -> History:
-    return history_of(read_only_session(root, uuid, signature))
+@st.cache_resource(show_spinner="Reading the session's history…", max_entries=8, hash_funcs=SCOPED)
+def _history(scope: Scope) -> History:
+    return history_of(scope.session)
 
 
-@st.cache_resource(show_spinner="Simulating…", max_entries=16)
-def _simulations(root: str, uuid: str, specs: tuple[str, ...], signature: StoreSignature) -> list[Simulation]:
-    history = _history(root, uuid, signature)
+@st.cache_resource(show_spinner="Simulating…", max_entries=16, hash_funcs=SCOPED)
+def _simulations(scope: Scope, specs: tuple[str, ...]) -> list[Simulation]:
+    history = _history(scope)
     return simulate_items(history.items, history.calls, [parse_strategy(s) for s in specs])
 
 
-@st.cache_resource(show_spinner=False, max_entries=16)
-def _curves(root: str, uuid: str, specs: tuple[str, ...], signature: StoreSignature) -> go.Figure:
-    return curves_figure(_simulations(root, uuid, specs, signature))
+@st.cache_resource(show_spinner=False, max_entries=16, hash_funcs=SCOPED)
+def _curves(scope: Scope, specs: tuple[str, ...]) -> go.Figure:
+    return curves_figure(_simulations(scope, specs))
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
-def _ran_with(root: str, uuid: str, signature: StoreSignature) -> RanWith | None:
+@st.cache_data(show_spinner=False, max_entries=16, hash_funcs=SCOPED)
+def _ran_with(scope: Scope) -> RanWith | None:
     try:
-        return ran_with(read_only_session(root, uuid, signature))
+        return ran_with(scope.session)
     except SoapError:  # an unreadable call log: the counts below say so
         return None
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
-def _calls_recorded(root: str, uuid: str, signature: StoreSignature) -> bool:
+@st.cache_data(show_spinner=False, max_entries=16, hash_funcs=SCOPED)
+def _calls_recorded(scope: Scope) -> bool:
     """Whether the calls come from the call log (``CallBudget.recorded``): it has a call,
     not a replay, made in one of the session's contexts."""
-    session = read_only_session(root, uuid, signature)
-    return any(not call.replay and call.context_id in session.contexts for call in session.calls())
+    contexts = scope.session.contexts
+    return any(not call.replay and call.context_id in contexts for call in scope.session.calls())
 
 
 def pick_numbers(kind: str, start: list[float | int]) -> str:
@@ -136,11 +136,11 @@ def pick_numbers(kind: str, start: list[float | int]) -> str:
     return kind
 
 
-def pick_strategies(root: str, uuid: str, history: History, signature: StoreSignature) -> list[str]:
+def pick_strategies(scope: Scope, history: History) -> list[str]:
     """The strategies from ``?strategies=`` (else a default sized to this session), as
     pickers; the choice is written back to the URL. Returns the specs, baseline first."""
     given = st.query_params.get("strategies")
-    ran = _ran_with(root, uuid, signature)
+    ran = _ran_with(scope)
     choice = (
         parse_strategies_param(given) if given is not None else StrategyChoice(default_specs(history, ran))
     )
@@ -174,21 +174,14 @@ def current_job(uuid: str) -> DriftJob | None:
     return job
 
 
-def start_job(
-    root: str,
-    session: Session,
-    history: History,
-    specs: list[str],
-    calls: list[int],
-    signature: StoreSignature,
-) -> None:
+def start_job(scope: Scope, history: History, specs: list[str], calls: list[int]) -> None:
     """Plan the measurement; above the confirmation limit it waits for a go-ahead."""
     noise = int(st.session_state.get("drift_noise", NOISE_SAMPLES))
-    simulations = _simulations(root, session.uuid, tuple(specs), signature)
+    simulations = _simulations(scope, tuple(specs))
     strategies = [parse_strategy(s) for s in specs]
     steps = drift_plan(history, strategies, simulations, sorted(calls), noise)
     limit = confirm_above(os.environ)
-    st.session_state[DRIFT_JOB] = new_job((session.uuid, tuple(specs)), endpoint_url(), steps, limit)
+    st.session_state[DRIFT_JOB] = new_job((scope.session.uuid, tuple(specs)), endpoint_url(), steps, limit)
 
 
 def endpoint_url() -> str:
@@ -214,7 +207,7 @@ def ask_to_confirm(job: DriftJob) -> None:
 CALL_WAIT_S = 600.0  # the longest a Stop waits for the model call under way, retries included
 
 
-def run_job(root: str, session: Session, job: DriftJob) -> None:
+def run_job(scope: Scope, job: DriftJob) -> None:
     """The runs still to make, one at a time, with a running count and a Stop button.
 
     A click anywhere starts a new script run (Streamlit's own Stop ends this one); the
@@ -246,8 +239,10 @@ def run_job(root: str, session: Session, job: DriftJob) -> None:
     try:
         endpoint = LLMEndpoint(job.base_url)
         runner = DriftRunner(
-            Store(root),
-            load_session(root, session.uuid),  # a copy: replay adds its forks to it
+            Store(scope.root),
+            load_session(
+                scope.root, scope.session.uuid, scope.signature
+            ),  # a copy: replay adds its forks to it
             [parse_strategy(s) for s in job.key[1]],
             endpoint,
             model_summarizer(endpoint),
@@ -263,9 +258,7 @@ def run_job(root: str, session: Session, job: DriftJob) -> None:
         st.rerun()  # draw the finished table without the Stop button
 
 
-def show_drift_controls(
-    root: str, session: Session, history: History, specs: list[str], signature: StoreSignature
-) -> DriftJob | None:
+def show_drift_controls(scope: Scope, history: History, specs: list[str]) -> DriftJob | None:
     """Endpoint, calls, noise samples, the button that measures drift, and the
     measurement under way (confirmation, count, Stop). Returns this session's job."""
     st.subheader("Answer drift")
@@ -293,7 +286,7 @@ def show_drift_controls(
         key="drift_noise",
         help="Re-runs of each call exactly as the session sent it; 2 or more give a noise band.",
     )
-    job = current_job(session.uuid)
+    job = current_job(scope.session.uuid)
     busy = job is not None and job.status in ("confirm", "running")
     if not base_url:
         st.info("Drift needs a model: enter an OpenAI-compatible endpoint base URL (or set OPENAI_BASE_URL).")
@@ -301,12 +294,12 @@ def show_drift_controls(
         st.info("Pick the calls to re-run.")
     clicked = st.button("Measure drift", disabled=not base_url or not calls or busy, key="measure_drift")
     if clicked and not busy:  # a click sent while a measurement ran does not start another
-        start_job(root, session, history, specs, calls, signature)
+        start_job(scope, history, specs, calls)
         st.rerun()  # drawn again with the button disabled while it asks or runs
     if job is not None and job.status == "confirm":
         ask_to_confirm(job)
     if job is not None and job.status == "running":
-        run_job(root, session, job)
+        run_job(scope, job)
     note = outcome_note(job) if job is not None else ""
     if note:
         (st.success if job is not None and job.status == "done" else st.info)(escape_markdown(note))
@@ -332,21 +325,19 @@ def show_drift(simulations: list[Simulation], job: DriftJob | None) -> None:
     st.dataframe(blanks_as(drift_runs_table(results, band), "-"), hide_index=True, key="drift_runs")
 
 
-@st.cache_resource(show_spinner=False, max_entries=32)
-def _dropped(
-    root: str, uuid: str, specs: tuple[str, ...], call: int, signature: StoreSignature
-) -> list[tuple[str, int, pd.DataFrame | None]]:
+@st.cache_resource(show_spinner=False, max_entries=32, hash_funcs=SCOPED)
+def _dropped(scope: Scope, specs: tuple[str, ...], call: int) -> list[tuple[str, int, pd.DataFrame | None]]:
     """Per strategy: its name, how many messages it had dropped by ``call``, and their
     table (a strategy of a long session drops tens of thousands)."""
-    history = _history(root, uuid, signature)
+    history = _history(scope)
     shown = []
-    for simulation in _simulations(root, uuid, specs, signature):
+    for simulation in _simulations(scope, specs):
         rows = dropped_rows(history, simulation, call)
         shown.append((simulation.strategy, len(rows), dropped_table(rows) if rows else None))
     return shown
 
 
-def show_dropped(root: str, uuid: str, history: History, specs: list[str], signature: StoreSignature) -> None:
+def show_dropped(scope: Scope, history: History, specs: list[str]) -> None:
     """For one call, what every strategy had dropped by then."""
     st.subheader("What each dropped")
     total = len(history.calls)
@@ -356,16 +347,16 @@ def show_dropped(root: str, uuid: str, history: History, specs: list[str], signa
     else:
         st.text("The session has one call: call 0.")
     st.query_params["call"] = str(call)
-    for strategy, count, table in _dropped(root, uuid, tuple(specs), call, signature):
+    for strategy, count, table in _dropped(scope, tuple(specs), call):
         st.text(f"{strategy}: {count} message{'' if count == 1 else 's'} dropped by call {call}")
         if table is not None:
             st.dataframe(table, hide_index=True, key=f"dropped_{strategy}")
 
 
-def show_session(root: str, session: Session, signature: StoreSignature) -> None:
+def show_session(scope: Scope) -> None:
     """The pickers, the curves, the table, the drift controls and the dropped lists."""
     try:
-        history = _history(root, session.uuid, signature)
+        history = _history(scope)
     except SoapError as exc:
         show_error_and_stop(exc)
     if not history.calls:
@@ -375,22 +366,21 @@ def show_session(root: str, session: Session, signature: StoreSignature) -> None
         f"{len(history.items):,} messages in the active context's lineage, {len(history.calls):,} calls: each "
         "strategy is fed them call by call without a model (nothing is written to the store)."
     )
-    if not _calls_recorded(root, session.uuid, signature):
+    if not _calls_recorded(scope):
         st.text("No call log: the calls are reconstructed from the contexts (one per assistant message).")
-    specs = pick_strategies(root, session.uuid, history, signature)
-    simulations = _simulations(root, session.uuid, tuple(specs), signature)
+    specs = pick_strategies(scope, history)
+    simulations = _simulations(scope, tuple(specs))
     note = curves_note(simulations)
     if note:
         st.caption(note)
-    st.plotly_chart(_curves(root, session.uuid, tuple(specs), signature), key="curves_chart")
-    job = show_drift_controls(root, session, history, specs, signature)
+    st.plotly_chart(_curves(scope, tuple(specs)), key="curves_chart")
+    job = show_drift_controls(scope, history, specs)
     show_drift(simulations, job)
-    show_dropped(root, session.uuid, history, specs, signature)
+    show_dropped(scope, history, specs)
 
 
 st.title("Compaction")
-store_root = chosen_store()
-store_state = store_signature(store_root)  # once a run: it stats every file of the store
-chosen = selected_session(store_root, read_only=True, signature=store_state)  # a drift run loads a copy
+page_scope = selected_scope(read_only=True)  # a drift run loads a copy
+chosen = page_scope.session
 st.text(f"{chosen.role} / {short_id(chosen.uuid)}", help=f"session id {chosen.uuid}")
-show_session(store_root, chosen, store_state)
+show_session(page_scope)

@@ -49,7 +49,6 @@ from soap_core import (
     ToolUsePart,
     UnknownPart,
     part_to_dict,
-    read_calls,
 )
 from workbench.context_views import (
     ContextIndex,
@@ -71,6 +70,8 @@ from workbench.context_views import (
 )
 from workbench.costs import call_line
 from workbench.loading import (
+    SCOPED,
+    Scope,
     chosen_store,
     context_index,
     context_tokens,
@@ -97,7 +98,6 @@ from workbench.transcript import (
     transcript_css,
 )
 from workbench.views import (
-    StoreSignature,
     anchors_at_no_message,
     context_label,
     escape_markdown,
@@ -406,38 +406,25 @@ def show_after(view: PageView, placement: Placement, forks: dict[int, list[ForkP
             st.text(f"──── forked here: {fork_label(fork)} ────")
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
-def _produced_by(root: str, uuid: str, directory: str, signature: StoreSignature) -> dict[str, CallRecord]:
+@st.cache_data(show_spinner=False, max_entries=16, hash_funcs=SCOPED)
+def produced_by(scope: Scope) -> dict[str, CallRecord]:
+    """Message id → the session's own model call that produced it, read once per store state."""
     try:
-        calls = read_calls(Path(directory))
+        calls = scope.session.calls()
     except SoapError:
         return {}  # the Replay page names a broken call record; the transcript goes on without times
     return {c.message_id: c for c in calls if c.message_id}
 
 
-def produced_by(root: str, session: Session, signature: StoreSignature) -> dict[str, CallRecord]:
-    """Message id → the session's own model call that produced it, read once per store state."""
-    if session.directory is None:
-        return {}
-    return _produced_by(root, session.uuid, str(session.directory), signature)
-
-
-def show_messages(
-    root: str,
-    session: Session,
-    context: Context,
-    shown: Listing,
-    index: ContextIndex,
-    details: bool,
-    signature: StoreSignature,
-) -> list[Placement]:
+def show_messages(scope: Scope, shown: Listing, index: ContextIndex, details: bool) -> list[Placement]:
     """The messages of the page as a transcript, each followed by the anchors it ends and
     the forks that branched off after it. Returns how they were placed."""
+    context = scope.chosen
     placements = place_page(
         index.calls, context.message_view, shown.indices, lambda at: index.page_of(at, shown.chronological)
     )
     rows = {row.index: row for row in page_rows(context, placed_indices(placements))}
-    view = PageView(root, session, context, shown, rows, details, produced_by(root, session, signature))
+    view = PageView(scope.root, scope.session, context, shown, rows, details, produced_by(scope))
     forks = forks_after(index)
     for placement in placements:
         show_message(view, placement)
@@ -602,12 +589,13 @@ def show_system_prompts(prompts: list[PromptAtCall], linked: int | None) -> None
             st.code(version.text, language=None, wrap_lines=True)
 
 
-def show_session(root: str, ref: str, signature: StoreSignature, session: Session) -> None:
+def show_session(scope: Scope) -> None:
     """The session's identity, unreadable files, fork tree and the chosen context.
 
     The page of messages is drawn before the token total and the call log: the first
     time a long context is opened those take seconds, and its messages need not wait.
     """
+    root, session = scope.root, scope.session
     name = session_name(session)
     if name is not None:
         st.text(name)
@@ -620,6 +608,7 @@ def show_session(root: str, ref: str, signature: StoreSignature, session: Sessio
         st.text("\n".join(fork_tree_excerpt(session_names(session).nodes, names=names)))
         st.stop()
     context = pick_context(session)
+    scope = scope.at(context)
     with st.expander(f"Fork tree ({len(names)} contexts)", expanded=len(names) <= 6):
         st.text("\n".join(fork_tree_excerpt(session_names(session).nodes, shown_id=context.id, names=names)))
     prompts_slot = st.container()
@@ -630,21 +619,21 @@ def show_session(root: str, ref: str, signature: StoreSignature, session: Sessio
         chronological = st.toggle("Chronological order (by sequence number)", key="chronological")
         details = show_details_toggle()
     totals = st.empty()
-    index = context_index(root, ref, context.id, signature)
+    index = context_index(scope)
     shown = listing(context, index, chronological)
     if shown.paged:
         show_pager(shown, "top")
     style_page(context, shown)
-    show_messages(root, session, context, shown, index, details, signature)
+    show_messages(scope, shown, index, details)
     if shown.paged:
         show_pager(shown, "bottom")
-    tokens = context_tokens(root, ref, context.id, signature)
+    tokens = context_tokens(scope)
     totals.text(f"{index.messages:,} messages, {tokens:,} tokens (cl100k_base)")
     if shown.paged:
         show_outline(index, context, shown)
     scroll_into_view(context, shown)
     with prompts_slot:
-        show_system_prompts(system_prompts(root, ref, context.id, signature), shown.linked)
+        show_system_prompts(system_prompts(scope), shown.linked)
 
 
 DETAILS_KEY = "details"
@@ -668,15 +657,14 @@ def show_details_toggle() -> bool:
 st.title("Context")
 root = chosen_store()
 ref = st.query_params.get("session")
-signature = store_signature(root)
+signature = store_signature(root)  # once a run: it stats every file of the store
 try:
     if not ref:
         raise SessionNotFoundError(Path(root), "no session chosen")
     loaded = read_only_session(root, ref, signature)
 except (SessionNotFoundError, AmbiguousSessionError):
     # A link naming no session, or one this store does not have: the picker, not a dead end.
-    loaded = selected_session(root, read_only=True, signature=signature)
-    ref = loaded.uuid
+    loaded = selected_session(root, signature, read_only=True)
 except SoapError as exc:
     show_error_and_stop(exc)
-show_session(root, ref, signature, loaded)
+show_session(Scope(root, signature, loaded))

@@ -26,8 +26,8 @@ from workbench.fork_tree_views import (
     tree_items,
     tree_summary,
 )
-from workbench.loading import chosen_store, show_error_and_stop
-from workbench.selection import selected_session
+from workbench.loading import show_error_and_stop
+from workbench.selection import selected_scope
 from workbench.views import blanks_as, context_label, escape_markdown, load_error_line, session_heading
 
 CHART_KEY = "fork_tree_chart"
@@ -170,8 +170,8 @@ def send_to_diff(root: str, session: Session, nodes: list[ContextNode]) -> None:
 
 
 st.title("Fork tree")
-root = chosen_store()
-session = selected_session(root)
+page_scope = selected_scope()
+root, session = page_scope.root, page_scope.session
 for name, error in session.load_errors.items():
     st.warning(escape_markdown(load_error_line(name, error, root)))
 names = session_names(session)

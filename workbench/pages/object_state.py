@@ -13,7 +13,7 @@ import streamlit as st
 from replay import short_id
 from soap_core import SoapError
 from soap_core.runtime import InvocationRecord
-from workbench.loading import chosen_store, show_error_and_stop
+from workbench.loading import SCOPED, Scope, show_error_and_stop
 from workbench.object_state_views import (
     agent_records,
     diff_table,
@@ -24,19 +24,15 @@ from workbench.object_state_views import (
     state_changes,
     state_table,
 )
-from workbench.selection import selected_session
+from workbench.selection import selected_scope
 from workbench.times import viewer_zone
-from workbench.views import StoreSignature, blanks_as, escape_markdown, store_signature
+from workbench.views import blanks_as, escape_markdown
 
 
-@st.cache_data(show_spinner="Reading the invocation records…", max_entries=16)
-def _records(root: str, session_uuid: str, signature: StoreSignature) -> list[InvocationRecord]:
-    return load_session_invocations(root, session_uuid)
-
-
-def invocation_records(root: str, session_uuid: str) -> list[InvocationRecord]:
+@st.cache_data(show_spinner="Reading the invocation records…", max_entries=16, hash_funcs=SCOPED)
+def invocation_records(scope: Scope) -> list[InvocationRecord]:
     """The session's own invocation records, cached until the store changes; raises SoapError."""
-    return _records(root, session_uuid, store_signature(root))
+    return load_session_invocations(scope.root, scope.session.uuid)
 
 
 def pick_state(label: str, param: str, records: list[InvocationRecord], default: str) -> InvocationRecord:
@@ -102,10 +98,10 @@ def show_diff(records: list[InvocationRecord]) -> None:
 
 
 st.title("Object state")
-root = chosen_store()
-session = selected_session(root)
+page_scope = selected_scope()
+session = page_scope.session
 try:
-    records = invocation_records(root, session.uuid)
+    records = invocation_records(page_scope)
 except SoapError as exc:
     show_error_and_stop(exc)
 if not records:

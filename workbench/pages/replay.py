@@ -67,9 +67,9 @@ from replay import (
 from replay import (
     run_batch as replay_batch,
 )
-from soap_core import Context, Message, Session, SoapError, Store, ToolPart
+from soap_core import Message, Session, SoapError, Store, ToolPart
 from soap_core.runtime import LLMEndpoint
-from workbench.loading import chosen_store, read_only_session, show_error_and_stop
+from workbench.loading import SCOPED, Scope, chosen_store, show_error_and_stop
 from workbench.replay_views import (
     EDIT_TAIL,
     MOST_BATCHES_SHOWN,
@@ -115,7 +115,7 @@ from workbench.replay_views import (
     when_text,
     word_table,
 )
-from workbench.selection import selected_context, selected_session
+from workbench.selection import selected_context, selected_scope
 from workbench.times import viewer_zone
 from workbench.views import StoreSignature, coloured_words, context_label, escape_markdown, store_signature
 
@@ -135,52 +135,31 @@ def call_log(session: Session) -> CallLog:
         show_error_and_stop(exc)
 
 
-@dataclass(frozen=True)
-class Shown:
-    """The session and context the page shows, and what keys the caches over them: the
-    session is the shared read-only one, so nothing here may change it."""
-
-    root: str
-    session: Session
-    context: Context
-    signature: StoreSignature
-
-
 # Shared, not copied, like the session: a long context has some 50,000 of each.
-@st.cache_resource(show_spinner="Finding the messages to replay…", max_entries=8)
-def _candidates(root: str, ref: str, context_id: str, signature: StoreSignature) -> list[int]:
-    session = read_only_session(root, ref, signature)
-    return replay_candidates(session, session.contexts[context_id])
+@st.cache_resource(show_spinner="Finding the messages to replay…", max_entries=8, hash_funcs=SCOPED)
+def _candidates(scope: Scope) -> list[int]:
+    return replay_candidates(scope.session, scope.chosen)
 
 
-@st.cache_resource(show_spinner=False, max_entries=8)
-def _labels(root: str, ref: str, context_id: str, signature: StoreSignature) -> dict[int, str]:
-    session = read_only_session(root, ref, signature)
-    context = session.contexts[context_id]
-    return {i: message_label(context, i) for i in _candidates(root, ref, context_id, signature)}
+@st.cache_resource(show_spinner=False, max_entries=8, hash_funcs=SCOPED)
+def _labels(scope: Scope) -> dict[int, str]:
+    return {i: message_label(scope.chosen, i) for i in _candidates(scope)}
 
 
-@st.cache_resource(show_spinner="Rebuilding the request…", max_entries=4)
-def _materialized(
-    root: str, ref: str, context_id: str, index: int, signature: StoreSignature
-) -> Materialized:
+@st.cache_resource(show_spinner="Rebuilding the request…", max_entries=4, hash_funcs=SCOPED)
+def materialized(scope: Scope, index: int) -> Materialized:
     """One request, rebuilt once per state of the store: for a long context, rebuilding
     it is most of what the page costs. Shared by every rerun, like the session: read it,
     never change it (a replay copies the messages it sends)."""
-    session = read_only_session(root, ref, signature)
-    return materialize(session, session.contexts[context_id], index)
+    return materialize(scope.session, scope.chosen, index)
 
 
-def materialized(shown: Shown, index: int) -> Materialized:
-    return _materialized(shown.root, shown.session.uuid, shown.context.id, index, shown.signature)
-
-
-def pick_message(shown: Shown) -> tuple[int, Materialized]:
+def pick_message(scope: Scope) -> tuple[int, Materialized]:
     """The assistant message of ``?message=`` (display index), else the last one whose
     request can be rebuilt; its display index and materialized request. A message that cannot be replayed
     is said so, with why, and ends the page run (the picker above offers the others)."""
-    session, context = shown.session, shown.context
-    indices = _candidates(shown.root, session.uuid, context.id, shown.signature)
+    session, context = scope.session, scope.chosen
+    indices = _candidates(scope)
     if not indices:
         st.info(escape_markdown(no_candidates_text(session)))
         st.stop()
@@ -198,9 +177,9 @@ def pick_message(shown: Shown) -> tuple[int, Materialized]:
         else:
             st.warning(escape_markdown(f"message {wanted} is not an assistant message of this context"))
     if named is None:
-        opening = replayable_default(indices, lambda i: materialized(shown, i))
+        opening = replayable_default(indices, lambda i: materialized(scope, i))
     default = named if named is not None else opening.index if opening else indices[-1]
-    labels = _labels(shown.root, session.uuid, context.id, shown.signature)
+    labels = _labels(scope)
     chosen = int(
         st.selectbox(
             "Message",
@@ -220,7 +199,7 @@ def pick_message(shown: Shown) -> tuple[int, Materialized]:
             st.caption(escape_markdown(note))
         return chosen, opening.found
     try:
-        return chosen, materialized(shown, chosen)
+        return chosen, materialized(scope, chosen)
     except SoapError as exc:
         st.error(escape_markdown(f"Message #{chosen} cannot be replayed: {exc}"))
         st.caption("Pick another message above.")
@@ -718,11 +697,12 @@ def show_saved_runs(root: str, session: Session, found: Materialized, saved: lis
         )
 
 
-def show_replay(root: str, session: Session, signature: StoreSignature) -> None:
+def show_replay(scope: Scope) -> None:
     """The Replay tab: pick, verify, edit, run, and the runs saved for this message."""
-    context = selected_context(session)
+    scope = selected_context(scope)
+    root, session, context = scope.root, scope.session, scope.chosen
     calls = call_log(session)
-    index, found = pick_message(Shown(root, session, context, signature))
+    index, found = pick_message(scope)
     show_found(session, found)
     runs = saved_runs(session, found.context_id, found.index, message_id=found.message_id, calls=calls)
     reruns = saved_reruns(session, found.context_id, found.index, message_id=found.message_id, calls=calls)
@@ -932,12 +912,13 @@ def reference_picker(session: Session, side: str, param: str) -> str:
     return ref
 
 
-def show_diff(root: str, session: Session) -> None:
+def show_diff(scope: Scope) -> None:
     """Two contexts side by side; and their outputs when both references name one.
 
     Errors end this tab only (st.error and return, not st.stop), so that a bad reference
     never hides the Replay tab.
     """
+    session = scope.session
     columns = st.columns(2)
     with columns[0]:
         a_ref = reference_picker(session, "A", "diff_a")
@@ -949,7 +930,7 @@ def show_diff(root: str, session: Session) -> None:
         )
         return
     try:
-        a, b = _reference(root, a_ref, store_signature(root)), _reference(root, b_ref, store_signature(root))
+        a, b = _reference(scope.root, a_ref, scope.signature), _reference(scope.root, b_ref, scope.signature)
     except SoapError as exc:
         st.error(escape_markdown(str(exc)))
         return
@@ -1028,10 +1009,9 @@ store_root = chosen_store()
 wants_diff = any(st.query_params.get(p) for p in DIFF_PARAMS)
 if wants_diff:
     session_of_the_link(store_root)
-store_now = store_signature(store_root)  # once a run: it stats every file of the store
-shown_session = selected_session(store_root, read_only=True, signature=store_now)
+page_scope = selected_scope(read_only=True)
 replay_tab, diff_tab = st.tabs([REPLAY_TAB, DIFF_TAB], default=DIFF_TAB if wants_diff else REPLAY_TAB)
 with diff_tab:
-    show_diff(store_root, shown_session)
+    show_diff(page_scope)
 with replay_tab:
-    show_replay(store_root, shown_session, store_now)
+    show_replay(page_scope)

@@ -21,7 +21,14 @@ from workbench.openpoke_views import (
 )
 from workbench.selection import choose_session, store_overviews
 from workbench.session_filters import SINCE, SORTS, STATES, SessionFilter, filter_note, narrowed
-from workbench.views import error_first, escape_markdown, overview_table, session_label
+from workbench.views import (
+    StoreSignature,
+    error_first,
+    escape_markdown,
+    overview_table,
+    session_label,
+    store_signature,
+)
 
 
 def pick_session(root: str, overviews: list[SessionOverview], names: dict[str, str]) -> None:
@@ -47,14 +54,14 @@ def pick_session(root: str, overviews: list[SessionOverview], names: dict[str, s
     )
 
 
-def show_search(root: str) -> None:
+def show_search(root: str, signature: StoreSignature) -> None:
     """A text search over every message's content; each hit links to its context."""
     st.subheader("Search message content")
     query = st.text_input("Text to find (case-insensitive)", value=st.query_params.get("q", ""), key="search")
     if not query:
         return
     st.query_params["q"] = query
-    hits = search_hits(root, query)
+    hits = search_hits(root, query, signature)
     one = len(hits) == 1
     st.text(f"{len(hits)} message{'' if one else 's'} contain{'s' if one else ''} {query!r}")
     if not hits:
@@ -143,7 +150,8 @@ st.title("Sessions")
 open_openpoke()
 show_openpoke_report()
 root = chosen_store()
-overviews = store_overviews(root)
+store_state = store_signature(root)  # once a run: it stats every file of the store
+overviews = store_overviews(root, store_state)
 broken = sum(1 for o in overviews if o.error)
 counted = f"{len(overviews)} session{'' if len(overviews) == 1 else 's'}"
 st.text(counted + (f", {broken} broken (see the error column)" if broken else ""))
@@ -153,7 +161,7 @@ for problem in Store(root).instance_problems():
             f"unreadable: {error_first(problem, root)} (the sessions it claims are listed as {UNKNOWN_ROLE})"
         )
     )
-names = agent_names(root)
+names = agent_names(root, store_state)
 shown = narrowed(overviews, *table_choices(overviews))
 note = filter_note(len(shown), overviews)
 if note:
@@ -170,4 +178,4 @@ if picked.selection.rows:  # a click on a row opens that session's context
     choose_session(row.uuid)
     st.switch_page("workbench/pages/context.py", query_params={"store": root, "session": row.uuid})
 pick_session(root, overviews, names)
-show_search(root)
+show_search(root, store_state)

@@ -24,9 +24,9 @@ from analysis import (
     threshold_start,
 )
 from replay import short_id
-from soap_core import Context, Session, SoapError, Store
-from workbench.loading import chosen_store, read_only_session, show_error_and_stop
-from workbench.selection import selected_context, selected_session
+from soap_core import SoapError, Store
+from workbench.loading import SCOPED, Scope, show_error_and_stop
+from workbench.selection import selected_context, selected_scope
 from workbench.token_budget_views import (
     budget_figure,
     call_table,
@@ -43,7 +43,7 @@ from workbench.token_budget_views import (
     window_choice_note,
     window_choice_table,
 )
-from workbench.views import StoreSignature, escape_markdown, store_signature
+from workbench.views import escape_markdown
 
 THRESHOLD_FOR = "threshold_session"  # the session the threshold field was last set up for
 WINDOW_SECTION = "window_choice"  # the rolling-window section's open state
@@ -53,59 +53,56 @@ WINDOW_SECTION = "window_choice"  # the rolling-window section's open state
 # on every click. Nothing here changes what it gets from these caches.
 
 
-@st.cache_resource(show_spinner="Counting the calls' tokens…", max_entries=8)
-def _call_budgets(root: str, uuid: str, signature: StoreSignature) -> list[CallBudget]:
-    return call_budgets(read_only_session(root, uuid, signature))
+@st.cache_resource(show_spinner="Counting the calls' tokens…", max_entries=8, hash_funcs=SCOPED)
+def _call_budgets(scope: Scope) -> list[CallBudget]:
+    return call_budgets(scope.session)
 
 
-@st.cache_resource(show_spinner=False, max_entries=8)
-def _call_view(root: str, uuid: str, signature: StoreSignature) -> tuple[str | None, pd.DataFrame]:
+@st.cache_resource(show_spinner=False, max_entries=8, hash_funcs=SCOPED)
+def _call_view(scope: Scope) -> tuple[str | None, pd.DataFrame]:
     """The chart's note on the calls it leaves out, and the table of every call."""
-    budgets = _call_budgets(root, uuid, signature)
+    budgets = _call_budgets(scope)
     return chart_note(budgets, chart_calls(budgets)), call_table(budgets)
 
 
-@st.cache_resource(show_spinner=False, max_entries=8)
-def _budget_figure(root: str, uuid: str, signature: StoreSignature, threshold: int | None) -> go.Figure:
-    return budget_figure(_call_budgets(root, uuid, signature), threshold)
+@st.cache_resource(show_spinner=False, max_entries=8, hash_funcs=SCOPED)
+def _budget_figure(scope: Scope, threshold: int | None) -> go.Figure:
+    return budget_figure(_call_budgets(scope), threshold)
 
 
-@st.cache_data(show_spinner="Walking the invocation chain…", max_entries=16)
-def _chain_budget(root: str, uuid: str, signature: StoreSignature) -> list[SessionSpend]:
-    return chain_budget(Store(root), uuid, known={uuid: _call_budgets(root, uuid, signature)})
+@st.cache_data(show_spinner="Walking the invocation chain…", max_entries=16, hash_funcs=SCOPED)
+def _chain_budget(scope: Scope) -> list[SessionSpend]:
+    uuid = scope.session.uuid
+    return chain_budget(Store(scope.root), uuid, known={uuid: _call_budgets(scope)})
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
-def _threshold_start(root: str, uuid: str, signature: StoreSignature) -> ThresholdStart:
-    return threshold_start(read_only_session(root, uuid, signature))
+@st.cache_data(show_spinner=False, max_entries=16, hash_funcs=SCOPED)
+def _threshold_start(scope: Scope) -> ThresholdStart:
+    return threshold_start(scope.session)
 
 
-@st.cache_resource(show_spinner="Counting the messages' tokens…", max_entries=8)
-def _message_view(
-    root: str, uuid: str, context_id: str, signature: StoreSignature
-) -> tuple[str | None, pd.DataFrame]:
+@st.cache_resource(show_spinner="Counting the messages' tokens…", max_entries=8, hash_funcs=SCOPED)
+def _message_view(scope: Scope) -> tuple[str | None, pd.DataFrame]:
     """The note on stale cached counts, and the table of every message."""
-    rows = message_budgets(read_only_session(root, uuid, signature).contexts[context_id])
+    rows = message_budgets(scope.chosen)
     return stale_note(rows), message_table(rows)
 
 
-@st.cache_data(show_spinner="Running the rolling token window both ways…", max_entries=16)
-def _window_choice(
-    root: str, uuid: str, context_id: str, budget: int, signature: StoreSignature
-) -> tuple[str, pd.DataFrame]:
+@st.cache_data(show_spinner="Running the rolling token window both ways…", max_entries=16, hash_funcs=SCOPED)
+def _window_choice(scope: Scope, budget: int) -> tuple[str, pd.DataFrame]:
     """The window comparison's note and table, once per window size: it runs peteos's
     window twice over a copy of the context, seconds for 100,000 messages."""
-    context = read_only_session(root, uuid, signature).contexts[context_id]
-    choice = context.window_disagreement(budget)
-    return window_choice_note(choice), window_choice_table(context, choice)
+    choice = scope.chosen.window_disagreement(budget)
+    return window_choice_note(choice), window_choice_table(scope.chosen, choice)
 
 
-def pick_threshold(root: str, session: Session, signature: StoreSignature) -> int | None:
+def pick_threshold(scope: Scope) -> int | None:
     """The compaction threshold: from ``?threshold=`` when a link gives one, else the one
     the session ran with (its call log's compaction setting, else the model's context
     window, the note says which); a typed one goes into the URL. Empty draws no line."""
+    session = scope.session
     try:
-        start = _threshold_start(root, session.uuid, signature)
+        start = _threshold_start(scope)
     except SoapError as exc:
         start = ThresholdStart(None, "none", f"The compaction setting could not be read: {exc}")
     if st.session_state.get(THRESHOLD_FOR) != session.uuid:  # a new session starts afresh
@@ -131,35 +128,35 @@ def pick_threshold(root: str, session: Session, signature: StoreSignature) -> in
     return None if typed is None else int(typed)
 
 
-def show_calls(root: str, session: Session, signature: StoreSignature) -> None:
+def show_calls(scope: Scope) -> None:
     """The per-call figure and table."""
     try:
-        budgets = _call_budgets(root, session.uuid, signature)
+        budgets = _call_budgets(scope)
     except SoapError as exc:
         show_error_and_stop(exc)
     st.subheader("Context size per call")
     st.text(calls_source_note(budgets))
-    threshold = pick_threshold(root, session, signature)
+    threshold = pick_threshold(scope)
     if budgets:
-        note, table = _call_view(root, session.uuid, signature)
+        note, table = _call_view(scope)
         if note:
             st.caption(note)
-        st.plotly_chart(_budget_figure(root, session.uuid, signature, threshold), key="budget_chart")
+        st.plotly_chart(_budget_figure(scope, threshold), key="budget_chart")
         st.dataframe(table, hide_index=True, key="call_table")
 
 
-def show_messages(root: str, session: Session, signature: StoreSignature) -> None:
+def show_messages(scope: Scope) -> None:
     """Every message of the chosen context with its share and its cached count."""
     st.subheader("Messages of one context")
-    context = selected_context(session)
-    note, table = _message_view(root, session.uuid, context.id, signature)
+    scope = selected_context(scope)
+    note, table = _message_view(scope)
     if note:
         st.warning(escape_markdown(note))
     st.dataframe(table, hide_index=True, key="message_table")
-    show_window_choice(root, session, context, signature)
+    show_window_choice(scope)
 
 
-def show_window_choice(root: str, session: Session, context: Context, signature: StoreSignature) -> None:
+def show_window_choice(scope: Scope) -> None:
     """Where peteos's rolling_token_window (cached counts) and ours (true counts) part."""
     section = st.expander(
         "Rolling token window: cached (peteos) vs true counts", key=WINDOW_SECTION, on_change="rerun"
@@ -168,20 +165,20 @@ def show_window_choice(root: str, session: Session, context: Context, signature:
         if not section.open:  # computed once opened: the window runs twice over the context
             st.caption("Open to compare which messages each count keeps.")
             return
-        total = context.total_token_count()
+        total = scope.chosen.total_token_count()
         budget = st.number_input(
             "Window (tokens)", min_value=1, value=max(1, total // 2), step=100, key="window_tokens"
         )
-        note, table = _window_choice(root, session.uuid, context.id, int(budget), signature)
+        note, table = _window_choice(scope, int(budget))
         st.text(note)
         st.dataframe(table, hide_index=True, key="window_table")
 
 
-def show_chain(root: str, session: Session, signature: StoreSignature) -> None:
+def show_chain(scope: Scope) -> None:
     """Prompt tokens per session along the invocation chain."""
     st.subheader("The invocation chain")
     try:
-        chain = _chain_budget(root, session.uuid, signature)
+        chain = _chain_budget(scope)
     except SoapError as exc:
         st.error(escape_markdown(f"cannot follow the invocation chain: {exc}"))
         return
@@ -191,10 +188,9 @@ def show_chain(root: str, session: Session, signature: StoreSignature) -> None:
 
 
 st.title("Token budget")
-store_root = chosen_store()
-store_state = store_signature(store_root)  # once a run: it stats every file of the store
-chosen = selected_session(store_root, read_only=True, signature=store_state)  # the page changes nothing
+page_scope = selected_scope(read_only=True)  # the page changes nothing
+chosen = page_scope.session
 st.text(f"{chosen.role} / {short_id(chosen.uuid)}", help=f"session id {chosen.uuid}")
-show_calls(store_root, chosen, store_state)
-show_chain(store_root, chosen, store_state)
-show_messages(store_root, chosen, store_state)
+show_calls(page_scope)
+show_chain(page_scope)
+show_messages(page_scope)

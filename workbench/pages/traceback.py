@@ -15,8 +15,8 @@ import streamlit as st
 from replay import short_id
 from soap_core import SoapError
 from soap_core.runtime import InvocationTrace
-from workbench.loading import chosen_store, show_error_and_stop
-from workbench.selection import selected_session
+from workbench.loading import SCOPED, Scope, show_error_and_stop
+from workbench.selection import selected_scope
 from workbench.times import viewer_zone
 from workbench.traceback_views import (
     Invocation,
@@ -37,17 +37,13 @@ from workbench.traceback_views import (
     trace_frames,
     workbench_runs,
 )
-from workbench.views import StoreSignature, blanks_as, escape_markdown, store_signature
+from workbench.views import blanks_as, escape_markdown
 
 
-@st.cache_data(show_spinner="Walking the invocation chains…", max_entries=16)
-def _traces(root: str, session_uuid: str, signature: StoreSignature) -> SessionTraces:
-    return load_traces(root, session_uuid)
-
-
-def session_traces(root: str, session_uuid: str) -> SessionTraces:
+@st.cache_data(show_spinner="Walking the invocation chains…", max_entries=16, hash_funcs=SCOPED)
+def session_traces(scope: Scope) -> SessionTraces:
     """The session's traces, cached until the store changes; raises SoapError."""
-    return _traces(root, session_uuid, store_signature(root))
+    return load_traces(scope.root, scope.session.uuid)
 
 
 RUNS_PARAM = "runs"  # ?runs=shown lists the workbench's re-runs beside the agent's own invocations
@@ -135,10 +131,10 @@ def show_trace(root: str, trace: InvocationTrace, traced: SessionTraces) -> None
 
 
 st.title("Traceback")
-root = chosen_store()
-session = selected_session(root)
+page_scope = selected_scope()
+root = page_scope.root
 try:
-    traced = session_traces(root, session.uuid)
+    traced = session_traces(page_scope)
 except SoapError as exc:
     show_error_and_stop(exc)
 if not traced.has_records:
