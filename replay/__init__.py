@@ -6,7 +6,14 @@ Public names are re-exported here; the ``_modules`` behind them are private.
 from replay import (
     _peteos_source as _peteos_source,  # imported for its effect: it registers the peteos sources
 )
-from replay._address import AddressError, AddressingSource, materialize_at, number_of
+from replay._address import (
+    AddressError,
+    AddressingSource,
+    materialize_at,
+    message_address,
+    message_index,
+    number_of,
+)
 from replay._batch import NOISE_LABEL, Batch, batches_from_saved, run_batch, run_output
 from replay._branch import (
     BranchDiff,
@@ -159,6 +166,8 @@ __all__ = [
     "marked_words",
     "materialize",
     "materialize_at",
+    "message_address",
+    "message_index",
     "message_ranges_text",
     "minute",
     "noise_band",

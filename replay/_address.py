@@ -1,5 +1,5 @@
-"""What ``--at`` names: asked of the session's request source, so that every command
-means the same thing by it for every framework.
+"""What ``--at`` and a page's ``?message=`` name: asked of the session's request source,
+so that every command and every page mean the same thing by N for every framework.
 
 A source may address its sessions its own way (:class:`AddressingSource`: OpenPoke's
 plain ``N`` is log entry N, and it reads its system prompt from a checkout); for every
@@ -15,7 +15,7 @@ from typing import Protocol
 from replay._materialize import MaterializeError, materialize
 from replay._request import Materialized
 from replay._sources import RequestSource, source_for
-from soap_core import Session
+from soap_core import Context, Session
 
 
 class AddressError(MaterializeError):
@@ -31,6 +31,14 @@ class AddressingSource(RequestSource, Protocol):
     ) -> Materialized:
         """The request ``at`` names in ``context_id`` (the active context when None);
         ``checkout``: the framework's source tree, where its prompts are read from."""
+        ...
+
+    def message_index(self, session: Session, context: Context, at: str) -> int | None:
+        """The display index of ``context`` that plain ``at`` names, None for none."""
+        ...
+
+    def message_address(self, session: Session, context: Context, index: int) -> str:
+        """What names display index ``index`` of ``context``: the inverse of message_index."""
         ...
 
 
@@ -64,3 +72,26 @@ def materialize_at(
         )
     target: int | str = number_of(rest, at) if sep and kind == "message" else at
     return materialize(session, context_id or session.active_context, target)
+
+
+def _display_index(text: str) -> int | None:
+    return int(text) if text.strip().isascii() and text.strip().isdigit() else None
+
+
+def message_index(session: Session, context: Context, at: str) -> int | None:
+    """The display index of ``context`` that ``at`` names as the session's request
+    source reads it (a page's ``?message=``, as ``--at`` does): OpenPoke's plain N is
+    log entry N; ``message:N``, and every other source's N, display index N. None when
+    ``at`` names no message there (a page then opens where it would without one)."""
+    kind, sep, rest = at.partition(":")
+    if sep and kind == "message":
+        return _display_index(rest)
+    own = next((getattr(s, "message_index", None) for s in source_for(session)[:1]), None)
+    return own(session, context, at) if own is not None else _display_index(at)
+
+
+def message_address(session: Session, context: Context, index: int) -> str:
+    """What names display index ``index`` of ``context`` in a link or in ``--at``, as
+    the session's request source reads it back (:func:`message_index`)."""
+    own = next((getattr(s, "message_address", None) for s in source_for(session)[:1]), None)
+    return str(own(session, context, index)) if own is not None else str(index)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from importers.openpoke import import_openpoke
+from importers.openpoke import SUMMARY_TAG, import_openpoke, openpoke_meta
 from local_model import LocalModelServer, free_port
 from replay import (
     REPLAY_KEY,
@@ -29,6 +29,7 @@ from replay import (
     diff_outputs,
     marked_words,
     materialize,
+    materialize_at,
     noise_band,
     output_sentences,
     output_words,
@@ -40,6 +41,7 @@ from replay import (
 from replay._refs import resolve_reference
 from soap_core import Context, Session, SoapError, Store, read_calls
 from soap_core.runtime import LLMEndpoint, LLMError
+from tests.apptest import open_app_page
 from tests.conftest import CHILD_ID, PARENT_ID, SESSION_UUID, SOAP_FIXTURE, edit_json, snapshot
 from tests.scripted import ScriptedEndpoint
 from tests.workbench_store import XSS
@@ -290,6 +292,41 @@ class TestAnOpenPokeImport:
         assert at.selectbox(key=f"message_picker:{context.id}").value == offered[-1]
         found = materialize(session, context, offered[-1])
         assert found.source == "openpoke" and found.request in json_values(at)
+
+    def test_message_n_in_a_link_is_log_entry_n_on_both_pages_as_on_the_command_line(
+        self, tmp_path: Path
+    ) -> None:
+        """``?message=`` is read by the session's request source, as ``--at`` is: in the
+        working memory's summary fork, log entry N is not display position N."""
+        report = import_openpoke(OPENPOKE_LONG, tmp_path / "store")
+        session = Store(tmp_path / "store").load_session(report.interaction_session or "")
+        context = session.active_context
+        index = replay_candidates(session, context)[0]
+        meta = openpoke_meta(context.messages[index])
+        assert meta is not None
+        entry = str(meta["index"])
+        assert entry != str(index), "the fixture's summary fork must move display positions"
+        replay_page = open_replay(tmp_path / "store", session=session.uuid, context=context.id, message=entry)
+        assert not replay_page.error and not replay_page.warning, [w.value for w in replay_page.warning]
+        assert replay_page.selectbox(key=f"message_picker:{context.id}").value == index
+        assert replay_page.query_params["message"] == entry
+        assert materialize_at(session, context.id, entry).request in json_values(replay_page)
+        context_page = open_app_page(
+            tmp_path / "store", "context", session=session.uuid, context=context.id, message=entry
+        )
+        assert f"▶ message {index}, as linked" in texts(context_page)
+        assert context_page.query_params["message"] == entry
+        summary = next(
+            i for i, m in enumerate(context.messages) if (openpoke_meta(m) or {}).get("tag") == SUMMARY_TAG
+        )
+        by_position = open_app_page(
+            tmp_path / "store",
+            "context",
+            session=session.uuid,
+            context=context.id,
+            message=f"message:{summary}",
+        )
+        assert f"▶ message {summary}, as linked" in texts(by_position)
 
     def test_an_execution_session_says_why_nothing_can_be_replayed(self, tmp_path: Path) -> None:
         report = import_openpoke(OPENPOKE_LONG, tmp_path / "store")

@@ -8,13 +8,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 import pandas as pd
 from streamlit.testing.v1 import AppTest
 
+from importers.openpoke import import_openpoke
+from replay import message_index
 from soap_core import CallRecord, Store, time_text
 from soap_core.runtime import InvocationTrace, Party, invocation_chain, read_calls, read_invocations
 from tests.apptest import open_app_page
+from tests.test_page_replay import OPENPOKE_LONG
 from workbench.traceback_views import (
     FRAME_META,
     SPAN_META,
@@ -380,3 +384,25 @@ class TestMarkupInPrompts:
         assert "<script>" not in hover
         assert not at.get("html")
         assert not [m for m in at.markdown if "<script>" in m.value]
+
+
+class TestAnOpenPokeCaller:
+    def test_a_call_site_in_an_imported_log_links_to_the_log_entry_the_context_page_opens(
+        self, tmp_path: Path
+    ) -> None:
+        """The interaction agent's call of an execution agent sits at a display index of
+        the imported root; the link names it as OpenPoke's request source does (its log
+        entry), which the Context page reads back as the same message. (In the root the
+        two numbers agree; the Replay page's test covers a summary fork, where they do not.)"""
+        report = import_openpoke(OPENPOKE_LONG, tmp_path / "store")
+        store = Store(tmp_path / "store")
+        [execution, *_] = report.execution_sessions.values()
+        frames = [f for t in invocation_chain(store, execution) for f in trace_frames(t) if f.context_id]
+        sites = {(f.caller_session, f.context_id, f.message_index) for f in frames}
+        at = open_page(tmp_path / "store", session=execution)
+        links = [{k: v[0] for k, v in parse_qs(q).items()} for q in context_links(at)]
+        assert links
+        for link in links:
+            caller = store.load_session(link["session"])
+            index = message_index(caller, caller.contexts[link["context"]], link["message"])
+            assert (link["session"], link["context"], index) in sites, link

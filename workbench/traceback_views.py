@@ -10,7 +10,7 @@ from it.
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import tzinfo
 from typing import Any
@@ -338,14 +338,15 @@ def problem_message(frame: TraceFrame) -> str:
     )
 
 
-def call_site_params(frame: TraceFrame) -> dict[str, str] | None:
-    """Query parameters of the Context page at the message that made the call; None when
-    plain Python made it (no caller context)."""
+def call_site_params(frame: TraceFrame, address: Callable[[TraceFrame, int], str]) -> dict[str, str] | None:
+    """Query parameters of the Context page at the message that made the call (``address``:
+    how the caller's request source names its display index); None when plain Python
+    made it (no caller context)."""
     if frame.caller_session is None or frame.context_id is None:
         return None
     params = {"session": frame.caller_session, "context": frame.context_id}
     if frame.message_index is not None:
-        params["message"] = str(frame.message_index)
+        params["message"] = address(frame, frame.message_index)
     return params
 
 

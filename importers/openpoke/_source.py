@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from importers.openpoke._addressing import materialize_at
-from importers.openpoke._mapping import is_openpoke_session
-from importers.openpoke._materialize import materialize_entry, openpoke_request
-from replay import RUNTIME_SOURCE, Materialized
+from importers.openpoke._mapping import SUMMARY_TAG, is_openpoke_session, openpoke_meta
+from importers.openpoke._materialize import entry_position, materialize_entry, openpoke_request
+from replay import RUNTIME_SOURCE, Materialized, MaterializeError
 from soap_core import CallRecord, Context, Message, Session
 
 
@@ -45,6 +45,23 @@ class OpenPokeSource:
         """Plain ``N`` is log entry N (:mod:`importers.openpoke._addressing`); ``checkout``
         an OpenPoke checkout to read the system prompt from."""
         return materialize_at(session, context_id, at, openpoke_root=checkout)
+
+    def message_index(self, session: Session, context: Context, at: str) -> int | None:
+        """Plain ``N`` is log entry N, where ``context`` holds it."""
+        if not (at.strip().isascii() and at.strip().lstrip("-").isdigit()):
+            return None
+        try:
+            return entry_position(session, int(at), context)[1]
+        except MaterializeError:
+            return None
+
+    def message_address(self, session: Session, context: Context, index: int) -> str:
+        """An imported entry by its number; anything else (the working memory's summary,
+        a replay's answer) by its display index, ``message:N``."""
+        meta = openpoke_meta(context.messages[index]) if 0 <= index < len(context.messages) else None
+        if meta is not None and meta["tag"] != SUMMARY_TAG and isinstance(meta.get("index"), int):
+            return str(meta["index"])
+        return f"message:{index}"
 
 
 REQUEST_SOURCE = OpenPokeSource()

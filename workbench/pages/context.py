@@ -29,7 +29,7 @@ from typing import Any
 
 import streamlit as st
 
-from replay import PromptAtCall, session_names
+from replay import PromptAtCall, message_address, message_index, session_names
 from soap_core import (
     AmbiguousSessionError,
     CallRecord,
@@ -245,9 +245,16 @@ def show_part(view: PageView, placement: Placement, at: int, part: Part, expande
         st.json(dict(part.data))
 
 
-def linked_message() -> int | None:
-    """The display index in ``?message=`` (links from search, traceback and replay)."""
-    return parse_index(st.query_params.get("message"))
+def linked_message(session: Session, context: Context) -> int | None:
+    """The display index ``?message=`` names (links from search, traceback and replay),
+    as the session's request source reads it (an OpenPoke session's N is log entry N);
+    the URL is then written as that source names the message."""
+    jump = st.session_state.pop(JUMP_KEY, None)  # a control of the page: a display index
+    at = st.query_params.get("message")
+    index = jump if isinstance(jump, int) else message_index(session, context, at) if at else None
+    if index is not None and index < len(context.messages):
+        st.query_params["message"] = message_address(session, context, index)
+    return index
 
 
 # -- moving around: each control writes the URL, so the view survives a reload or a copied link
@@ -259,7 +266,10 @@ def go_to_page(page: int) -> None:
 
 
 def go_to_message(index: int) -> None:
-    st.query_params["message"] = str(index)
+    """A jump by a control of the page, to display index ``index``: the page run that
+    follows writes it into ``?message=`` as the session's source names it."""
+    st.session_state[JUMP_KEY] = index
+    st.query_params.pop("message", None)
     st.query_params.pop("page", None)
 
 
@@ -292,13 +302,14 @@ def forget_position() -> None:
 
 
 PAGE_KEY, GOTO_KEY, TURN_KEY = "context_page", "context_goto_message", "context_goto_turn"
+JUMP_KEY = "_context_jump"
 SCROLLED_KEY = "_context_scrolled_to"
 
 
-def listing(context: Context, index: ContextIndex, chronological: bool) -> Listing:
+def listing(session: Session, context: Context, index: ContextIndex, chronological: bool) -> Listing:
     """The page to show from ``?page=`` and ``?message=``; a message number past the end
     is reported, and the first page shown."""
-    linked = linked_message()
+    linked = linked_message(session, context)
     if linked is not None and linked >= index.messages:
         st.warning(
             escape_markdown(f"message {linked} is not in this context (it has {index.messages:,} messages)")
@@ -383,7 +394,7 @@ def show_message(view: PageView, placement: Placement) -> None:
                     "store": view.root,
                     "session": view.session.uuid,
                     "context": view.context.id,
-                    "message": str(index),
+                    "message": message_address(view.session, view.context, index),
                 },
             )
         if not message.content:
@@ -620,7 +631,7 @@ def show_session(scope: Scope) -> None:
         details = show_details_toggle()
     totals = st.empty()
     index = context_index(scope)
-    shown = listing(context, index, chronological)
+    shown = listing(session, context, index, chronological)
     if shown.paged:
         show_pager(shown, "top")
     style_page(context, shown)

@@ -53,6 +53,8 @@ from replay import (
     diff_outputs,
     diff_saved_rerun,
     materialize,
+    message_address,
+    message_index,
     message_ranges_text,
     output_sentences,
     output_words,
@@ -155,7 +157,7 @@ def materialized(scope: Scope, index: int) -> Materialized:
 
 
 def pick_message(scope: Scope) -> tuple[int, Materialized]:
-    """The assistant message of ``?message=`` (display index), else the last one whose
+    """The assistant message of ``?message=`` (:func:`replay.message_index`), else the last one whose
     request can be rebuilt; its display index and materialized request. A message that cannot be replayed
     is said so, with why, and ends the page run (the picker above offers the others)."""
     session, context = scope.session, scope.chosen
@@ -163,11 +165,13 @@ def pick_message(scope: Scope) -> tuple[int, Materialized]:
     if not indices:
         st.info(escape_markdown(no_candidates_text(session)))
         st.stop()
-    wanted = st.query_params.get("message")
-    named = named_message(indices, wanted)
+    wanted = st.query_params.get("message")  # as the session's request source reads it
+    linked = message_index(session, context, wanted) if wanted else None
+    linked_text = None if linked is None else str(linked)
+    named = named_message(indices, linked_text)
     opening = None
     if named is None and wanted is not None:
-        named = answer_after(indices, wanted)
+        named = answer_after(indices, linked_text)
         if named is not None:
             st.caption(
                 escape_markdown(
@@ -189,7 +193,7 @@ def pick_message(scope: Scope) -> tuple[int, Materialized]:
             key=f"message_picker:{context.id}",
         )
     )
-    st.query_params["message"] = str(chosen)
+    st.query_params["message"] = message_address(session, context, chosen)
     if opening is not None and chosen == opening.index:
         if opening.found is None:  # nothing to open on: say why, but as the state of the store
             st.warning(escape_markdown(nothing_replayable(opening)))

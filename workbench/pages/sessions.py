@@ -77,7 +77,7 @@ def show_search(root: str, signature: StoreSignature) -> None:
                 "store": root,
                 "session": hit.session,
                 "context": hit.context_id,
-                "message": str(hit.index),
+                "message": f"message:{hit.index}",  # the display index, whatever the session's source
             },
         )
     more = f" (the first {HIT_LINKS} are linked above)" if len(hits) > HIT_LINKS else ""

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import streamlit as st
 
-from replay import short_id
+from replay import message_address, short_id
 from soap_core import SoapError
-from soap_core.runtime import InvocationTrace
-from workbench.loading import SCOPED, Scope, show_error_and_stop
+from soap_core.runtime import InvocationTrace, TraceFrame
+from workbench.loading import SCOPED, Scope, read_only_session, show_error_and_stop
 from workbench.selection import selected_scope
 from workbench.times import viewer_zone
 from workbench.traceback_views import (
@@ -94,10 +94,20 @@ def pick_invocation(traced: SessionTraces, invocations: list[Invocation]) -> Inv
     return traced.trace(by_id[chosen])
 
 
-def show_call_sites(root: str, trace: InvocationTrace) -> None:
+def caller_address(scope: Scope, frame: TraceFrame, index: int) -> str:
+    """Display index ``index`` of the caller's context as its session's request source
+    names it in a link (an OpenPoke session: by its log entry)."""
+    try:
+        caller = read_only_session(scope.root, frame.caller_session or "", scope.signature)
+        return message_address(caller, caller.contexts[frame.context_id or ""], index)
+    except (SoapError, KeyError):
+        return f"message:{index}"  # the display index, whatever the source
+
+
+def show_call_sites(scope: Scope, trace: InvocationTrace) -> None:
     """A link per frame to the message that made its call, in stack order."""
     for frame in trace_frames(trace):
-        params = call_site_params(frame)
+        params = call_site_params(frame, lambda f, i: caller_address(scope, f, i))
         if params is None:
             st.text(
                 f"{frame.role} / {short_id(frame.session)}: called from Python (no calling message)",
@@ -108,11 +118,11 @@ def show_call_sites(root: str, trace: InvocationTrace) -> None:
             "workbench/pages/context.py",
             label=escape_markdown(call_site_label(frame)),
             icon=":material/subdirectory_arrow_right:",
-            query_params={"store": root, **params},
+            query_params={"store": scope.root, **params},
         )
 
 
-def show_trace(root: str, trace: InvocationTrace, traced: SessionTraces) -> None:
+def show_trace(scope: Scope, trace: InvocationTrace, traced: SessionTraces) -> None:
     """The stack (table, problems, call sites) and the timeline of one trace."""
     prompts = traced.prompts
     for frame in problem_frames(trace):  # a refusal is the runtime's rule at work; a failure is red
@@ -121,7 +131,7 @@ def show_trace(root: str, trace: InvocationTrace, traced: SessionTraces) -> None
     stack = highlight_problems(stack_table(trace, prompts, viewer_zone()))
     st.dataframe(blanks_as(stack, {"message": "from Python"}), hide_index=True)
     st.subheader("Call sites")
-    show_call_sites(root, trace)
+    show_call_sites(scope, trace)
     st.subheader("Timeline across objects")
     st.text(
         "One bar per invocation, labelled with its object, the tool that called it and what it did; "
@@ -132,7 +142,6 @@ def show_trace(root: str, trace: InvocationTrace, traced: SessionTraces) -> None
 
 st.title("Traceback")
 page_scope = selected_scope()
-root = page_scope.root
 try:
     traced = session_traces(page_scope)
 except SoapError as exc:
@@ -152,4 +161,4 @@ if not invocations:
     st.stop()
 st.subheader("Invocations of this session")
 st.dataframe(blanks_as(invocations_table(invocations, traced.prompts, viewer_zone()), "-"), hide_index=True)
-show_trace(root, pick_invocation(traced, invocations), traced)
+show_trace(page_scope, pick_invocation(traced, invocations), traced)
