@@ -179,11 +179,6 @@ def origin_of(
     return context, index
 
 
-def recorded_call(calls: Sequence[CallRecord], context: Context, index: int) -> CallRecord | None:
-    """The recorded call that produced the message at ``index`` of ``context``."""
-    return CallLog.of(calls).produced(context, index)
-
-
 def call_site(session: Session, context: Context, index: int, calls: Sequence[CallRecord]) -> CallSite:
     """The context and index the call behind ``index`` was made at, with its record."""
     log = CallLog.of(calls)

@@ -1250,20 +1250,6 @@ class Catalog:
                 _put_session(db, found, session)
             self._bump(db)
 
-    def note_records(self, directory: Path) -> None:
-        """Index the record folders of one session (after the runtime wrote a record)."""
-        self._run(lambda: self._note_records_now(directory))
-
-    def _note_records_now(self, directory: Path) -> None:
-        rel = self._relative(directory)
-        if rel is None:
-            return
-        with self._write() as db:
-            for kind in (CALLS_DIR, INVOCATIONS_DIR):
-                info = _stat(directory / kind)
-                if _index_records(db, rel, directory, kind, _signature(info) if info else None):
-                    self._bump(db)
-
     def index_session_dir(self, directory: Path) -> None:
         """Index one session folder from its files (a lookup found it on disk)."""
         self._run(lambda: self._index_session_dir_now(directory))
@@ -1506,37 +1492,6 @@ class Catalog:
                         self._recover(kind, failures, exc)
                     finally:
                         self._depth -= 1
-
-    def stats(self) -> dict[str, int]:
-        return self._run(
-            lambda: {
-                table: int(self._db.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
-                for table in ("sessions", "context_files", "messages", "calls", "invocations", "token_counts")
-            }
-        )
-
-    def invocation_session_dirs(self) -> dict[str, Path]:
-        """Session uuid -> folder, for every readable session (the trace walk's map)."""
-
-        def question() -> dict[str, Path]:
-            rows = self._db.execute("SELECT uuid, dir FROM sessions WHERE uuid IS NOT NULL ORDER BY sort_key")
-            found: dict[str, Path] = {}
-            for uuid, rel in rows:
-                found.setdefault(uuid, self.config_dir / rel)
-            return found
-
-        return self._run(question)
-
-    def child_invocations(self, directory: Path, parent_id: str) -> list[str]:
-        rel = self._relative(directory) or ""
-        return self._run(
-            lambda: [
-                i
-                for (i,) in self._db.execute(
-                    "SELECT id FROM invocations WHERE dir=? AND parent_invocation_id=?", (rel, parent_id)
-                )
-            ]
-        )
 
 
 # -- rows -----------------------------------------------------------------------------------

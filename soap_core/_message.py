@@ -220,9 +220,6 @@ class Message:
         """The text parts joined by blank lines (thinking and tool traffic left out)."""
         return "\n\n".join(p.text for p in self.content if isinstance(p, TextPart))
 
-    def parts_of(self, kind: type[Part]) -> list[Part]:
-        return [p for p in self.content if isinstance(p, kind)]
-
     def tool_uses(self) -> list[ToolUsePart]:
         return [p for p in self.content if isinstance(p, ToolUsePart)]
 

@@ -25,7 +25,6 @@ from soap_core import (
     CallPairs,
     Context,
     ContextNode,
-    Message,
     MessageFacts,
     MessageRow,
     Session,
@@ -33,7 +32,6 @@ from soap_core import (
     describe_node,
     facts_of,
     fork_tree,
-    kind_code,
     preview,
 )
 
@@ -112,11 +110,6 @@ class OutlineEntry:
     index: int
     kind: OutlineKind
     label: str
-
-
-def message_kind(message: Message) -> str:
-    """The kind code of one message (see :attr:`ContextIndex.kinds`)."""
-    return kind_code(message)
 
 
 Facts = Callable[[Context], MessageFacts]

@@ -23,7 +23,6 @@ from soap_core import (
     NO_TIME,
     ContextNode,
     MediaPart,
-    MessageRow,
     Session,
     SessionOverview,
     SoapError,
@@ -202,20 +201,6 @@ def _count(number: int | None, noun: str) -> str:
     if number is None:
         return f"? {noun}s"
     return f"{number} {noun}{'' if number == 1 else 's'}"
-
-
-def token_label(row: MessageRow) -> str:
-    """The token figure of a message; a stale cached count is shown beside the true one."""
-    if row.stale:
-        return f"stale: cached {row.cached_tokens}, true {row.tokens}"
-    return f"{row.tokens} tokens"
-
-
-def message_heading(row: MessageRow, message_type: str) -> str:
-    """One line naming a message: display index, sequence number, role, type, tokens."""
-    seq = "-" if row.sequence_number is None else str(row.sequence_number)
-    kind = "" if message_type == "Message" else f"  {message_type}"
-    return f"#{row.index}  seq {seq}  {row.role}{kind}  {token_label(row)}  id {row.id}"
 
 
 def anchors_at_no_message(anchor_points: Sequence[tuple[str, int]], messages: int) -> list[str]:
