@@ -314,7 +314,8 @@ class TestAnOpenPokeImport:
         context_page = open_app_page(
             tmp_path / "store", "context", session=session.uuid, context=context.id, message=entry
         )
-        assert f"▶ message {index}, as linked" in texts(context_page)
+        marked = f"▶ message {index}, as linked (?message={entry})"
+        assert marked in texts(context_page)
         assert context_page.query_params["message"] == entry
         summary = next(
             i for i, m in enumerate(context.messages) if (openpoke_meta(m) or {}).get("tag") == SUMMARY_TAG
@@ -326,7 +327,7 @@ class TestAnOpenPokeImport:
             context=context.id,
             message=f"message:{summary}",
         )
-        assert f"▶ message {summary}, as linked" in texts(by_position)
+        assert f"▶ message {summary}, as linked (?message=message:{summary})" in texts(by_position)
 
     def test_an_execution_session_says_why_nothing_can_be_replayed(self, tmp_path: Path) -> None:
         report = import_openpoke(OPENPOKE_LONG, tmp_path / "store")

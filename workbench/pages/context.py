@@ -378,7 +378,9 @@ def show_message(view: PageView, placement: Placement) -> None:
     linked = index == view.shown.linked
     with st.container(border=True, key=f"message-{index}"), st.chat_message(style.label, avatar=style.avatar):
         if linked:
-            st.text(f"▶ message {index}, as linked")
+            address = message_address(view.session, view.context, index)
+            named = "" if address == str(index) else f" (?message={address})"
+            st.text(f"▶ message {index}, as linked{named}")
         st.text(message_title(view.rows[index], message))
         if view.details:
             st.text(details_line(view.rows[index]))
