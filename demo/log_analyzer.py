@@ -61,6 +61,13 @@ ANSWER_SCHEMA = one_line_text(80)
 """What every invocation of the demo apps returns: a short text, through ``produce_output``."""
 
 
+def forced_answer(agent: AgenticObject, prompt: str, first_tool: str, thread: str | None = None) -> str:
+    """One invocation of ``agent``: its first model call must use ``first_tool``, the next
+    one gives the answer (:data:`ANSWER_SCHEMA`, through ``produce_output``)."""
+    answer = agent.invoke(prompt, thread, ANSWER_SCHEMA, tool_choice=first_tool, follow_up="produce_output")
+    return str(answer)
+
+
 def bounded_strings(spec: ToolSpec, max_length: int) -> ToolSpec:
     """``spec`` with a ``maxLength`` on every string parameter, so that a forced call ends
     within ``max_tokens``. (Not :func:`one_line_text`: the model sees the tool schemas in
@@ -147,12 +154,8 @@ class KeywordExtractor(AgenticObject):
         self._text = list(lines)
         self.texts_seen += 1
         self.last_terms = []
-        self.invoke(
-            f"Find the {_clamp(n, 1, 10)} keywords of the {len(lines)} log lines you were given.",
-            output_schema=ANSWER_SCHEMA,
-            tool_choice="top_terms",
-            follow_up="produce_output",
-        )
+        prompt = f"Find the {_clamp(n, 1, 10)} keywords of the {len(lines)} log lines you were given."
+        forced_answer(self, prompt, "top_terms")
         return list(self.last_terms)
 
 
@@ -198,14 +201,10 @@ class ChunkSummarizer(AgenticObject):
         last_line = first_line + len(lines) - 1
         self.last_range = [first_line, last_line]
         self.last_keywords = []
-        text = self.invoke(
-            f"Summarise log lines {first_line}-{last_line}:\n" + "\n".join(lines),
-            output_schema=ANSWER_SCHEMA,
-            tool_choice="extract_keywords",
-            follow_up="produce_output",
-        )
+        prompt = f"Summarise log lines {first_line}-{last_line}:\n" + "\n".join(lines)
+        text = forced_answer(self, prompt, "extract_keywords")
         self.chunks_summarized += 1
-        return ChunkSummary(first_line, last_line, str(text), list(self.last_keywords), level_counts(lines))
+        return ChunkSummary(first_line, last_line, text, list(self.last_keywords), level_counts(lines))
 
 
 def _within_store(path: Path | str, runtime: Runtime | None) -> str:
@@ -275,14 +274,7 @@ class LogAnalyzer(AgenticObject):
     def ask(self, question: str, *, first_tool: str, thread: str | None = "triage") -> str:
         """One question on ``thread``: the first model call must use ``first_tool``, the
         next one gives the answer (a short text, through ``produce_output``)."""
-        answer = self.invoke(
-            question,
-            thread=thread,
-            output_schema=ANSWER_SCHEMA,
-            tool_choice=first_tool,
-            follow_up="produce_output",
-        )
-        return str(answer)
+        return forced_answer(self, question, first_tool, thread)
 
     @property
     def log_file(self) -> Path:
