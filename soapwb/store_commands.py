@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import Any
 
 from soap_core import UNKNOWN_ROLE, fork_tree, message_rows, search_store, session_overview
@@ -141,21 +142,7 @@ def cmd_tree(args: argparse.Namespace) -> int:
                 "role": session.role,
                 "session": session.uuid,
                 "active_context_id": session.active_context_id,
-                "contexts": [
-                    {
-                        "id": n.id,
-                        "parent_id": n.parent_id,
-                        "children": list(n.children),
-                        "kind": n.kind,
-                        "depth": n.depth,
-                        "active": n.active,
-                        "messages": n.messages,
-                        "file": n.file,
-                        "parent_missing": n.parent_missing,
-                        "in_cycle": n.in_cycle,
-                    }
-                    for n in nodes
-                ],
+                "contexts": [dataclasses.asdict(n) for n in nodes],  # every field of the node
                 "unreadable_files": {k: str(v) for k, v in session.load_errors.items()},
             }
         )
