@@ -332,10 +332,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def report_replay(
-    args: argparse.Namespace,
-    target: dict[str, Any],
-    original: Output | None,
-    batch: Batch,
+    args: argparse.Namespace, target: dict[str, Any], original: Output | None, batch: Batch
 ) -> int:
     runs, baseline, band = batch.runs, batch.noise_runs, batch.band
     threshold = args.threshold if args.threshold is not None else (band.upper if band else 0.0)
@@ -474,5 +471,4 @@ def _output(ref: Any) -> Output:
     message = ref.message
     if message is None:
         raise SoapError(f"context {ref.context.id} has no output at {ref.index}")
-    usage = None
-    return Output.of(message, usage)
+    return Output.of(message)
