@@ -218,9 +218,7 @@ def run_poke(
 ) -> InteractionAgent:
     """Every user turn of :data:`POKE_TURNS`, then the reports held back during them."""
     poke = InteractionAgent(
-        working_memory_max_tokens=DEMO_WORKING_MEMORY_MAX_TOKENS,
-        runtime=runtime,
-        object_id=object_id,
+        working_memory_max_tokens=DEMO_WORKING_MEMORY_MAX_TOKENS, runtime=runtime, object_id=object_id
     )
     for n, (text, agent_name, agent_tool) in enumerate(POKE_TURNS, 1):
         progress(f"Interaction agent, user turn {n} of {len(POKE_TURNS)} (to {agent_name}): {text}")

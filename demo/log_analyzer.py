@@ -181,10 +181,6 @@ class ChunkSummarizer(AgenticObject):
             runtime=runtime, object_id=f"{self.object_id}.keywords"
         )
 
-    @property
-    def extractor(self) -> KeywordExtractor:
-        return self._extractor
-
     @tool
     def extract_keywords(self, max_keywords: int = 5) -> list[str]:
         """Ask the keyword extractor for the words that characterise the chunk.
@@ -249,10 +245,6 @@ class LogAnalyzer(AgenticObject):
         self._summarizer = summarizer or ChunkSummarizer(
             runtime=runtime, object_id=f"{self.object_id}.summarizer"
         )
-
-    @property
-    def summarizer(self) -> ChunkSummarizer:
-        return self._summarizer
 
     @classmethod
     def rebuild(cls, state: Mapping[str, Any], *, runtime: Runtime, object_id: str) -> LogAnalyzer:

@@ -282,14 +282,6 @@ class InteractionAgent(AgenticObject):
         # Summarize needs this object's own summarizer, so the hook is set per object.
         self.compaction = Summarize(self._memory, threshold=working_memory_max_tokens, keep_last=2)
 
-    @property
-    def mailbox(self) -> Mailbox:
-        return self._mailbox
-
-    @property
-    def agents(self) -> dict[str, ExecutionAgent]:
-        return dict(self._agents)
-
     def agent(self, name: str) -> ExecutionAgent:
         """The execution agent called ``name``, created the first time it is named."""
         name = clean_argument(name) or "General"
