@@ -11,11 +11,11 @@ from soap_core._tree import tree_lines
 from soapwb.common import (
     SESSION_HELP,
     UsageError,
-    add_store_options,
     emit_json,
     format_table,
     open_store,
     role_names,
+    store_command,
     terminal_time,
 )
 
@@ -28,8 +28,7 @@ def register(commands: Any) -> None:
         help="rebuild the store's catalog from the files, counting every token again "
         "(the catalog otherwise reads only files that changed)",
     )
-    add_store_options(ls)
-    ls.set_defaults(handler=cmd_ls)
+    store_command(ls, cmd_ls)
 
     show = commands.add_parser("show", help="show the messages of a session's context")
     show.add_argument("session", metavar="SESSION", help=SESSION_HELP)
@@ -37,21 +36,18 @@ def register(commands: Any) -> None:
     show.add_argument(
         "--chronological", action="store_true", help="order by sequence number instead of display order"
     )
-    add_store_options(show)
-    show.set_defaults(handler=cmd_show)
+    store_command(show, cmd_show)
 
     tree = commands.add_parser("tree", help="show a session's fork tree")
     tree.add_argument("session", metavar="SESSION", help=SESSION_HELP)
-    add_store_options(tree)
-    tree.set_defaults(handler=cmd_tree)
+    store_command(tree, cmd_tree)
 
     search = commands.add_parser(
         "search", help="find the messages whose content contains a text (case-insensitive)"
     )
     search.add_argument("text", metavar="TEXT", help="the text to find: text, thinking and tool traffic")
     search.add_argument("--limit", type=int, default=200, metavar="N", help="at most N hits (default 200)")
-    add_store_options(search)
-    search.set_defaults(handler=cmd_search)
+    store_command(search, cmd_search)
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
