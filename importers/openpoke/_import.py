@@ -43,13 +43,13 @@ from importers.openpoke._mapping import (
     INTERACTION_OBJECT,
     INTERACTION_ROLE,
     INTERACTION_ROLES,
-    META_KEY,
     SOURCE,
     STATE_KEY,
     SUMMARY_TAG,
     UNKNOWN_TAG_ROLE,
     entry_key,
     entry_message,
+    imported_message,
     openpoke_state,
     stable_id,
 )
@@ -241,24 +241,16 @@ def _local_iso(moment: datetime | None, zone: ZoneInfo) -> str | None:
 
 
 def _summary_message(session_uuid: str, memory: WorkingMemory, zone: ZoneInfo) -> Message:
-    local = _local_iso(memory.updated_at, zone)
-    metadata = {
-        META_KEY: {
-            "tag": SUMMARY_TAG,
-            "last_index": memory.last_index,
-            "updated_at": memory.updated_at_raw,
-            "hidden": True,
-        }
+    meta = {
+        "tag": SUMMARY_TAG,
+        "last_index": memory.last_index,
+        "updated_at": memory.updated_at_raw,
+        "hidden": True,
     }
-    message = Message(
-        "user",
-        [TextPart(memory.summary)],
-        id=stable_id(session_uuid, "summary-message", memory.last_index, memory.updated_at_raw),
-        creation_timestamp="",
-        metadata=metadata,
+    message_id = stable_id(session_uuid, "summary-message", memory.last_index, memory.updated_at_raw)
+    return imported_message(
+        "user", [TextPart(memory.summary)], message_id, meta, _local_iso(memory.updated_at, zone)
     )
-    message.creation_timestamp = local
-    return message
 
 
 def _summary_fork(session_uuid: str, root: Context, memory: WorkingMemory, zone: ZoneInfo) -> Context:
