@@ -1149,11 +1149,8 @@ class _Group:
         chain = []
         for depth, name in enumerate(names):
             target = self.target(depth)
-            chain.append(
-                _Level(
-                    _ROLES[name], self.rng.choice(self.shape.objects[name]), target, self.forks(depth, target)
-                )
-            )
+            object_id = self.rng.choice(self.shape.objects[name])
+            chain.append(_Level(_ROLES[name], object_id, target, self.forks(depth, target)))
         for upper, lower in itertools.pairwise(chain):
             upper.next = lower
         return chain[0]
