@@ -575,20 +575,15 @@ def estimated_tokens(message: Message) -> int:
 # -- one session being written --------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Options:
-    call_log_limit: int
-
-
 class _Run:
-    """What the sessions of one group share: its rng, clock and texts."""
+    """What the sessions of one group share: its rng, clock and texts, and the call-log limit."""
 
-    def __init__(self, rng: random.Random, clock: _Clock, corpus: _Corpus, options: _Options) -> None:
+    def __init__(self, rng: random.Random, clock: _Clock, corpus: _Corpus, call_log_limit: int) -> None:
         self.rng = rng
         self.ids = _Ids(rng)
         self.clock = clock
         self.corpus = corpus
-        self.options = options
+        self.call_log_limit = call_log_limit
 
     def words(self, median: float, long_share: float = 0.04) -> str:
         return self.corpus.words(self.rng, _skewed_words(self.rng, median, long_share))
@@ -754,7 +749,7 @@ class _LiveSession:
         hooks = self.refresh_system_prompt()
         context = self.context
         started = self.run.clock.advance(self.run.rng.uniform(0.001, 0.02))
-        if len(context.messages) > self.run.options.call_log_limit:
+        if len(context.messages) > self.run.call_log_limit:
             return None
         request = chat_request(context.messages, model=self.spec.model, parameters=self.parameters())
         call = CallRecord(
@@ -1131,12 +1126,12 @@ class _Group:
     """One chain of objects (often of one) and the turns a person asks of its top one."""
 
     def __init__(
-        self, plan: _GroupPlan, seed: int, corpus: _Corpus, options: _Options, shape: _Shape, store: Store
+        self, plan: _GroupPlan, seed: int, corpus: _Corpus, call_log_limit: int, shape: _Shape, store: Store
     ) -> None:
         self.plan = plan
         self.shape = shape
         self.rng = random.Random(f"{seed}:group:{plan.index}")
-        self.run = _Run(self.rng, _Clock(plan.start), corpus, options)
+        self.run = _Run(self.rng, _Clock(plan.start), corpus, call_log_limit)
         self.chain = _Chain(self.run, f"{self.rng.choice(_THREAD_TOPICS)}-{plan.index:05d}", store)
 
     def levels(self) -> _Level:
@@ -1380,15 +1375,13 @@ def _run_job(job: _Job) -> list[_Written]:
     store = Store(job.root, use_catalog=False)  # a cache its first reader builds (module doc)
     corpus = _Corpus(random.Random(f"{job.seed}:corpus"))
     shape = _Shape(job.messages, job.fork_rate, _objects(job.seed))
-    options = _Options(job.call_log_limit)
     counter = _TokenCounter() if job.token_counts else None
+    written = []
     with contextlib.nullcontext() if job.fsync else unsynced_writes():
-        return [
-            _write_group(
-                store, _Group(plan, job.seed, corpus, options, shape, store).generate(), plan.length, counter
-            )
-            for plan in job.plans
-        ]
+        for plan in job.plans:
+            chain = _Group(plan, job.seed, corpus, job.call_log_limit, shape, store).generate()
+            written.append(_write_group(store, chain, plan.length, counter))
+    return written
 
 
 def _in_processes(job: _Job, processes: int) -> list[_Written]:
