@@ -146,18 +146,17 @@ def cmd_rerun(args: argparse.Namespace) -> int:
         )
         results = []
         for number in range(1, args.samples + 1):
-            results.append(
-                rerun(
-                    store,
-                    store.load_session(args.session, require_active=False),
-                    found.context_id,
-                    found.index,
-                    endpoint,
-                    overrides=overrides,
-                    tools=modes,
-                    on_step=functools.partial(_count_step, progress, f"re-run {number}/{args.samples}"),
-                )
+            result = rerun(
+                store,
+                store.load_session(args.session, require_active=False),
+                found.context_id,
+                found.index,
+                endpoint,
+                overrides=overrides,
+                tools=modes,
+                on_step=functools.partial(_count_step, progress, f"re-run {number}/{args.samples}"),
             )
+            results.append(result)
             progress.status(f"re-run {number}/{args.samples}: done", last=True)
         band = None
         if args.noise:

@@ -77,11 +77,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
         )
         for r in rows
     ]
-    print(
-        format_table(
-            ("ROLE", "SESSION", "THREAD", "ACTIVE", "CONTEXTS", "MESSAGES", "TOKENS", "FIRST", "LAST"), table
-        )
-    )
+    headers = ("ROLE", "SESSION", "THREAD", "ACTIVE", "CONTEXTS", "MESSAGES", "TOKENS", "FIRST", "LAST")
+    print(format_table(headers, table))
     for r in rows:
         if r.error:
             print(f"broken: {shown[r.role]}/{r.uuid}: {r.error}")
