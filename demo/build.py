@@ -240,7 +240,9 @@ def summarize_sessions(
     records: dict[str, InvocationRecord] = {}
     calls = 0
     forks: dict[str, int] = {}
+    by_role: dict[str, list[str]] = {}
     for summary in sessions:
+        by_role.setdefault(summary.role, []).append(summary.uuid)
         for record in read_invocations(summary.path):
             records.setdefault(record.id, record)
         calls += len(read_calls(summary.path))
@@ -248,9 +250,6 @@ def summarize_sessions(
         forked = sum(1 for c in session.contexts.values() if c.origin_context_id is not None)
         if forked:
             forks[f"{summary.role}/{summary.uuid}"] = forked
-    by_role: dict[str, list[str]] = {}
-    for summary in sessions:
-        by_role.setdefault(summary.role, []).append(summary.uuid)
     return DemoSummary(
         store=str(store.root),
         log_file=str(log_file),
