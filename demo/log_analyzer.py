@@ -249,13 +249,9 @@ class LogAnalyzer(AgenticObject):
     @classmethod
     def rebuild(cls, state: Mapping[str, Any], *, runtime: Runtime, object_id: str) -> LogAnalyzer:
         """For a re-run: the constructor needs the log file, which the state records."""
+        limit = int(state.get("rolling_window_max_tokens", DEFAULT_ROLLING_WINDOW_MAX_TOKENS))
         analyzer = cls(
-            str(state["log_path"]),
-            rolling_window_max_tokens=int(
-                state.get("rolling_window_max_tokens", DEFAULT_ROLLING_WINDOW_MAX_TOKENS)
-            ),
-            runtime=runtime,
-            object_id=object_id,
+            str(state["log_path"]), rolling_window_max_tokens=limit, runtime=runtime, object_id=object_id
         )
         analyzer.restore(state)
         return analyzer
