@@ -218,9 +218,7 @@ def run_poke(
 ) -> InteractionAgent:
     """Every user turn of :data:`POKE_TURNS`, then the reports held back during them."""
     poke = InteractionAgent(
-        working_memory_max_tokens=DEMO_WORKING_MEMORY_MAX_TOKENS,
-        runtime=runtime,
-        object_id=object_id,
+        working_memory_max_tokens=DEMO_WORKING_MEMORY_MAX_TOKENS, runtime=runtime, object_id=object_id
     )
     for n, (text, agent_name, agent_tool) in enumerate(POKE_TURNS, 1):
         progress(f"Interaction agent, user turn {n} of {len(POKE_TURNS)} (to {agent_name}): {text}")
@@ -242,7 +240,9 @@ def summarize_sessions(
     records: dict[str, InvocationRecord] = {}
     calls = 0
     forks: dict[str, int] = {}
+    by_role: dict[str, list[str]] = {}
     for summary in sessions:
+        by_role.setdefault(summary.role, []).append(summary.uuid)
         for record in read_invocations(summary.path):
             records.setdefault(record.id, record)
         calls += len(read_calls(summary.path))
@@ -250,9 +250,6 @@ def summarize_sessions(
         forked = sum(1 for c in session.contexts.values() if c.origin_context_id is not None)
         if forked:
             forks[f"{summary.role}/{summary.uuid}"] = forked
-    by_role: dict[str, list[str]] = {}
-    for summary in sessions:
-        by_role.setdefault(summary.role, []).append(summary.uuid)
     return DemoSummary(
         store=str(store.root),
         log_file=str(log_file),

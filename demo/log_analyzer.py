@@ -61,6 +61,13 @@ ANSWER_SCHEMA = one_line_text(80)
 """What every invocation of the demo apps returns: a short text, through ``produce_output``."""
 
 
+def forced_answer(agent: AgenticObject, prompt: str, first_tool: str, thread: str | None = None) -> str:
+    """One invocation of ``agent``: its first model call must use ``first_tool``, the next
+    one gives the answer (:data:`ANSWER_SCHEMA`, through ``produce_output``)."""
+    answer = agent.invoke(prompt, thread, ANSWER_SCHEMA, tool_choice=first_tool, follow_up="produce_output")
+    return str(answer)
+
+
 def bounded_strings(spec: ToolSpec, max_length: int) -> ToolSpec:
     """``spec`` with a ``maxLength`` on every string parameter, so that a forced call ends
     within ``max_tokens``. (Not :func:`one_line_text`: the model sees the tool schemas in
@@ -147,12 +154,8 @@ class KeywordExtractor(AgenticObject):
         self._text = list(lines)
         self.texts_seen += 1
         self.last_terms = []
-        self.invoke(
-            f"Find the {_clamp(n, 1, 10)} keywords of the {len(lines)} log lines you were given.",
-            output_schema=ANSWER_SCHEMA,
-            tool_choice="top_terms",
-            follow_up="produce_output",
-        )
+        prompt = f"Find the {_clamp(n, 1, 10)} keywords of the {len(lines)} log lines you were given."
+        forced_answer(self, prompt, "top_terms")
         return list(self.last_terms)
 
 
@@ -178,10 +181,6 @@ class ChunkSummarizer(AgenticObject):
             runtime=runtime, object_id=f"{self.object_id}.keywords"
         )
 
-    @property
-    def extractor(self) -> KeywordExtractor:
-        return self._extractor
-
     @tool
     def extract_keywords(self, max_keywords: int = 5) -> list[str]:
         """Ask the keyword extractor for the words that characterise the chunk.
@@ -198,14 +197,10 @@ class ChunkSummarizer(AgenticObject):
         last_line = first_line + len(lines) - 1
         self.last_range = [first_line, last_line]
         self.last_keywords = []
-        text = self.invoke(
-            f"Summarise log lines {first_line}-{last_line}:\n" + "\n".join(lines),
-            output_schema=ANSWER_SCHEMA,
-            tool_choice="extract_keywords",
-            follow_up="produce_output",
-        )
+        prompt = f"Summarise log lines {first_line}-{last_line}:\n" + "\n".join(lines)
+        text = forced_answer(self, prompt, "extract_keywords")
         self.chunks_summarized += 1
-        return ChunkSummary(first_line, last_line, str(text), list(self.last_keywords), level_counts(lines))
+        return ChunkSummary(first_line, last_line, text, list(self.last_keywords), level_counts(lines))
 
 
 def _within_store(path: Path | str, runtime: Runtime | None) -> str:
@@ -251,20 +246,12 @@ class LogAnalyzer(AgenticObject):
             runtime=runtime, object_id=f"{self.object_id}.summarizer"
         )
 
-    @property
-    def summarizer(self) -> ChunkSummarizer:
-        return self._summarizer
-
     @classmethod
     def rebuild(cls, state: Mapping[str, Any], *, runtime: Runtime, object_id: str) -> LogAnalyzer:
         """For a re-run: the constructor needs the log file, which the state records."""
+        limit = int(state.get("rolling_window_max_tokens", DEFAULT_ROLLING_WINDOW_MAX_TOKENS))
         analyzer = cls(
-            str(state["log_path"]),
-            rolling_window_max_tokens=int(
-                state.get("rolling_window_max_tokens", DEFAULT_ROLLING_WINDOW_MAX_TOKENS)
-            ),
-            runtime=runtime,
-            object_id=object_id,
+            str(state["log_path"]), rolling_window_max_tokens=limit, runtime=runtime, object_id=object_id
         )
         analyzer.restore(state)
         return analyzer
@@ -275,14 +262,7 @@ class LogAnalyzer(AgenticObject):
     def ask(self, question: str, *, first_tool: str, thread: str | None = "triage") -> str:
         """One question on ``thread``: the first model call must use ``first_tool``, the
         next one gives the answer (a short text, through ``produce_output``)."""
-        answer = self.invoke(
-            question,
-            thread=thread,
-            output_schema=ANSWER_SCHEMA,
-            tool_choice=first_tool,
-            follow_up="produce_output",
-        )
-        return str(answer)
+        return forced_answer(self, question, first_tool, thread)
 
     @property
     def log_file(self) -> Path:

@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from demo.log_analyzer import ANSWER_SCHEMA, bounded_strings, clean_argument, one_line_text
+from demo.log_analyzer import bounded_strings, clean_argument, forced_answer, one_line_text
 from soap_core.runtime import AgenticObject, ModelSettings, Runtime, Summarize, ToolSpec, tool
 
 MAX_ARGUMENT_LENGTH = 100
@@ -222,14 +222,7 @@ class ExecutionAgent(AgenticObject):
         model would have put what matters of it into the instructions itself."""
         self.requests += 1
         prompt = instructions if request is None else f"{instructions}\n\nThe user asked: {request}"
-        answer = self.invoke(
-            prompt,
-            thread=self.thread,
-            output_schema=ANSWER_SCHEMA,
-            tool_choice=first_tool,
-            follow_up="produce_output",
-        )
-        return str(answer)
+        return forced_answer(self, prompt, first_tool, self.thread)
 
 
 class WorkingMemory(AgenticObject):
@@ -288,14 +281,6 @@ class InteractionAgent(AgenticObject):
         self._memory = WorkingMemory(runtime=runtime, object_id=f"{self.object_id}.memory")
         # Summarize needs this object's own summarizer, so the hook is set per object.
         self.compaction = Summarize(self._memory, threshold=working_memory_max_tokens, keep_last=2)
-
-    @property
-    def mailbox(self) -> Mailbox:
-        return self._mailbox
-
-    @property
-    def agents(self) -> dict[str, ExecutionAgent]:
-        return dict(self._agents)
 
     def agent(self, name: str) -> ExecutionAgent:
         """The execution agent called ``name``, created the first time it is named."""
@@ -370,30 +355,17 @@ class InteractionAgent(AgenticObject):
         ``agent_tool``; returns the interaction agent's answer."""
         self.agent(delegate_to)
         self.turns += 1
+        prompt = self._frame("new_user_message", text)
         self._turn = _Turn(delegate_to, agent_tool, text)
         try:
-            answer = self.invoke(
-                self._frame("new_user_message", text),
-                thread=self.thread,
-                output_schema=ANSWER_SCHEMA,
-                tool_choice="send_message_to_agent",
-                follow_up="produce_output",
-            )
+            return forced_answer(self, prompt, "send_message_to_agent", self.thread)
         finally:
             self._turn = None
-        return str(answer)
 
     def receive_agent_message(self, agent_name: str, message: str) -> str:
         """A message from an execution agent, relayed to the user."""
-        return str(
-            self.invoke(
-                self._frame("new_agent_message", f"[{agent_name}] {message}"),
-                thread=self.thread,
-                output_schema=ANSWER_SCHEMA,
-                tool_choice="send_message_to_user",
-                follow_up="produce_output",
-            )
-        )
+        prompt = self._frame("new_agent_message", f"[{agent_name}] {message}")
+        return forced_answer(self, prompt, "send_message_to_user", self.thread)
 
     def deliver_reports(self) -> int:
         """Hand over the reports the execution agents could not deliver during a turn."""

@@ -63,7 +63,7 @@ import random
 import struct
 import uuid
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, datetime, timedelta
@@ -327,195 +327,185 @@ class _RoleSpec:
         return f"agents.{self.name.lower()}:{self.name}"
 
 
-_ROLE_NAMES = (
-    "Coordinator",
-    "Planner",
-    "Librarian",
-    "Researcher",
-    "CodeWriter",
-    "Reviewer",
-    "DataAnalyst",
-    "Summarizer",
+_READ_FILE = _tool("read_file", "Read a file of the repository.", ("path", "string", "The file."))
+
+
+def _role(name: str, prompt: str, *tools: ToolPart, **settings: Any) -> _RoleSpec:
+    return _RoleSpec(name, prompt, tools, **settings)
+
+
+_SPECS = (
+    _role(
+        "Coordinator",
+        "You are the support coordinator of an online shop. Read each request, look up the "
+        "tickets it concerns, hand research or code work to the other agents and answer the "
+        "customer politely and briefly. Never promise refunds above 200 EUR without a manager.",
+        _tool(
+            "search_tickets",
+            "Search the ticket system.",
+            ("query", "string", "Words to look for."),
+            ("limit?", "integer", "How many tickets at most."),
+        ),
+        _tool(
+            "update_ticket",
+            "Change a ticket's status and add a note.",
+            ("ticket_id", "string", "The ticket."),
+            ("status", ["open", "pending", "solved"], "The new status."),
+            ("note?", "string", "What was done."),
+        ),
+        _tool(
+            "send_reply",
+            "Send a reply to the customer of a ticket.",
+            ("ticket_id", "string", "The ticket."),
+            ("message", "string", "The reply."),
+        ),
+        entry=True,
+        date_hook=True,
+    ),
+    _role(
+        "Planner",
+        "You plan the work of a small software team. Break goals into tasks with estimates, "
+        "schedule them and ask other agents for the facts you need.",
+        _tool("list_tasks", "List the open tasks of a project.", ("project", "string", "The project.")),
+        _tool(
+            "create_task",
+            "Create a task.",
+            ("title", "string", "What is to be done."),
+            ("estimate_hours", "number", "The estimate."),
+        ),
+        _tool(
+            "schedule",
+            "Put a task on the calendar.",
+            ("task_id", "string", "The task."),
+            ("date", "string", "ISO date."),
+        ),
+        entry=True,
+        date_hook=True,
+        model="llama-3.1-8b-instruct",
+        temperature=0.3,
+    ),
+    _role(
+        "Librarian",
+        "You answer questions about the library's catalogue, reservations and opening hours.",
+        _tool(
+            "search_catalog",
+            "Search the catalogue.",
+            ("query", "string", "Title, author or subject words."),
+            ("limit?", "integer", "How many results at most."),
+        ),
+        _tool("lookup", "Details of one item.", ("isbn", "string", "The ISBN.")),
+        _tool(
+            "reserve",
+            "Reserve an item for a patron.",
+            ("item_id", "string", "The item."),
+            ("patron", "string", "The patron's card number."),
+        ),
+        entry=True,
+        model="smollm2-1.7b-instruct",
+        max_tokens=512,
+        context_limit=8192,
+        compaction="rolling-messages:40",
+    ),
+    _role(
+        "Researcher",
+        "You research questions on the web and report what you found with its sources.",
+        _tool(
+            "web_search",
+            "Search the web.",
+            ("query", "string", "The search terms."),
+            ("max_results?", "integer", "How many results at most."),
+        ),
+        _tool("fetch_page", "Fetch a web page as text.", ("url", "string", "The page.")),
+        _tool(
+            "take_note",
+            "Keep a note for later.",
+            ("title", "string", "The note's title."),
+            ("text", "string", "The note."),
+        ),
+        model="deepseek-r1-distill-qwen-7b",
+        reasoning=True,
+        temperature=0.6,
+        max_tokens=2048,
+        schema={
+            "type": "object",
+            "properties": {
+                "summary": _TYPES["string"],
+                "sources": {"type": "array", "items": _TYPES["string"]},
+            },
+            "required": ["summary", "sources"],
+        },
+    ),
+    _role(
+        "CodeWriter",
+        "You write and fix Python code in the repository. Read before you write, run the tests "
+        "after every change and report what you changed.",
+        _READ_FILE,
+        _tool(
+            "write_file",
+            "Replace a file of the repository.",
+            ("path", "string", "The file."),
+            ("content", "string", "The new content."),
+        ),
+        _tool("run_tests", "Run the tests.", ("target?", "string", "A test file or folder.")),
+        _tool("search_code", "Search the code.", ("pattern", "string", "A regular expression.")),
+        model="qwen2.5-coder-7b-instruct",
+        reasoning=True,
+        max_tokens=4096,
+        context_limit=65536,
+    ),
+    _role(
+        "Reviewer",
+        "You review changes for bugs, missing tests and unclear names, and give a verdict.",
+        _READ_FILE,
+        _tool(
+            "diff",
+            "The diff between two revisions.",
+            ("base", "string", "The base revision."),
+            ("head", "string", "The revision under review."),
+        ),
+        _tool(
+            "comment",
+            "Comment on a line.",
+            ("path", "string", "The file."),
+            ("line", "integer", "The line."),
+            ("text", "string", "The comment."),
+        ),
+        schema={
+            "type": "object",
+            "properties": {
+                "verdict": {"enum": ["approve", "request_changes"]},
+                "comments": _TYPES["integer"],
+            },
+            "required": ["verdict"],
+        },
+    ),
+    _role(
+        "DataAnalyst",
+        "You answer questions from the sales database with SQL and explain the numbers.",
+        _tool("run_sql", "Run a read-only SQL query.", ("query", "string", "The query.")),
+        _tool("describe_table", "The columns of a table.", ("table", "string", "The table.")),
+        model="llama-3.1-8b-instruct",
+        date_hook=True,
+    ),
+    _role(
+        "Summarizer",
+        "You summarize documents and conversations in a few sentences, keeping facts, numbers "
+        "and open questions.",
+        _tool("count_words", "Count the words of a text.", ("text", "string", "The text.")),
+        model="smollm2-1.7b-instruct",
+        max_tokens=512,
+        context_limit=8192,
+    ),
 )
+_ROLE_NAMES = tuple(spec.name for spec in _SPECS)
 _DELEGATE = _tool(
     "delegate",
     "Hand a task to another agent and wait for its answer.",
     ("agent", list(_ROLE_NAMES), "Which agent does the task."),
     ("task", "string", "What the agent is to do, with everything it needs to know."),
 )
-_READ_FILE = _tool("read_file", "Read a file of the repository.", ("path", "string", "The file."))
-
-
-def _role(name: str, prompt: str, *tools: ToolPart, **settings: Any) -> _RoleSpec:
-    return _RoleSpec(name, prompt, (*tools, _DELEGATE), **settings)
-
-
-_ROLES: dict[str, _RoleSpec] = {
-    spec.name: spec
-    for spec in (
-        _role(
-            "Coordinator",
-            "You are the support coordinator of an online shop. Read each request, look up the "
-            "tickets it concerns, hand research or code work to the other agents and answer the "
-            "customer politely and briefly. Never promise refunds above 200 EUR without a manager.",
-            _tool(
-                "search_tickets",
-                "Search the ticket system.",
-                ("query", "string", "Words to look for."),
-                ("limit?", "integer", "How many tickets at most."),
-            ),
-            _tool(
-                "update_ticket",
-                "Change a ticket's status and add a note.",
-                ("ticket_id", "string", "The ticket."),
-                ("status", ["open", "pending", "solved"], "The new status."),
-                ("note?", "string", "What was done."),
-            ),
-            _tool(
-                "send_reply",
-                "Send a reply to the customer of a ticket.",
-                ("ticket_id", "string", "The ticket."),
-                ("message", "string", "The reply."),
-            ),
-            entry=True,
-            date_hook=True,
-        ),
-        _role(
-            "Planner",
-            "You plan the work of a small software team. Break goals into tasks with estimates, "
-            "schedule them and ask other agents for the facts you need.",
-            _tool("list_tasks", "List the open tasks of a project.", ("project", "string", "The project.")),
-            _tool(
-                "create_task",
-                "Create a task.",
-                ("title", "string", "What is to be done."),
-                ("estimate_hours", "number", "The estimate."),
-            ),
-            _tool(
-                "schedule",
-                "Put a task on the calendar.",
-                ("task_id", "string", "The task."),
-                ("date", "string", "ISO date."),
-            ),
-            entry=True,
-            date_hook=True,
-            model="llama-3.1-8b-instruct",
-            temperature=0.3,
-        ),
-        _role(
-            "Librarian",
-            "You answer questions about the library's catalogue, reservations and opening hours.",
-            _tool(
-                "search_catalog",
-                "Search the catalogue.",
-                ("query", "string", "Title, author or subject words."),
-                ("limit?", "integer", "How many results at most."),
-            ),
-            _tool("lookup", "Details of one item.", ("isbn", "string", "The ISBN.")),
-            _tool(
-                "reserve",
-                "Reserve an item for a patron.",
-                ("item_id", "string", "The item."),
-                ("patron", "string", "The patron's card number."),
-            ),
-            entry=True,
-            model="smollm2-1.7b-instruct",
-            max_tokens=512,
-            context_limit=8192,
-            compaction="rolling-messages:40",
-        ),
-        _role(
-            "Researcher",
-            "You research questions on the web and report what you found with its sources.",
-            _tool(
-                "web_search",
-                "Search the web.",
-                ("query", "string", "The search terms."),
-                ("max_results?", "integer", "How many results at most."),
-            ),
-            _tool("fetch_page", "Fetch a web page as text.", ("url", "string", "The page.")),
-            _tool(
-                "take_note",
-                "Keep a note for later.",
-                ("title", "string", "The note's title."),
-                ("text", "string", "The note."),
-            ),
-            model="deepseek-r1-distill-qwen-7b",
-            reasoning=True,
-            temperature=0.6,
-            max_tokens=2048,
-            schema={
-                "type": "object",
-                "properties": {
-                    "summary": _TYPES["string"],
-                    "sources": {"type": "array", "items": _TYPES["string"]},
-                },
-                "required": ["summary", "sources"],
-            },
-        ),
-        _role(
-            "CodeWriter",
-            "You write and fix Python code in the repository. Read before you write, run the tests "
-            "after every change and report what you changed.",
-            _READ_FILE,
-            _tool(
-                "write_file",
-                "Replace a file of the repository.",
-                ("path", "string", "The file."),
-                ("content", "string", "The new content."),
-            ),
-            _tool("run_tests", "Run the tests.", ("target?", "string", "A test file or folder.")),
-            _tool("search_code", "Search the code.", ("pattern", "string", "A regular expression.")),
-            model="qwen2.5-coder-7b-instruct",
-            reasoning=True,
-            max_tokens=4096,
-            context_limit=65536,
-        ),
-        _role(
-            "Reviewer",
-            "You review changes for bugs, missing tests and unclear names, and give a verdict.",
-            _READ_FILE,
-            _tool(
-                "diff",
-                "The diff between two revisions.",
-                ("base", "string", "The base revision."),
-                ("head", "string", "The revision under review."),
-            ),
-            _tool(
-                "comment",
-                "Comment on a line.",
-                ("path", "string", "The file."),
-                ("line", "integer", "The line."),
-                ("text", "string", "The comment."),
-            ),
-            schema={
-                "type": "object",
-                "properties": {
-                    "verdict": {"enum": ["approve", "request_changes"]},
-                    "comments": _TYPES["integer"],
-                },
-                "required": ["verdict"],
-            },
-        ),
-        _role(
-            "DataAnalyst",
-            "You answer questions from the sales database with SQL and explain the numbers.",
-            _tool("run_sql", "Run a read-only SQL query.", ("query", "string", "The query.")),
-            _tool("describe_table", "The columns of a table.", ("table", "string", "The table.")),
-            model="llama-3.1-8b-instruct",
-            date_hook=True,
-        ),
-        _role(
-            "Summarizer",
-            "You summarize documents and conversations in a few sentences, keeping facts, numbers "
-            "and open questions.",
-            _tool("count_words", "Count the words of a text.", ("text", "string", "The text.")),
-            model="smollm2-1.7b-instruct",
-            max_tokens=512,
-            context_limit=8192,
-        ),
-    )
-}
+_ROLES = {spec.name: replace(spec, tools=(*spec.tools, _DELEGATE)) for spec in _SPECS}
+"""The roles by name, each with the ``delegate`` tool last."""
 _ENTRY_ROLES = tuple(name for name, spec in _ROLES.items() if spec.entry)
 _WORKER_ROLES = tuple(name for name, spec in _ROLES.items() if not spec.entry)
 _THREAD_TOPICS = ("support", "research", "release", "billing", "onboarding", "incident", "roadmap")
@@ -585,20 +575,15 @@ def estimated_tokens(message: Message) -> int:
 # -- one session being written --------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Options:
-    call_log_limit: int
-
-
 class _Run:
-    """What the sessions of one group share: its rng, clock and texts."""
+    """What the sessions of one group share: its rng, clock and texts, and the call-log limit."""
 
-    def __init__(self, rng: random.Random, clock: _Clock, corpus: _Corpus, options: _Options) -> None:
+    def __init__(self, rng: random.Random, clock: _Clock, corpus: _Corpus, call_log_limit: int) -> None:
         self.rng = rng
         self.ids = _Ids(rng)
         self.clock = clock
         self.corpus = corpus
-        self.options = options
+        self.call_log_limit = call_log_limit
 
     def words(self, median: float, long_share: float = 0.04) -> str:
         return self.corpus.words(self.rng, _skewed_words(self.rng, median, long_share))
@@ -764,7 +749,7 @@ class _LiveSession:
         hooks = self.refresh_system_prompt()
         context = self.context
         started = self.run.clock.advance(self.run.rng.uniform(0.001, 0.02))
-        if len(context.messages) > self.run.options.call_log_limit:
+        if len(context.messages) > self.run.call_log_limit:
             return None
         request = chat_request(context.messages, model=self.spec.model, parameters=self.parameters())
         call = CallRecord(
@@ -1141,12 +1126,12 @@ class _Group:
     """One chain of objects (often of one) and the turns a person asks of its top one."""
 
     def __init__(
-        self, plan: _GroupPlan, seed: int, corpus: _Corpus, options: _Options, shape: _Shape, store: Store
+        self, plan: _GroupPlan, seed: int, corpus: _Corpus, call_log_limit: int, shape: _Shape, store: Store
     ) -> None:
         self.plan = plan
         self.shape = shape
         self.rng = random.Random(f"{seed}:group:{plan.index}")
-        self.run = _Run(self.rng, _Clock(plan.start), corpus, options)
+        self.run = _Run(self.rng, _Clock(plan.start), corpus, call_log_limit)
         self.chain = _Chain(self.run, f"{self.rng.choice(_THREAD_TOPICS)}-{plan.index:05d}", store)
 
     def levels(self) -> _Level:
@@ -1159,11 +1144,8 @@ class _Group:
         chain = []
         for depth, name in enumerate(names):
             target = self.target(depth)
-            chain.append(
-                _Level(
-                    _ROLES[name], self.rng.choice(self.shape.objects[name]), target, self.forks(depth, target)
-                )
-            )
+            object_id = self.rng.choice(self.shape.objects[name])
+            chain.append(_Level(_ROLES[name], object_id, target, self.forks(depth, target)))
         for upper, lower in itertools.pairwise(chain):
             upper.next = lower
         return chain[0]
@@ -1300,7 +1282,8 @@ class _TokenCounter:
 
 @dataclass(frozen=True)
 class _Written:
-    """What one group wrote, to add up into the summary."""
+    """What one group wrote, to add up into the summary: each field but ``depth`` is
+    the summary's field of that name, summed over the groups."""
 
     sessions: int
     contexts: int
@@ -1364,15 +1347,6 @@ def _write_group(store: Store, chain: _Chain, depth: int, counter: _TokenCounter
     )
 
 
-@contextlib.contextmanager
-def _unsynced(skip: bool) -> Iterator[None]:
-    if not skip:
-        yield
-        return
-    with unsynced_writes():
-        yield
-
-
 @dataclass(frozen=True)
 class _Job:
     """One process's share of the groups, and everything it needs to make them (a
@@ -1401,15 +1375,13 @@ def _run_job(job: _Job) -> list[_Written]:
     store = Store(job.root, use_catalog=False)  # a cache its first reader builds (module doc)
     corpus = _Corpus(random.Random(f"{job.seed}:corpus"))
     shape = _Shape(job.messages, job.fork_rate, _objects(job.seed))
-    options = _Options(job.call_log_limit)
     counter = _TokenCounter() if job.token_counts else None
-    with _unsynced(not job.fsync):
-        return [
-            _write_group(
-                store, _Group(plan, job.seed, corpus, options, shape, store).generate(), plan.length, counter
-            )
-            for plan in job.plans
-        ]
+    written = []
+    with contextlib.nullcontext() if job.fsync else unsynced_writes():
+        for plan in job.plans:
+            chain = _Group(plan, job.seed, corpus, job.call_log_limit, shape, store).generate()
+            written.append(_write_group(store, chain, plan.length, counter))
+    return written
 
 
 def _in_processes(job: _Job, processes: int) -> list[_Written]:
@@ -1481,28 +1453,14 @@ def generate_store(
         raise StoreError(root, "not an empty folder: gen-store writes a new store")
     root.mkdir(parents=True, exist_ok=True)
     plans = _plan(sessions, chain_depth, long_messages, random.Random(f"{seed}:plan"), start)
-    job = _Job(
-        str(root),
-        seed,
-        messages,
-        fork_rate,
-        call_log_limit,
-        token_counts,
-        fsync,
-        tuple(plans),
-    )
+    job = _Job(str(root), seed, messages, fork_rate, call_log_limit, token_counts, fsync, tuple(plans))
     written = _in_processes(job, processes if processes is not None else min(2, os.cpu_count() or 1))
     files, size = _tree_size(root)
+    counts = {f.name: sum(getattr(w, f.name) for w in written) for f in fields(_Written) if f.name != "depth"}
     return GeneratedStore(
         root=str(root),
         seed=seed,
-        sessions=sum(w.sessions for w in written),
-        contexts=sum(w.contexts for w in written),
-        forked_sessions=sum(w.forked_sessions for w in written),
-        messages=sum(w.messages for w in written),
-        active_messages=sum(w.active_messages for w in written),
-        calls=sum(w.calls for w in written),
-        invocations=sum(w.invocations for w in written),
+        **counts,
         chains=sum(1 for w in written if w.depth > 1),
         max_chain_depth=max(w.depth for w in written),
         files=files,

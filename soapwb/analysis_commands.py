@@ -24,10 +24,10 @@ from soapwb.common import (
     Progress,
     UsageError,
     add_progress_option,
-    add_store_options,
     emit_json,
     format_table,
     open_store,
+    store_command,
 )
 
 
@@ -36,8 +36,7 @@ def register(commands: Any) -> None:
 
     tokens = commands.add_parser("tokens", help="context size per LLM call, its make-up and compactions")
     tokens.add_argument("session", metavar="SESSION", help=SESSION_HELP)
-    add_store_options(tokens)
-    tokens.set_defaults(handler=cmd_tokens)
+    store_command(tokens, cmd_tokens)
 
     compact = commands.add_parser(
         "compact", help="simulate compaction strategies over a session; measure drift"
@@ -68,8 +67,7 @@ def register(commands: Any) -> None:
     )
     add_endpoint_options(compact)  # the same bounded calls as replay and rerun
     add_progress_option(compact)
-    add_store_options(compact)
-    compact.set_defaults(handler=cmd_compact)
+    store_command(compact, cmd_compact)
 
 
 def cmd_tokens(args: argparse.Namespace) -> int:

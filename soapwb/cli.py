@@ -12,13 +12,11 @@ import importlib
 import importlib.util
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from soap_core import SoapError
 from soap_core._redact import redact
-from soapwb.common import UsageError, terminal_safe_output
-
-Handler = Callable[[argparse.Namespace], int]
+from soapwb.common import Handler, UsageError, terminal_safe_output
 
 COMMAND_MODULES = {
     "ls": "store_commands",

@@ -8,7 +8,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any, TextIO
 
@@ -22,7 +22,13 @@ class UsageError(Exception):
     """A command was called in a way that cannot work (no store given, ...)."""
 
 
-def add_store_options(parser: argparse.ArgumentParser) -> None:
+Handler = Callable[[argparse.Namespace], int]
+
+
+def store_command(parser: argparse.ArgumentParser, handler: Handler) -> None:
+    """Make ``parser`` a command on a store, run by ``handler``. Called last, so that
+    ``--store`` and ``--json`` come last in ``--help``."""
+    parser.set_defaults(handler=handler)
     parser.add_argument(
         "--store",
         metavar="DIR",

@@ -24,7 +24,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from soapwb.common import UsageError, add_store_options, emit_json
+from soapwb.common import UsageError, emit_json, store_command
 
 if TYPE_CHECKING:
     from demo.build import DemoSummary
@@ -40,8 +40,7 @@ def register(commands: Any) -> None:
         metavar="URL",
         help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL, else a local model started for the run)",
     )
-    add_store_options(demo)
-    demo.set_defaults(handler=cmd_demo)
+    store_command(demo, cmd_demo)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -9,7 +9,7 @@ import argparse
 import time
 from typing import Any
 
-from soapwb.common import UsageError, add_store_options, emit_json, format_table
+from soapwb.common import UsageError, emit_json, format_table, store_command
 
 
 def register(commands: Any) -> None:
@@ -71,8 +71,7 @@ def register(commands: Any) -> None:
         metavar="P",
         help="processes to share the sessions out over (default: up to 2)",
     )
-    add_store_options(gen)
-    gen.set_defaults(handler=cmd_gen_store)
+    store_command(gen, cmd_gen_store)
 
 
 def _check(args: argparse.Namespace) -> None:

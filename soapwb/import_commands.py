@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from importers.openpoke import ImportReport, import_openpoke
-from soapwb.common import UsageError, add_store_options, emit_json
+from soapwb.common import UsageError, emit_json, store_command
 
 
 def register(commands: Any) -> None:
@@ -26,8 +26,7 @@ def register(commands: Any) -> None:
         type=Path,
         help="an OpenPoke checkout: materialize/replay then send its real system prompt (remembered)",
     )
-    add_store_options(openpoke)
-    openpoke.set_defaults(handler=cmd_import_openpoke)
+    store_command(openpoke, cmd_import_openpoke)
 
 
 def report_lines(report: ImportReport) -> list[str]:

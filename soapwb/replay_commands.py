@@ -37,22 +37,20 @@ from soapwb.common import (
     Progress,
     UsageError,
     add_progress_option,
-    add_store_options,
     emit_json,
     open_store,
     print_words,
+    store_command,
 )
 
 
 def register(commands: Any) -> None:
     mat = commands.add_parser("materialize", help="print the exact request behind a message")
     add_target(mat)
-    add_store_options(mat)
-    mat.set_defaults(handler=cmd_materialize)
+    store_command(mat, cmd_materialize)
 
     verify = commands.add_parser("verify", help="check every recorded call against its rematerialization")
-    add_store_options(verify)
-    verify.set_defaults(handler=cmd_verify)
+    store_command(verify, cmd_verify)
 
     rep = commands.add_parser(
         "replay", help="run the model again from a message; each run is saved as a fork"
@@ -80,16 +78,14 @@ def register(commands: Any) -> None:
         type=float,
         help="largest distance (0..1) that passes --check (default: the noise band, else 0)",
     )
-    add_store_options(rep)
-    rep.set_defaults(handler=cmd_replay)
+    store_command(rep, cmd_replay)
 
     diff = commands.add_parser(
         "diff", help="compare two outputs (CONTEXT@INDEX, or a replay fork) or two contexts"
     )
     diff.add_argument("a", metavar="A", help="CONTEXT, CONTEXT@INDEX or a replay fork's context id")
     diff.add_argument("b", metavar="B")
-    add_store_options(diff)
-    diff.set_defaults(handler=cmd_diff)
+    store_command(diff, cmd_diff)
 
 
 _AT_HELP = (
@@ -332,10 +328,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def report_replay(
-    args: argparse.Namespace,
-    target: dict[str, Any],
-    original: Output | None,
-    batch: Batch,
+    args: argparse.Namespace, target: dict[str, Any], original: Output | None, batch: Batch
 ) -> int:
     runs, baseline, band = batch.runs, batch.noise_runs, batch.band
     threshold = args.threshold if args.threshold is not None else (band.upper if band else 0.0)
@@ -474,5 +467,4 @@ def _output(ref: Any) -> Output:
     message = ref.message
     if message is None:
         raise SoapError(f"context {ref.context.id} has no output at {ref.index}")
-    usage = None
-    return Output.of(message, usage)
+    return Output.of(message)

@@ -20,7 +20,7 @@ from replay import (
     rerun,
     rerun_noise_band,
 )
-from soapwb.common import Progress, UsageError, add_progress_option, add_store_options, emit_json, open_store
+from soapwb.common import Progress, UsageError, add_progress_option, emit_json, open_store, store_command
 from soapwb.replay_commands import (
     add_change_options,
     add_endpoint_options,
@@ -66,8 +66,7 @@ def register(commands: Any) -> None:
     )
     add_endpoint_options(run)
     add_progress_option(run)
-    add_store_options(run)
-    run.set_defaults(handler=cmd_rerun)
+    store_command(run, cmd_rerun)
 
     more = commands.add_parser(
         "continue",
@@ -82,8 +81,7 @@ def register(commands: Any) -> None:
     add_tool_options(more, default="live", unserved="live")
     add_endpoint_options(more)
     add_progress_option(more)
-    add_store_options(more)
-    more.set_defaults(handler=cmd_continue)
+    store_command(more, cmd_continue)
 
 
 def add_tool_options(parser: argparse.ArgumentParser, *, default: str, unserved: str) -> None:
@@ -148,18 +146,17 @@ def cmd_rerun(args: argparse.Namespace) -> int:
         )
         results = []
         for number in range(1, args.samples + 1):
-            results.append(
-                rerun(
-                    store,
-                    store.load_session(args.session, require_active=False),
-                    found.context_id,
-                    found.index,
-                    endpoint,
-                    overrides=overrides,
-                    tools=modes,
-                    on_step=functools.partial(_count_step, progress, f"re-run {number}/{args.samples}"),
-                )
+            result = rerun(
+                store,
+                store.load_session(args.session, require_active=False),
+                found.context_id,
+                found.index,
+                endpoint,
+                overrides=overrides,
+                tools=modes,
+                on_step=functools.partial(_count_step, progress, f"re-run {number}/{args.samples}"),
             )
+            results.append(result)
             progress.status(f"re-run {number}/{args.samples}: done", last=True)
         band = None
         if args.noise:

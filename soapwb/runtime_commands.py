@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from soap_core.runtime import InvocationChain, TraceFrame, invocation_chains
-from soapwb.common import SESSION_HELP, add_store_options, emit_json, open_store, terminal_time
+from soapwb.common import SESSION_HELP, emit_json, open_store, store_command, terminal_time
 
 
 def register(commands: Any) -> None:
@@ -19,8 +19,7 @@ def register(commands: Any) -> None:
         action="store_true",
         help="also show the chains of the workbench's re-runs and continues (not the agent's history)",
     )
-    add_store_options(trace)
-    trace.set_defaults(handler=cmd_trace)
+    store_command(trace, cmd_trace)
 
 
 def frame_line(frame: TraceFrame) -> str:

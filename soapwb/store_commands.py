@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import Any
 
 from soap_core import UNKNOWN_ROLE, fork_tree, message_rows, search_store, session_overview
@@ -10,11 +11,11 @@ from soap_core._tree import tree_lines
 from soapwb.common import (
     SESSION_HELP,
     UsageError,
-    add_store_options,
     emit_json,
     format_table,
     open_store,
     role_names,
+    store_command,
     terminal_time,
 )
 
@@ -27,8 +28,7 @@ def register(commands: Any) -> None:
         help="rebuild the store's catalog from the files, counting every token again "
         "(the catalog otherwise reads only files that changed)",
     )
-    add_store_options(ls)
-    ls.set_defaults(handler=cmd_ls)
+    store_command(ls, cmd_ls)
 
     show = commands.add_parser("show", help="show the messages of a session's context")
     show.add_argument("session", metavar="SESSION", help=SESSION_HELP)
@@ -36,21 +36,18 @@ def register(commands: Any) -> None:
     show.add_argument(
         "--chronological", action="store_true", help="order by sequence number instead of display order"
     )
-    add_store_options(show)
-    show.set_defaults(handler=cmd_show)
+    store_command(show, cmd_show)
 
     tree = commands.add_parser("tree", help="show a session's fork tree")
     tree.add_argument("session", metavar="SESSION", help=SESSION_HELP)
-    add_store_options(tree)
-    tree.set_defaults(handler=cmd_tree)
+    store_command(tree, cmd_tree)
 
     search = commands.add_parser(
         "search", help="find the messages whose content contains a text (case-insensitive)"
     )
     search.add_argument("text", metavar="TEXT", help="the text to find: text, thinking and tool traffic")
     search.add_argument("--limit", type=int, default=200, metavar="N", help="at most N hits (default 200)")
-    add_store_options(search)
-    search.set_defaults(handler=cmd_search)
+    store_command(search, cmd_search)
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
@@ -80,11 +77,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
         )
         for r in rows
     ]
-    print(
-        format_table(
-            ("ROLE", "SESSION", "THREAD", "ACTIVE", "CONTEXTS", "MESSAGES", "TOKENS", "FIRST", "LAST"), table
-        )
-    )
+    headers = ("ROLE", "SESSION", "THREAD", "ACTIVE", "CONTEXTS", "MESSAGES", "TOKENS", "FIRST", "LAST")
+    print(format_table(headers, table))
     for r in rows:
         if r.error:
             print(f"broken: {shown[r.role]}/{r.uuid}: {r.error}")
@@ -141,21 +135,7 @@ def cmd_tree(args: argparse.Namespace) -> int:
                 "role": session.role,
                 "session": session.uuid,
                 "active_context_id": session.active_context_id,
-                "contexts": [
-                    {
-                        "id": n.id,
-                        "parent_id": n.parent_id,
-                        "children": list(n.children),
-                        "kind": n.kind,
-                        "depth": n.depth,
-                        "active": n.active,
-                        "messages": n.messages,
-                        "file": n.file,
-                        "parent_missing": n.parent_missing,
-                        "in_cycle": n.in_cycle,
-                    }
-                    for n in nodes
-                ],
+                "contexts": [dataclasses.asdict(n) for n in nodes],  # every field of the node
                 "unreadable_files": {k: str(v) for k, v in session.load_errors.items()},
             }
         )

@@ -88,16 +88,13 @@ def cmd_ui(args: argparse.Namespace) -> int:
             server = stack.enter_context(LocalModelServer(deterministic=True))
             env["OPENAI_BASE_URL"] = server.base_url
         url = f"http://{args.host}:{args.port}/"
-        if args.json:
-            print(
-                json.dumps({"url": url, "store": env["SOAPWB_STORE"], "model": env.get("OPENAI_BASE_URL")}),
-                flush=True,
-            )
-        else:
-            print(
-                f"starting the workbench at {url}  (store {env['SOAPWB_STORE']}, model {env.get('OPENAI_BASE_URL')})",
-                flush=True,
-            )
+        store, model = env["SOAPWB_STORE"], env.get("OPENAI_BASE_URL")
+        starting = (
+            json.dumps({"url": url, "store": store, "model": model})
+            if args.json
+            else f"starting the workbench at {url}  (store {store}, model {model})"
+        )
+        print(starting, flush=True)
         # With --json, standard output carries only JSON lines: streamlit's banner goes to stderr.
         app = subprocess.Popen(
             streamlit_command(args.host, args.port), env=env, stdout=sys.stderr if args.json else None

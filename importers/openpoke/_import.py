@@ -29,7 +29,7 @@ contexts. Contexts the importer did not make (replay forks, say) are kept as the
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -43,13 +43,13 @@ from importers.openpoke._mapping import (
     INTERACTION_OBJECT,
     INTERACTION_ROLE,
     INTERACTION_ROLES,
-    META_KEY,
     SOURCE,
     STATE_KEY,
     SUMMARY_TAG,
     UNKNOWN_TAG_ROLE,
     entry_key,
     entry_message,
+    imported_message,
     openpoke_state,
     stable_id,
 )
@@ -149,26 +149,15 @@ class ImportReport:
         return bool(self.files_written) or self.invocations_written > 0
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "data_dir": str(self.data_dir),
-            "store_dir": str(self.store_dir),
-            "timezone": self.timezone,
-            "entries": self.entries,
-            "skipped": [
-                {"file": s.file, "line": s.line, "reason": s.reason, "text": s.text} for s in self.skipped
-            ],
-            "roster": self.roster,
-            "execution_agents": self.execution_agents,
-            "summary": self.summary.as_dict() if self.summary else None,
-            "sessions": [s.as_dict() for s in self.sessions],
-            "interaction_session": self.interaction_session,
-            "execution_sessions": self.execution_sessions,
-            "invocations": self.invocations,
-            "invocations_written": self.invocations_written,
-            "legacy_history": self.legacy_history,
-            "notices": self.notices,
-            "changed": self.changed,
-        }
+        data = dict(self.__dict__)  # every field, in its order
+        data.update(
+            data_dir=str(self.data_dir),
+            store_dir=str(self.store_dir),
+            skipped=[asdict(s) for s in self.skipped],
+            summary=self.summary.as_dict() if self.summary else None,
+            sessions=[s.as_dict() for s in self.sessions],
+        )
+        return {**data, "changed": self.changed}
 
 
 # -- sessions -----------------------------------------------------------------------------
@@ -183,17 +172,21 @@ def _session_uuid(kind: str, data: OpenPokeData, first: LogEntry, *scope: object
     return f"{local:%Y%m%d}-{base}" if local else base
 
 
-def _new_root(context_id: str) -> Context:
-    root = Context(context_id)
+def _new_context(context_id: str) -> Context:
+    """An empty context with the default anchors: a root, or a summary fork before its messages."""
+    context = Context(context_id)
     for name in DEFAULT_ANCHORS:
-        root.add_anchor(name, 0)
-    return root
+        context.add_anchor(name, 0)
+    return context
 
 
-def _existing(store: Store, role: str, session_uuid: str) -> Session | None:
-    if not (store.session_dir(role, session_uuid) / SESSION_FILE).is_file():
-        return None
-    return store.load_session(session_uuid, require_active=False)
+def _existing(store: Store, role: str, session_uuid: str) -> tuple[Session | None, Session, Context | None]:
+    """The session as stored (None when new), the session to write (that one, else a new
+    one) and its imported root context as it was (None when new)."""
+    stored = (store.session_dir(role, session_uuid) / SESSION_FILE).is_file()
+    existing = store.load_session(session_uuid, require_active=False) if stored else None
+    session = existing or Session(role, session_uuid)
+    return existing, session, session.contexts.get(stable_id(session_uuid, "root"))
 
 
 def _compare(old: Context | None, new: Context) -> tuple[int, int | None]:
@@ -216,12 +209,16 @@ def _save(
     name: str,
     root: Context,
     old_root: Context | None,
-) -> SessionReport:
+    state: dict[str, Any],
+) -> tuple[Imported, SessionReport]:
+    """Mark ``session`` as imported with ``state`` and write it."""
+    session.state_data = {**session.state_data, SOURCE_KEY: SOURCE, STATE_KEY: state}
     appended, rewritten = _compare(old_root, root)
     written = store.save_session(session)
     status = "created" if existing is None else "updated" if written else "unchanged"
     root_dir = store.root
-    return SessionReport(
+    directory = session.directory or store.session_dir(session.role, session.uuid)
+    return Imported(session, root, directory), SessionReport(
         role=session.role,
         uuid=session.uuid,
         name=name,
@@ -244,33 +241,23 @@ def _local_iso(moment: datetime | None, zone: ZoneInfo) -> str | None:
 
 
 def _summary_message(session_uuid: str, memory: WorkingMemory, zone: ZoneInfo) -> Message:
-    local = _local_iso(memory.updated_at, zone)
-    metadata = {
-        META_KEY: {
-            "tag": SUMMARY_TAG,
-            "last_index": memory.last_index,
-            "updated_at": memory.updated_at_raw,
-            "hidden": True,
-        }
+    meta = {
+        "tag": SUMMARY_TAG,
+        "last_index": memory.last_index,
+        "updated_at": memory.updated_at_raw,
+        "hidden": True,
     }
-    message = Message(
-        "user",
-        [TextPart(memory.summary)],
-        id=stable_id(session_uuid, "summary-message", memory.last_index, memory.updated_at_raw),
-        creation_timestamp="",
-        metadata=metadata,
+    message_id = stable_id(session_uuid, "summary-message", memory.last_index, memory.updated_at_raw)
+    return imported_message(
+        "user", [TextPart(memory.summary)], message_id, meta, _local_iso(memory.updated_at, zone)
     )
-    message.creation_timestamp = local
-    return message
 
 
 def _summary_fork(session_uuid: str, root: Context, memory: WorkingMemory, zone: ZoneInfo) -> Context:
-    fork = Context(stable_id(session_uuid, "summary", memory.last_index, memory.updated_at_raw))
+    fork = _new_context(stable_id(session_uuid, "summary", memory.last_index, memory.updated_at_raw))
     fork.origin_context_id = root.id
     covered = len(DEFAULT_ANCHORS) + memory.last_index + 1  # anchors, then one value per entry
     fork.parent_mutation_counter = min(covered, root.mutation_counter)
-    for name in DEFAULT_ANCHORS:
-        fork.add_anchor(name, 0)
     fork.append(_summary_message(session_uuid, memory, zone))
     for message in root.messages[memory.last_index + 1 :]:
         fork.append(message.copy())
@@ -299,7 +286,7 @@ def _check_tail(data: OpenPokeData, memory: WorkingMemory, notices: list[str]) -
 
 
 def _interaction_root(session_uuid: str, data: OpenPokeData, notices: list[str]) -> Context:
-    root = _new_root(stable_id(session_uuid, "root"))
+    root = _new_context(stable_id(session_uuid, "root"))
     unknown: dict[str, int] = {}
     for entry in data.entries:
         role, hidden = INTERACTION_ROLES.get(entry.tag, UNKNOWN_TAG_ROLE)
@@ -321,9 +308,7 @@ def _import_interaction(
     store: Store, data: OpenPokeData, openpoke_root: str | None, notices: list[str]
 ) -> tuple[Imported, SessionReport, SummaryReport | None]:
     session_uuid = _session_uuid("interaction", data, data.entries[0])
-    existing = _existing(store, INTERACTION_ROLE, session_uuid)
-    session = existing or Session(INTERACTION_ROLE, session_uuid)
-    old_root = session.contexts.get(stable_id(session_uuid, "root"))
+    existing, session, old_root = _existing(store, INTERACTION_ROLE, session_uuid)
     root = _interaction_root(session_uuid, data, notices)
     root.children = list(old_root.children) if old_root else []
     memory = data.working_memory
@@ -337,28 +322,23 @@ def _import_interaction(
             session.add_context(fork)
     session.add_context(root)
     session.active_context_id = (fork or root).id
-    previous = openpoke_state(session)
-    session.state_data = {
-        **session.state_data,
-        SOURCE_KEY: SOURCE,
-        STATE_KEY: {
-            "kind": "interaction",
-            "data_dir": str(data.data_dir),
-            "log": CONVERSATION_LOG,
-            "timezone": data.timezone,
-            "roster": list(data.roster),
-            "roster_history": roster_history(data),
-            "root_context_id": root.id,
-            "openpoke_root": openpoke_root or previous.get("openpoke_root"),
-        },
+    state = {
+        "kind": "interaction",
+        "data_dir": str(data.data_dir),
+        "log": CONVERSATION_LOG,
+        "timezone": data.timezone,
+        "roster": list(data.roster),
+        "roster_history": roster_history(data),
+        "root_context_id": root.id,
+        "openpoke_root": openpoke_root or openpoke_state(session).get("openpoke_root"),
     }
-    report = _save(store, session, existing, INTERACTION_OBJECT, root, old_root)
+    imported, report = _save(store, session, existing, INTERACTION_OBJECT, root, old_root, state)
     summary = None
     if memory is not None and memory.has_summary:
         summary = SummaryReport(
             memory.last_index, memory.updated_at_raw, len(memory.entries), fork.id if fork else None
         )
-    return Imported(session, root, _directory(store, session)), report, summary
+    return imported, report, summary
 
 
 def _pop_call(pending: dict[str, list[tuple[Message, str]]], text: str) -> tuple[Message, str] | None:
@@ -368,7 +348,7 @@ def _pop_call(pending: dict[str, list[tuple[Message, str]]], text: str) -> tuple
 
 
 def _execution_root(session_uuid: str, log: ExecutionLog) -> Context:
-    root = _new_root(stable_id(session_uuid, "root"))
+    root = _new_context(stable_id(session_uuid, "root"))
     pending: dict[str, list[tuple[Message, str]]] = {}
     for entry in log.log.entries:
         message_id = stable_id(session_uuid, "entry", *entry_key(entry))
@@ -395,29 +375,22 @@ def _import_execution(
     store: Store, data: OpenPokeData, log: ExecutionLog, interaction: str | None
 ) -> tuple[Imported, SessionReport]:
     session_uuid = _session_uuid("execution", data, log.log.entries[0], log.slug)
-    existing = _existing(store, EXECUTION_ROLE, session_uuid)
-    session = existing or Session(EXECUTION_ROLE, session_uuid)
-    old_root = session.contexts.get(stable_id(session_uuid, "root"))
+    existing, session, old_root = _existing(store, EXECUTION_ROLE, session_uuid)
     root = _execution_root(session_uuid, log)
     root.children = list(old_root.children) if old_root else []
     session.add_context(root)
     session.active_context_id = root.id
-    session.state_data = {
-        **session.state_data,
-        SOURCE_KEY: SOURCE,
-        STATE_KEY: {
-            "kind": "execution",
-            "data_dir": str(data.data_dir),
-            "log": log.log.file,
-            "timezone": data.timezone,
-            "agent": log.name,
-            "slug": log.slug,
-            "root_context_id": root.id,
-            "interaction_session": interaction,
-        },
+    state = {
+        "kind": "execution",
+        "data_dir": str(data.data_dir),
+        "log": log.log.file,
+        "timezone": data.timezone,
+        "agent": log.name,
+        "slug": log.slug,
+        "root_context_id": root.id,
+        "interaction_session": interaction,
     }
-    report = _save(store, session, existing, log.name, root, old_root)
-    return Imported(session, root, _directory(store, session)), report
+    return _save(store, session, existing, log.name, root, old_root, state)
 
 
 # -- the import ---------------------------------------------------------------------------
@@ -442,10 +415,6 @@ def _checkout(openpoke_root: Path | str | None) -> str | None:
     if not path.is_dir():
         raise ImporterError(path, "--openpoke-root: no such directory (give an OpenPoke checkout)")
     return str(path.resolve())
-
-
-def _directory(store: Store, session: Session) -> Path:
-    return session.directory or store.session_dir(session.role, session.uuid)
 
 
 def import_openpoke(

@@ -69,15 +69,14 @@ def _record_id(moment: datetime | None, *key: object) -> str:
     return f"{stamp}-{uuid.UUID(stable_id(*key)).hex[:8]}"
 
 
+def _party(role: str, object_id: str, imported: Imported, index: int) -> Party:
+    """The object of an imported session, at message ``index`` of its root context."""
+    root = imported.root
+    return Party(role, object_id, imported.session.uuid, root.id, index, root.messages[index].id)
+
+
 def _interaction_party(imported: Imported, index: int) -> Party:
-    return Party(
-        INTERACTION_ROLE,
-        INTERACTION_OBJECT,
-        imported.session.uuid,
-        imported.root.id,
-        index,
-        imported.root.messages[index].id,
-    )
+    return _party(INTERACTION_ROLE, INTERACTION_OBJECT, imported, index)
 
 
 def turns(imported: Imported, entries: tuple[LogEntry, ...], zone: ZoneInfo) -> list[InvocationRecord]:
@@ -140,14 +139,7 @@ def handoffs(
             turn = max((i for i in turn_of if i is not None and site is not None and i <= site), default=None)
             open_record = InvocationRecord(
                 id=_record_id(began, execution.session.uuid, "handoff", entry.index),
-                callee=Party(
-                    EXECUTION_ROLE,
-                    log.name,
-                    execution.session.uuid,
-                    execution.root.id,
-                    entry.index,
-                    execution.root.messages[entry.index].id,
-                ),
+                callee=_party(EXECUTION_ROLE, log.name, execution, entry.index),
                 caller=_interaction_party(interaction, site) if interaction and site is not None else None,
                 prompt=entry.text,
                 thread=log.name,

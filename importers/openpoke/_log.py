@@ -108,21 +108,21 @@ def decode_payload(payload: str) -> str:
     return html.unescape(payload).replace("\\n", "\n")
 
 
+def _record(tag: str, timestamp: str | None, payload: str) -> str:
+    """``payload`` between the tags, the opening one with the timestamp if there is one."""
+    opening = f'{tag} timestamp="{timestamp}"' if timestamp else tag
+    return f"<{opening}>{payload}</{tag}>"
+
+
 def format_line(tag: str, text: str, timestamp: str | None = None) -> str:
     """One record with its line break, as OpenPoke appends it."""
-    encoded = encode_payload(text)
-    if timestamp:
-        return f'<{tag} timestamp="{timestamp}">{encoded}</{tag}>\n'
-    return f"<{tag}>{encoded}</{tag}>\n"
+    return _record(tag, timestamp, encode_payload(text)) + "\n"
 
 
 def render_entry(tag: str, timestamp: str, text: str) -> str:
     """One entry as OpenPoke's transcripts show it to the model: the payload re-escaped
     with ``html.escape(quote=False)`` and real newlines (so it may span several lines)."""
-    safe = html.escape(text, quote=False)
-    if timestamp:
-        return f'<{tag} timestamp="{timestamp}">{safe}</{tag}>'
-    return f"<{tag}>{safe}</{tag}>"
+    return _record(tag, timestamp, html.escape(text, quote=False))
 
 
 def _timestamp(attr_string: str, rule: TimestampRule) -> str:

@@ -80,6 +80,15 @@ def local_iso(timestamp: str) -> str | None:
     return None if local is None else local.isoformat()
 
 
+def imported_message(
+    role: str, content: list[Any], message_id: str, meta: dict[str, Any], local_time: str | None
+) -> Message:
+    """An imported message: ``meta`` as its ``openpoke`` metadata, created at ``local_time``."""
+    message = Message(role, content, id=message_id, creation_timestamp="", metadata={META_KEY: meta})
+    message.creation_timestamp = local_time  # None: the key is left out
+    return message
+
+
 def entry_message(
     entry: LogEntry, role: str, hidden: bool, message_id: str, content: list[Any] | None = None
 ) -> Message:
@@ -92,16 +101,8 @@ def entry_message(
     }
     if entry.fold:  # only in a DST fall-back's repeated hour: the second of the two instants
         meta["fold"] = entry.fold
-    metadata = {META_KEY: meta}
-    message = Message(
-        role,
-        content if content is not None else [TextPart(entry.text)],
-        id=message_id,
-        creation_timestamp="",
-        metadata=metadata,
-    )
-    message.creation_timestamp = local_iso(entry.timestamp)  # None: the key is left out
-    return message
+    parts = content if content is not None else [TextPart(entry.text)]
+    return imported_message(role, parts, message_id, meta, local_iso(entry.timestamp))
 
 
 def openpoke_meta(message: Message) -> dict[str, Any] | None:

@@ -357,13 +357,9 @@ def materialize_entry(
     agents = roster_at(session, int(meta["index"]))
     text = context.messages[index].text()
     stored_root = state.get("openpoke_root")
-    checkout = (
-        str(openpoke_root)
-        if openpoke_root is not None
-        else stored_root
-        if isinstance(stored_root, str)
-        else None
-    )
+    checkout = stored_root if isinstance(stored_root, str) else None
+    if openpoke_root is not None:  # given for this request: it wins over the stored one
+        checkout = str(openpoke_root)
     prompt, prompt_note = system_prompt(checkout, given=openpoke_root is not None)
     tools, tools_note = interaction_tools(checkout)
     content = render_request_content(memory.transcript, list(agents.names), meta["tag"], text)

@@ -35,12 +35,7 @@ from zoneinfo import ZoneInfo
 
 from importers._errors import ImporterError
 from importers.openpoke._log import RawLine, format_line, parse_log, render_transcript
-from importers.openpoke._mapping import (
-    SUMMARY_TAG,
-    is_openpoke_session,
-    openpoke_meta,
-    openpoke_state,
-)
+from importers.openpoke._mapping import SUMMARY_TAG, is_openpoke_session, openpoke_meta, openpoke_state
 from importers.openpoke._reader import CONVERSATION_LOG, parse_updated_at, to_utc, zone_named
 from soap_core import Context, Session, inside
 

@@ -384,8 +384,7 @@ def _read_execution_logs(
 
 
 def _read_legacy_history(data_dir: Path, notices: list[str]) -> int | None:
-    path = data_dir / LEGACY_HISTORY
-    text = _read_text(path, data_dir)
+    text = _read_text(data_dir / LEGACY_HISTORY, data_dir)
     if text is None:
         return None
     data, _problem = _parse_json(text)
