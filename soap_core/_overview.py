@@ -6,6 +6,7 @@ get the same figures from one function.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -128,11 +129,15 @@ def preview(message: Message, width: int = 80) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
-def message_rows(context: Context, *, chronological: bool = False) -> list[MessageRow]:
-    """Rows for every message, in display order (or by sequence number)."""
+def message_rows(
+    context: Context, *, chronological: bool = False, indices: Sequence[int] | None = None
+) -> list[MessageRow]:
+    """Rows for every message, in display order (or by sequence number); ``indices``: for
+    the messages at those display indices only (a page of a long context)."""
     ends: dict[int, list[str]] = {}
     for name, end in context.anchor_points:
         ends.setdefault(end, []).append(name)
+    chosen = enumerate(context.messages) if indices is None else ((i, context.message_at(i)) for i in indices)
     rows = [
         MessageRow(
             index=i,
@@ -147,7 +152,7 @@ def message_rows(context: Context, *, chronological: bool = False) -> list[Messa
             anchors_after=tuple(ends.get(i + 1, ())),
             preview=preview(m),
         )
-        for i, m in enumerate(context.messages)
+        for i, m in chosen
     ]
     if chronological:
         rows.sort(key=lambda r: (r.sequence_number is None, r.sequence_number or 0))

@@ -32,6 +32,7 @@ from soap_core import (
     describe_node,
     facts_of,
     fork_tree,
+    message_rows,
     preview,
 )
 
@@ -296,30 +297,8 @@ def span_label(span: range, messages: int, page: int, chronological: bool) -> st
 
 
 def page_rows(context: Context, indices: Sequence[int]) -> list[MessageRow]:
-    """The listing rows of the messages at ``indices`` only (as ``message_rows`` makes
-    them for every message)."""
-    ends: dict[int, list[str]] = {}
-    for name, end in context.anchor_points:
-        ends.setdefault(end, []).append(name)
-    rows = []
-    for i in indices:
-        m = context.message_at(i)
-        rows.append(
-            MessageRow(
-                index=i,
-                sequence_number=m.sequence_number,
-                id=m.id,
-                role=m.role,
-                message_type=m.message_type,
-                parts=tuple(str(part.type) for part in m.content),
-                tokens=m.count_tokens(),
-                cached_tokens=m.token_count,
-                stale=m.token_count_is_stale,
-                anchors_after=tuple(ends.get(i + 1, ())),
-                preview=preview(m),
-            )
-        )
-    return rows
+    """The listing rows of the messages at ``indices`` only (a page of a long context)."""
+    return message_rows(context, indices=indices)
 
 
 # -- the outline ---------------------------------------------------------------------
