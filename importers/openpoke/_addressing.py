@@ -14,7 +14,7 @@ from pathlib import Path
 
 from importers.openpoke._mapping import SUMMARY_TAG, is_openpoke_session, openpoke_meta
 from importers.openpoke._materialize import entry_position, materialize_entry
-from replay import AddressError, Materialized, materialize, number_of, resolve_index
+from replay import Materialized, materialize, number_of, resolve_index
 from soap_core import Context, Session
 
 
@@ -27,11 +27,6 @@ def resolve_target(session: Session, context_id: str | None, at: str) -> tuple[C
         number = number_of(rest, at)
         if kind == "message":
             return context, number, []
-        if not is_openpoke_session(session):
-            raise AddressError(
-                f"--at {at}: entry numbers address an OpenPoke log, and session {session.uuid} "
-                f"({session.role}) was not imported from OpenPoke; give N or message:N (a display index)"
-            )
         return (*entry_position(session, number, context if context_id else None), [])
     if is_openpoke_session(session) and at.strip().lstrip("-").isdigit():
         target, index = entry_position(session, int(at), context if context_id else None)
@@ -62,14 +57,11 @@ def _position_note(active: Context, number: int, target: Context, index: int) ->
 def materialize_at(
     session: Session, context_id: str | None, at: str, *, openpoke_root: Path | None = None
 ) -> Materialized:
-    """The request ``context_id``/``at`` name, with ``openpoke_root`` for an OpenPoke entry."""
+    """The request ``context_id``/``at`` name, with ``openpoke_root`` for an OpenPoke entry
+    (replay asks this of OpenPoke sessions only: it refuses ``entry:N`` and a checkout for
+    the others itself)."""
     context, target, notes = resolve_target(session, context_id, at)
     root = openpoke_root
-    if root is not None and not is_openpoke_session(session):
-        raise AddressError(
-            f"--openpoke-root is for sessions imported from OpenPoke; session {session.uuid} is a "
-            f"{session.role} session"
-        )
     rebuilt = (
         materialize_entry(session, context, resolve_index(context, target), openpoke_root=root)
         if root is not None
