@@ -183,11 +183,7 @@ def saved_runs(
     context file was changed does not count as a run of the message now there).
     ``calls`` is the session's call log when the caller has read it already.
     """
-    forks = [
-        (context, mark)
-        for context in session.contexts.values()
-        if (mark := replay_mark(context)) is not None and _runs_from(mark, context_id, index, message_id)
-    ]
+    forks = _forks_from(session, "replay", context_id, index, message_id)
     if not forks:
         return []
     log = calls if calls is not None else session.calls()
@@ -254,14 +250,21 @@ class SavedRerun:
     """When its first call started ("" when it made none)."""
 
 
-def _runs_from(mark: BranchMark, context_id: str, index: int, message_id: str | None) -> bool:
-    """Whether ``mark`` is of a run of message ``index`` of ``context_id``: a mark made
-    before the context file was changed (its message id differs) is not."""
-    return (
-        mark.of_context == context_id
+def _forks_from(
+    session: Session, kind: str, context_id: str, index: int, message_id: str | None
+) -> list[tuple[Context, BranchMark]]:
+    """The forks marked ``kind`` that ran from message ``index`` of ``context_id``, with
+    their marks: a mark made before the context file was changed (its message id
+    differs) is not of that message."""
+    return [
+        (context, mark)
+        for context in session.contexts.values()
+        if (mark := mark_of(context)) is not None
+        and mark.kind == kind
+        and mark.of_context == context_id
         and mark.of_index == index
         and (message_id is None or mark.of_message_id in (None, message_id))
-    )
+    ]
 
 
 def rerun_mark(context: Context) -> BranchMark | None:
@@ -315,18 +318,16 @@ def saved_reruns(
 ) -> list[SavedRerun]:
     """Every saved re-run of the agent from message ``index`` of ``context_id``, oldest
     first; as :func:`saved_runs` finds replays."""
-    forks = [
-        (context, mark)
-        for context in session.contexts.values()
-        if (mark := rerun_mark(context)) is not None and _runs_from(mark, context_id, index, message_id)
-    ]
+    forks = _forks_from(session, RERUN_KIND, context_id, index, message_id)
     if not forks:
         return []
-    log = list(calls) if calls is not None else session.calls()
+    by_context: dict[str, list[CallRecord]] = {}  # one pass over the log, not one a re-run
+    for call in calls if calls is not None else session.calls():
+        by_context.setdefault(call.context_id, []).append(call)
     reruns: list[SavedRerun] = []
     for fork, mark in forks:
         branch = branch_contexts(session, fork)
-        made = sorted((c for c in log if c.context_id in branch), key=lambda c: c.id)
+        made = sorted((c for cid in branch for c in by_context.get(cid, ())), key=lambda c: c.id)
         answer, error, failures = _ending(session, session.contexts[branch[-1]], made)
         result = RerunResult(branch[-1], fork.id, context_id, index, answer, error, [c.id for c in made])
         result.tool_failures = failures
