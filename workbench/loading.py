@@ -55,6 +55,12 @@ class Scope:
     def at(self, context: Context) -> Scope:
         return replace(self, context=context)
 
+    def writable(self) -> tuple[Store, Session]:
+        """The store and a fresh load of the session, for a run that writes to them (the
+        scope's session may be the one shared by every rerun); raises SoapError."""
+        store = Store(self.root)
+        return store, store.load_session(self.session.uuid, require_active=False)
+
     @property
     def chosen(self) -> Context:
         """The context picked for this scope (a page picks one before it asks)."""

@@ -562,20 +562,13 @@ def unsaved_note(runs: list[ReplayRun]) -> str | None:
 
 
 def run_batch(
-    root: str,
-    session_uuid: str,
-    context_id: str,
-    index: int,
-    overrides: Overrides,
-    settings: RunSettings,
-    shown_hash: str,
+    scope: Scope, index: int, overrides: Overrides, settings: RunSettings, shown_hash: str
 ) -> list[ReplayRun]:
     """Run the replay from a fresh load of the session (the cached copy is never written);
     the runs are saved as forks, which the page reads back. Returns every run made."""
     samples, unchanged, concurrency = settings.samples, settings.unchanged, settings.concurrency
-    store = Store(root)
-    session = store.load_session(session_uuid, require_active=False)
-    found = materialize(session, context_id, index)
+    store, session = scope.writable()
+    found = materialize(session, scope.chosen.id, index)
     if found.request_hash != shown_hash:  # the edits were made against the request shown
         st.error("The store changed since this request was shown: look at it again before running.")
         st.stop()
@@ -634,9 +627,7 @@ def side_by_side(a: Output, b: Output, titles: tuple[str, str]) -> None:
             show_output(output)
 
 
-def show_run(
-    root: str, session_uuid: str, run: ReplayRun, original: Output, diff: OutputDiff | None, kind: str
-) -> None:
+def show_run(scope: Scope, run: ReplayRun, original: Output, diff: OutputDiff | None, kind: str) -> None:
     with st.container(border=True):
         if not run.saved:
             st.text(f"{kind} sample {run.sample}: nothing saved, the model was never reached")
@@ -647,7 +638,7 @@ def show_run(
             "workbench/pages/context.py",
             label="Open the fork",
             icon=":material/arrow_forward:",
-            query_params={"store": root, "session": session_uuid, "context": run.fork_id},
+            query_params={"store": scope.root, "session": scope.session.uuid, "context": run.fork_id},
         )
         if not run.ok:
             st.warning(escape_markdown(f"sample {run.sample} failed: {run.error}"))  # a run of the past
@@ -658,7 +649,7 @@ def show_run(
             show_output_diff(diff, original, output, ORIGINAL_AND_RUN)
 
 
-def show_batch(root: str, session_uuid: str, number: int, batch: Batch, original: Output) -> None:
+def show_batch(scope: Scope, number: int, batch: Batch, original: Output) -> None:
     st.subheader(escape_markdown(batch_title(number, batch)))
     st.text(batch_line(batch, viewer_zone()))
     with st.expander("Overrides sent", expanded=False):
@@ -679,21 +670,21 @@ def show_batch(root: str, session_uuid: str, number: int, batch: Batch, original
         )
     diffs = run_diffs(batch, original)
     for run in batch.runs:
-        show_run(root, session_uuid, run, original, diffs.get(run.fork_id), "run")
+        show_run(scope, run, original, diffs.get(run.fork_id), "run")
     for run in batch.noise_runs:
-        show_run(root, session_uuid, run, original, diffs.get(run.fork_id), "unchanged")
+        show_run(scope, run, original, diffs.get(run.fork_id), "unchanged")
 
 
-def show_saved_runs(root: str, session: Session, found: Materialized, saved: list[SavedRun]) -> None:
+def show_saved_runs(scope: Scope, found: Materialized, saved: list[SavedRun]) -> None:
     """The runs of this message the store keeps, newest batch first."""
     batches = batches_from_saved(saved)
     if not batches:
         return
     st.header("Runs of this message")
-    original = original_output(session, found)
+    original = original_output(scope.session, found)
     shown = list(enumerate(batches, start=1))[-MOST_BATCHES_SHOWN:]
     for number, batch in reversed(shown):
-        show_batch(root, session.uuid, number, batch, original)
+        show_batch(scope, number, batch, original)
     if len(batches) > len(shown):
         st.caption(
             f"{len(batches) - len(shown)} older runs of this message are not shown here; "
@@ -704,7 +695,7 @@ def show_saved_runs(root: str, session: Session, found: Materialized, saved: lis
 def show_replay(scope: Scope) -> None:
     """The Replay tab: pick, verify, edit, run, and the runs saved for this message."""
     scope = selected_context(scope)
-    root, session, context = scope.root, scope.session, scope.chosen
+    session = scope.session
     calls = call_log(session)
     index, found = pick_message(scope)
     show_found(session, found)
@@ -719,16 +710,16 @@ def show_replay(scope: Scope) -> None:
         if not settings.base_url:
             st.error("No endpoint: enter the base URL of an OpenAI-compatible server.")
             st.stop()
-        result = run_rerun(root, session.uuid, found, overrides, settings, again)
+        result = run_rerun(scope, found, overrides, settings, again)
         fresh[result.fork_id] = result
         st.rerun()  # the branch is in the store now: the page reads it back with the rest
-    show_saved_reruns(root, session, reruns, calls, fresh, settings.base_url)
+    show_saved_reruns(scope, reruns, calls, fresh, settings.base_url)
     if clicked:
         if not settings.base_url:
             st.error("No endpoint: enter the base URL of an OpenAI-compatible server.")
             st.stop()
         try:
-            made = run_batch(root, session.uuid, context.id, index, overrides, settings, found.request_hash)
+            made = run_batch(scope, index, overrides, settings, found.request_hash)
         except SoapError as exc:
             show_error_and_stop(exc)
         unsaved = unsaved_note(made)
@@ -738,21 +729,15 @@ def show_replay(scope: Scope) -> None:
     note = st.session_state.pop(UNSAVED_KEY, None)
     if note:
         st.error(escape_markdown(note))
-    show_saved_runs(root, session, found, runs)
+    show_saved_runs(scope, found, runs)
 
 
 def run_rerun(
-    root: str,
-    session_uuid: str,
-    found: Materialized,
-    overrides: Overrides,
-    settings: RunSettings,
-    again: RerunChoice,
+    scope: Scope, found: Materialized, overrides: Overrides, settings: RunSettings, again: RerunChoice
 ) -> RerunResult:
     """The re-run from a fresh load of the session (the cached copy is never written)."""
-    store = Store(root)
-    session = store.load_session(session_uuid, require_active=False)
     try:
+        store, session = scope.writable()
         modes = rerun_modes(again.default, again.unserved, again.injections)
         bar = st.progress(0.0, text="Re-running the agent: no model call yet")
 
@@ -776,8 +761,7 @@ def run_rerun(
 
 
 def show_saved_reruns(
-    root: str,
-    session: Session,
+    scope: Scope,
     saved: list[SavedRerun],
     calls: CallLog,
     fresh: dict[str, RerunResult],
@@ -792,12 +776,12 @@ def show_saved_reruns(
     for number, kept in reversed(numbered[-MOST_BATCHES_SHOWN:]):
         result = fresh.get(kept.result.fork_id, kept.result)  # the run's own account, when it was here
         try:
-            diff = diff_saved_rerun(session, result, calls)
+            diff = diff_saved_rerun(scope.session, result, calls)
         except (KeyError, SoapError) as exc:
             st.error(escape_markdown(f"re-run {number} (fork {short_id(kept.result.fork_id)}): {exc}"))
             continue
         show_rerun(number, kept, result, diff)
-        continue_form(root, session.uuid, result, base_url)
+        continue_form(scope, result, base_url)
     if len(numbered) > MOST_BATCHES_SHOWN:
         st.caption(
             f"{len(numbered) - MOST_BATCHES_SHOWN} older re-runs are not shown; they are in the fork tree."
@@ -826,7 +810,7 @@ def show_rerun(number: int, kept: SavedRerun, result: RerunResult, diff: BranchD
 CONTINUED_KEY = "replay_continued"
 
 
-def continue_form(root: str, session_uuid: str, result: RerunResult, base_url: str) -> None:
+def continue_form(scope: Scope, result: RerunResult, base_url: str) -> None:
     """A new user message at the end of the re-run's branch, and the agent's turn on it
     (tools live: a new turn has no record); each turn is shown under the branch."""
     turns: dict[str, list[RerunResult]] = st.session_state.setdefault(CONTINUED_KEY, {})
@@ -839,10 +823,9 @@ def continue_form(root: str, session_uuid: str, result: RerunResult, base_url: s
         if not base_url:
             st.error("No endpoint: enter the base URL of an OpenAI-compatible server above.")
             st.stop()
-        store = Store(root)
-        session = store.load_session(session_uuid, require_active=False)
         latest = (turns.get(result.branch_id) or [result])[-1].branch_id
         try:
+            store, session = scope.writable()
             with st.spinner("The agent's turn…"):
                 turn = continue_branch(
                     store, session, session.contexts[latest], text.strip(), LLMEndpoint(base_url)
