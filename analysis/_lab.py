@@ -7,22 +7,22 @@ instead; the simulation feeds it the history call by call, without calling the m
 and without touching the store, and records the context size, the compactions and
 exactly which messages were gone at each call.
 
-Strategies keep their view incrementally (dropping from the old end), so a simulation
-is linear in the number of messages. A new strategy can be any function from the view
-(a list of :class:`Item`) to the view the model should see.
+Strategies keep their view incrementally (dropping from the old end by the runtime's
+rule, which reads only what it drops), so a simulation is linear in the number of
+messages. A new strategy can be any function from the view (a list of :class:`Item`) to
+the view the model should see.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from analysis._budget import llm_calls, session_calls
 from soap_core import CallRecord, Context, Message, Session, ThinkingPart
-from soap_core._compaction_specs import DEFAULTS, GRAMMAR, parse_spec, spec_text
+from soap_core._compaction_specs import DEFAULTS, GRAMMAR, CompactionSpec, parse_spec
 
 SUMMARY_ID = "summary"
 
@@ -105,32 +105,23 @@ def items_of(messages: Sequence[Message]) -> Iterable[Item]:
         yield Item(message.id, message.count_tokens(), message.is_special, item_group, thinking)
 
 
-class Strategy(Protocol):
-    """Keeps a view of the history; ``add`` new items, then ``compact`` before a call."""
+class Strategy:
+    """Keeps a view of the history: ``add`` new items, then ``compact`` before a call.
 
-    name: str
+    The view is the specials, then ``items[first:]``, with a running total; ``rule`` (the
+    runtime's and ``Context``'s, :meth:`~soap_core._compaction_specs.CompactionSpec.kept`)
+    drops whole groups from its old end. The baseline: a rule that drops nothing."""
 
-    def start(self) -> None: ...
+    rule = CompactionSpec("none")
 
-    def add(self, item: Item) -> None: ...
-
-    def compact(self) -> list[str]:
-        """Apply the strategy before a call; the ids it dropped now."""
-        ...
-
-    def tokens(self) -> int: ...
-
-    def view(self) -> list[Item]: ...
-
-
-class _Window:
-    """A deque view with a running total; drops whole groups from the old end."""
-
-    name = "none"
+    @property
+    def name(self) -> str:
+        return str(self.rule)
 
     def start(self) -> None:
         self.specials: list[Item] = []
-        self.items: deque[Item] = deque()
+        self.items: list[Item] = []
+        self.first = 0
         self.total = 0
 
     def add(self, item: Item) -> None:
@@ -140,34 +131,28 @@ class _Window:
     def cost(self, item: Item) -> int:
         return item.tokens
 
-    def drop_group(self) -> list[str]:
-        first = self.items.popleft()
-        self.total -= self.cost(first)
-        gone = [first.id]
-        while self.items and self.items[0].group == first.group:
-            item = self.items.popleft()
-            self.total -= self.cost(item)
-            gone.append(item.id)
-        return gone
-
     def compact(self) -> list[str]:
-        return []
+        """Apply the strategy before a call; the ids it dropped now."""
+        start = self.rule.kept(self.items, lambda i: i.group, self.cost, self.total, self.first)
+        if start is None:
+            return []
+        gone, self.first = self.items[self.first : start], start
+        self.total -= sum(self.cost(i) for i in gone)
+        return [i.id for i in gone]
 
     def tokens(self) -> int:
         return self.total
 
     def view(self) -> list[Item]:
-        return [*self.specials, *self.items]
+        return [*self.specials, *self.items[self.first :]]
 
 
-class NoCompaction(_Window):
+class NoCompaction(Strategy):
     """The baseline: the model sees everything."""
-
-    name = "none"
 
 
 @dataclass
-class RollingTokens(_Window):
+class RollingTokens(Strategy):
     """Over ``threshold`` tokens, keep the newest ``keep`` share of it (the seed's rule:
     over 60,000, keep the most recent 30,000). Specials always stay and count, and so
     does the newest message with its tool group, even over the budget."""
@@ -176,46 +161,31 @@ class RollingTokens(_Window):
     keep: float = float(DEFAULTS["rolling-tokens"][1])
 
     def __post_init__(self) -> None:
-        self.name = spec_text("rolling-tokens", [self.threshold, float(self.keep)])
-
-    def compact(self) -> list[str]:
-        if self.total <= self.threshold:
-            return []
-        budget = int(self.threshold * self.keep)
-        gone: list[str] = []
-        while self.items and self.total > budget and self.items[0].group != self.items[-1].group:
-            gone += self.drop_group()  # the newest group always stays, as in Context
-        return gone
+        self.rule = CompactionSpec("rolling-tokens", (self.threshold, float(self.keep)))
 
 
 @dataclass
-class RollingMessages(_Window):
+class RollingMessages(Strategy):
     """Keep the last ``n`` messages besides the specials (fewer rather than split a
     tool call from its results)."""
 
     n: int = int(DEFAULTS["rolling-messages"][0])
 
     def __post_init__(self) -> None:
-        self.name = spec_text("rolling-messages", [self.n])
-
-    def compact(self) -> list[str]:
-        gone: list[str] = []
-        while len(self.items) > self.n:
-            gone += self.drop_group()
-        return gone
+        self.rule = CompactionSpec("rolling-messages", (self.n,))
 
 
-class StripThinking(_Window):
+class StripThinking(Strategy):
     """Thinking parts are never sent again; no message is dropped."""
 
-    name = "strip-thinking"
+    rule = CompactionSpec("strip-thinking")
 
     def cost(self, item: Item) -> int:
         return item.tokens - item.thinking
 
 
 @dataclass
-class SummarizeOlder(_Window):
+class SummarizeOlder(Strategy):
     """Over ``threshold``, all but the last ``keep_last`` messages become one summary.
     The simulation cannot ask a model, so it stands in a summary of a quarter of what it
     replaces, at most ``summary_tokens``; drift runs ask the model for the real one."""
@@ -225,38 +195,36 @@ class SummarizeOlder(_Window):
     summary_tokens: int = 200
 
     def __post_init__(self) -> None:
-        self.name = spec_text("summarize", [self.threshold, self.keep_last])
+        self.rule = CompactionSpec("summarize", (self.threshold, self.keep_last))
 
     def compact(self) -> list[str]:
-        if self.total <= self.threshold:
-            return []
         before = self.total
-        gone: list[str] = []
-        while len(self.items) > self.keep_last:
-            gone += self.drop_group()
-        if gone:
+        gone = super().compact()
+        if gone:  # the summary takes the last place the dropped messages held
             size = min(self.summary_tokens, max(1, (before - self.total) // 4))
-            self.items.appendleft(Item(SUMMARY_ID, size, group=-1))
+            self.first -= 1
+            self.items[self.first] = Item(SUMMARY_ID, size, group=-1)
             self.total += size
         return [g for g in gone if g != SUMMARY_ID]
 
 
 @dataclass
-class FunctionStrategy(_Window):
+class FunctionStrategy(Strategy):
     """A plug-in: any function from the view to the view the model should see."""
 
     function: Callable[[list[Item]], list[Item]] = lambda view: view
     label: str = "custom"
 
-    def __post_init__(self) -> None:
-        self.name = self.label
+    @property
+    def name(self) -> str:
+        return self.label
 
     def compact(self) -> list[str]:
         before = self.view()
         after = self.function(before)
         kept = {i.id for i in after}
         self.specials = [i for i in after if i.special]
-        self.items = deque(i for i in after if not i.special)
+        self.items, self.first = [i for i in after if not i.special], 0
         self.total = sum(self.cost(i) for i in after)
         return [i.id for i in before if i.id not in kept]
 
@@ -265,18 +233,16 @@ def parse_strategy(spec: str) -> Strategy:
     """``rolling-tokens:T[:KEEP]``, ``rolling-messages:N``, ``strip-thinking``,
     ``summarize[:T[:KEEP_LAST]]`` or ``none`` (the grammar of :mod:`soap_core`'s specs)."""
     parsed = parse_spec(spec)
-    numbers = parsed.numbers
-    if parsed.kind == "rolling-tokens":
-        return RollingTokens(int(numbers[0]), float(numbers[1]))
-    if parsed.kind == "rolling-messages":
-        return RollingMessages(int(numbers[0]))
-    if parsed.kind == "summarize":
-        return SummarizeOlder(int(numbers[0]), int(numbers[1]))
-    if parsed.kind == "strip-thinking":
-        return StripThinking()
-    if parsed.kind == "none":
-        return NoCompaction()
-    raise ValueError(f"unknown strategy {spec!r}: use {GRAMMAR}")  # context-budget: no lab strategy
+    kinds: dict[str, Callable[..., Strategy]] = {
+        "rolling-tokens": RollingTokens,
+        "rolling-messages": RollingMessages,
+        "summarize": SummarizeOlder,
+        "strip-thinking": StripThinking,
+        "none": NoCompaction,
+    }
+    if parsed.kind not in kinds:  # context-budget: the runtime's alone, no lab strategy
+        raise ValueError(f"unknown strategy {spec!r}: use {GRAMMAR}")
+    return kinds[parsed.kind](*parsed.numbers)
 
 
 @dataclass(slots=True)

@@ -20,8 +20,6 @@ from analysis._lab import History
 from soap_core import CallRecord, Session
 from soap_core._compaction_specs import parse_spec, recorded_spec, spec_text
 
-_THRESHOLDS = {"rolling-tokens", "summarize"}
-"""The kinds whose first number is a token threshold."""
 _SHOWN = 120
 """How much of a strategy's repr a note quotes (a summarizer's repr can be long)."""
 
@@ -51,8 +49,8 @@ def threshold_start(session: Session, *, calls: Sequence[CallRecord] | None = No
         f" Its calls ran with {len(settings)} settings; this is the latest." if len(settings) > 1 else ""
     )
     spec = recorded_spec(latest) if latest else None
-    if latest and spec is not None and spec.kind in _THRESHOLDS:
-        tokens = int(spec.numbers[0])
+    if latest and spec is not None and spec.threshold is not None:
+        tokens = int(spec.threshold)
         return ThresholdStart(
             tokens,
             "compaction",

@@ -1,9 +1,10 @@
-"""The one grammar of compaction strategies: ``KIND[:NUMBER[:NUMBER]]``.
+"""The one vocabulary of compaction strategies: ``KIND[:NUMBER[:NUMBER]]`` and its rule.
 
 The runtime's hooks, the lab's simulated strategies, the pages and the CLI all name a
 strategy by its spec (``rolling-tokens:60000:0.5``, ``rolling-messages:40``,
 ``summarize:1300:4``); the call log records the spec of the strategy in force. The
-kinds, their numbers and their defaults are here and nowhere else.
+kinds, their numbers, their defaults and which messages each keeps (the rule of
+``Context``'s windows, the runtime's hooks and the lab) are here and nowhere else.
 
 Call records written before the spec (``soapwb.call/1``) hold the strategy's Python
 repr; :func:`spec_of_repr` reads those once, when a record is upgraded.
@@ -12,7 +13,9 @@ repr; :func:`spec_of_repr` reads those once, when a record is upgraded.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 DEFAULTS: dict[str, tuple[float | int, ...]] = {
     "rolling-tokens": (60_000, 0.5),
@@ -27,17 +30,48 @@ kept; a number of messages; a token threshold and the messages kept whole."""
 _FLOATS = {("rolling-tokens", 1)}
 """The numbers that are shares (the rest count tokens or messages)."""
 GRAMMAR = "rolling-tokens:T[:KEEP], rolling-messages:N, strip-thinking, summarize[:T[:KEEP_LAST]] or none"
+T = TypeVar("T")
+_Of = Callable[[T], int]
+"""A number a rule reads off one message of a view: its tool group, its tokens."""
 
 
 @dataclass(frozen=True)
 class CompactionSpec:
-    """A strategy by its kind and numbers (defaults filled in)."""
+    """A strategy by its kind and numbers (defaults filled in): ``str()`` is its spec,
+    :meth:`kept` its rule."""
 
     kind: str
     numbers: tuple[float | int, ...] = ()
 
     def __str__(self) -> str:
         return spec_text(self.kind, self.numbers)
+
+    @property
+    def threshold(self) -> float | int | None:
+        """The tokens a context must be over for the strategy to act (None: any size)."""
+        return self.numbers[0] if self.kind in ("rolling-tokens", "summarize") else None
+
+    def kept(self, view: Sequence[T], group: _Of[T], cost: _Of[T], total: int, start: int = 0) -> int | None:
+        """Where the part of ``view[start:]`` the strategy keeps starts, None when it
+        leaves the view as it is. ``view``: the non-special messages oldest first, a tool
+        group's together; ``total``: their tokens and the specials'. Over its threshold,
+        whole groups go from the old end until at most ``int(T * KEEP)`` tokens (the
+        newest group even over it) or N (KEEP_LAST) messages are left; only the dropped
+        messages' costs are read, so a caller keeping its view and total pays once each."""
+        threshold, by_tokens = self.threshold, self.kind == "rolling-tokens"
+        if not self.numbers or (threshold is not None and total <= threshold):
+            return None  # the kinds without numbers drop nothing
+        limit = int(self.numbers[0] * self.numbers[1]) if by_tokens else int(self.numbers[-1])
+        if limit < 0 and not by_tokens:
+            raise ValueError(f"{self}: the number of messages kept must be >= 0")
+        first, end = start, len(view)
+        while first < end and (total if by_tokens else end - first) > limit:
+            if by_tokens and group(view[first]) == group(view[end - 1]):
+                break  # a model not asked the question is worse than one over budget
+            after = next((i for i in range(first + 1, end) if group(view[i]) != group(view[first])), end)
+            total -= sum(cost(view[i]) for i in range(first, after)) if by_tokens else 0
+            first = after
+        return first if first > start or (by_tokens and total > limit) else None
 
 
 def spec_text(kind: str, numbers: tuple[float | int, ...] | list[float | int]) -> str:
@@ -49,10 +83,8 @@ def parse_spec(text: str) -> CompactionSpec:
     """The spec ``text`` names, its missing numbers at their defaults; ValueError saying
     what is wrong and what the grammar is."""
     kind, *args = text.split(":")
-    if kind not in DEFAULTS:
-        raise ValueError(f"unknown strategy {text!r}: use {GRAMMAR}")
-    defaults = DEFAULTS[kind]
-    if len(args) > len(defaults):
+    defaults = DEFAULTS.get(kind)
+    if defaults is None or len(args) > len(defaults):
         raise ValueError(f"unknown strategy {text!r}: use {GRAMMAR}")
     numbers: list[float | int] = list(defaults)
     try:

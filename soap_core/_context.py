@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any, overload
 
 from soap_core._codec import in_file_order, optional_typed
+from soap_core._compaction_specs import CompactionSpec
 from soap_core._errors import FormatError
 from soap_core._facts import collector_paused
 from soap_core._ids import checked_id
@@ -450,44 +451,42 @@ class Context:
             groups.append([i])
         return groups
 
+    def kept_indices(self, spec: CompactionSpec, encoding: str = DEFAULT_ENCODING) -> list[int] | None:
+        """Display indices of the non-special messages ``spec`` keeps (its
+        :meth:`~CompactionSpec.kept` over the tool groups, oldest first: a tool result
+        never stays without its call), or None when it leaves the context as it is."""
+        threshold = spec.threshold
+        total = 0 if threshold is None else self.total_token_count(encoding)
+        if threshold is not None and total <= threshold:
+            return None  # before grouping: a context that fits is not built
+        groups = self._tool_groups()
+        view = [i for g in groups for i in g]
+        group = {i: n for n, g in enumerate(groups) for i in g}
+        start = spec.kept(view, group.__getitem__, lambda i: self.messages[i].count_tokens(encoding), total)
+        return None if start is None else sorted(view[start:])
+
+    def compacted(self, spec: CompactionSpec, encoding: str = DEFAULT_ENCODING) -> Context | None:
+        """Fork keeping the special messages and :meth:`kept_indices`; None when ``spec``
+        leaves the context as it is."""
+        kept = self.kept_indices(spec, encoding)
+        return None if kept is None else self.fork(self._special_indices() + kept)
+
     def recent_indices(self, n: int) -> list[int]:
         """Display indices of the last ``n`` non-special messages, fewer where the n-th
         from the end is a tool result whose call would be cut off."""
-        if n < 0:
-            raise ValueError("n must be >= 0")
-        kept: list[int] = []
-        for group in reversed(self._tool_groups()):
-            if len(kept) + len(group) > n:
-                break
-            kept.extend(group)
-        return sorted(kept)
+        kept = self.kept_indices(CompactionSpec("rolling-messages", (n,)))
+        return [i for i, m in enumerate(self.messages) if not m.is_special] if kept is None else kept
 
     def rolling_sequence_window(self, n: int) -> Context | None:
         """Fork keeping the special messages and :meth:`recent_indices` ``(n)``; None
         when nothing has to go."""
-        kept = self.recent_indices(n)
-        if len(kept) == len(self.messages) - len(self._special_indices()):
-            return None
-        return self.fork(self._special_indices() + kept)
+        return self.compacted(CompactionSpec("rolling-messages", (n,)))
 
     def rolling_token_window(self, max_tokens: int, encoding: str = DEFAULT_ENCODING) -> Context | None:
-        """Fork keeping the special messages, then walking back from the end while the
-        running total (specials included) stays within ``max_tokens``; a tool result
-        never stays without its call. The newest message (with its tool group) always
-        stays, even over the budget: a model called without the question it is to answer
-        is worse than one called over budget. None when the whole context already fits."""
-        if self.total_token_count(encoding) <= max_tokens:
-            return None
-        specials = self._special_indices()
-        total = sum(self.messages[i].count_tokens(encoding) for i in specials)
-        kept: list[int] = []
-        for group in reversed(self._tool_groups()):
-            cost = sum(self.messages[i].count_tokens(encoding) for i in group)
-            if total + cost > max_tokens and kept:
-                break
-            total += cost
-            kept.extend(group)
-        return self.fork(specials + kept)
+        """Fork keeping the special messages and the newest that fit with them in
+        ``max_tokens``, whole tool groups, the newest group even over it (the
+        rolling-tokens rule); None when the whole context already fits."""
+        return self.compacted(CompactionSpec("rolling-tokens", (max_tokens, 1)), encoding)
 
     def peteos_token_window(
         self,

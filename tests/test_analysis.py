@@ -24,7 +24,9 @@ from analysis import (
     simulate,
     simulate_items,
 )
-from soap_core import Message, Store, TextPart, ThinkingPart, ToolUsePart
+from analysis._lab import Strategy, items_of
+from soap_core import Context, Message, Store, TextPart, ThinkingPart, ToolPart, ToolResultPart, ToolUsePart
+from soap_core.runtime import RollingSequenceWindow, RollingTokenWindow
 from tests.conftest import CHILD_ID, PARENT_ID
 
 
@@ -99,6 +101,67 @@ def test_strategy_specs_parse_and_bad_ones_say_what_is_accepted() -> None:
         parse_strategy("magic")
     with pytest.raises(ValueError, match="bad numbers"):
         parse_strategy("rolling-tokens:lots")
+
+
+def grouped_conversation() -> Context:
+    """A context with tool groups of every shape: two calls answered in one result, a
+    call answered late by a second result message, a call whose result is the newest
+    message, and messages of very different sizes."""
+    context = Context.create("You answer questions about logs. " * 5, [ToolPart("grep", "Search.", {})])
+    context.append(Message.create("user", [TextPart("Which services failed last night? " * 3)]))
+    both = [ToolUsePart("c1", "grep", '{"p": "ERROR"}'), ToolUsePart("c2", "grep", '{"p": "FATAL"}')]
+    first = context.append(Message.create("assistant", [TextPart("Looking."), *both]))
+    context.append_tool_results(first, [ToolResultPart("c1", "db down " * 40), ToolResultPart("c2", "none")])
+    context.append(Message.create("assistant", [TextPart("The database failed at 02:10.")]))
+    context.append(Message.create("user", [TextPart("And the cache?")]))
+    late = context.append(Message.create("assistant", [ToolUsePart("c3", "grep", '{"p": "cache"}')]))
+    context.append_tool_results(late, [ToolResultPart("c3", "cache ok " * 5)])
+    context.append(Message.create("tool_result", [ToolResultPart("c3", "more cache lines " * 12)]))
+    context.append(Message.create("user", [TextPart("Thanks. One last check " * 8)]))
+    last = context.append(Message.create("assistant", [ToolUsePart("c4", "grep", '{"p": "disk"}')]))
+    context.append_tool_results(last, [ToolResultPart("c4", "disk full " * 30)])
+    return context
+
+
+def lab_drops(context: Context, strategy: Strategy) -> set[str]:
+    """What the lab drops from the whole context at one call."""
+    [simulation] = simulate_items(list(items_of(context.messages)), [len(context.messages)], [strategy])
+    return set(simulation.dropped_at(0))
+
+
+def context_drops(context: Context, fork: Context | None) -> set[str]:
+    """What a window's fork (None: the context as it is) left out."""
+    return {m.id for m in context.messages} - {m.id for m in fork.messages} if fork else set()
+
+
+def test_the_lab_drops_what_the_context_windows_and_the_runtime_hooks_drop() -> None:
+    """One rule, three users: over every budget and every count, the lab's simulated
+    strategies drop exactly the messages that ``Context``'s windows and the runtime's
+    hooks leave out of their forks, whole tool groups, the newest one always kept."""
+    context = grouped_conversation()
+    ordinary = [i for i, m in enumerate(context.messages) if not m.is_special]
+    total = context.total_token_count()
+    groups = sorted({item.group for item in items_of(context.messages) if not item.special})
+    assert len(groups) < len(ordinary) and total > 400  # tool groups that a window must keep whole
+    seen = set()
+    for budget in range(total - sum(context.messages[i].count_tokens() for i in ordinary), total + 2):
+        dropped = context_drops(context, context.rolling_token_window(budget))
+        assert lab_drops(context, RollingTokens(budget, 1.0)) == dropped, budget
+        seen.add(frozenset(dropped))
+        threshold = budget * 2  # keep half of it, over it
+        hook = RollingTokenWindow(threshold, 0.5)(None, context)  # type: ignore[arg-type]
+        assert lab_drops(context, RollingTokens(threshold, 0.5)) == context_drops(context, hook), threshold
+    assert len(seen) >= 5  # the budgets cut the conversation at several places
+    for n in range(len(ordinary) + 2):
+        dropped = context_drops(context, context.rolling_sequence_window(n))
+        assert lab_drops(context, RollingMessages(n)) == dropped, n
+        hook = RollingSequenceWindow(n)(None, context)  # type: ignore[arg-type]
+        assert context_drops(context, hook) == dropped
+        older = {context.messages[i].id for i in ordinary} - {
+            context.messages[i].id for i in context.recent_indices(n)
+        }
+        assert lab_drops(context, SummarizeOlder(total - 1, n)) == older, n
+        assert lab_drops(context, SummarizeOlder(total, n)) == set()  # not over its threshold
 
 
 def test_the_fixtures_calls_are_reconstructed_with_the_compaction_between_them(fixture_store: Store) -> None:

@@ -2,14 +2,15 @@
 
 A strategy returns a fork of the context (saved beside its parent, the parent listing
 it in ``children``, as sOAP does) or None to leave the context as it is. The system
-prompt and tool definitions are always kept, and a tool result never loses its call.
+prompt and tool definitions are always kept, and a tool result never loses its call:
+a hook's ``rule`` is the spec and keep rule the lab and ``Context`` share.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from soap_core._compaction_specs import DEFAULTS, spec_text
+from soap_core._compaction_specs import DEFAULTS, CompactionSpec
 from soap_core._context import Context
 from soap_core._facts import SUMMARY_PREFIX as SUMMARY_PREFIX
 from soap_core._message import Message
@@ -18,8 +19,23 @@ from soap_core.runtime._object import Agent
 from soap_core.runtime._object import Compaction as Compaction  # the strategies' protocol, named here too
 
 
+class _Ruled:
+    """A hook whose spec and keep rule are its :class:`CompactionSpec`'s (``rule``)."""
+
+    @property
+    def rule(self) -> CompactionSpec:
+        raise NotImplementedError
+
+    @property
+    def spec(self) -> str:
+        return str(self.rule)
+
+    def __call__(self, owner: Agent, context: Context) -> Context | None:
+        return context.compacted(self.rule)
+
+
 @dataclass(frozen=True)
-class RollingTokenWindow:
+class RollingTokenWindow(_Ruled):
     """Over ``threshold`` tokens, keep the newest ``keep`` share of it (the seed's Log
     Analyzer: over 60,000, keep the most recent 30,000)."""
 
@@ -27,27 +43,19 @@ class RollingTokenWindow:
     keep: float = float(DEFAULTS["rolling-tokens"][1])
 
     @property
-    def spec(self) -> str:
-        return spec_text("rolling-tokens", [self.threshold, float(self.keep)])
-
-    def __call__(self, owner: Agent, context: Context) -> Context | None:
-        if context.total_token_count() <= self.threshold:
-            return None
-        return context.rolling_token_window(int(self.threshold * self.keep))
+    def rule(self) -> CompactionSpec:
+        return CompactionSpec("rolling-tokens", (self.threshold, float(self.keep)))
 
 
 @dataclass(frozen=True)
-class RollingSequenceWindow:
+class RollingSequenceWindow(_Ruled):
     """Keep the last ``n`` messages besides the system prompt and tool definitions."""
 
     n: int = int(DEFAULTS["rolling-messages"][0])
 
     @property
-    def spec(self) -> str:
-        return spec_text("rolling-messages", [self.n])
-
-    def __call__(self, owner: Agent, context: Context) -> Context | None:
-        return context.rolling_sequence_window(self.n)
+    def rule(self) -> CompactionSpec:
+        return CompactionSpec("rolling-messages", (self.n,))
 
 
 @dataclass(frozen=True)
@@ -60,8 +68,6 @@ class ContextBudget:
     def __call__(self, owner: Agent, context: Context) -> Context | None:
         settings = owner.settings
         budget = settings.context_limit - settings.context_reserve - settings.max_tokens
-        if context.total_token_count() <= budget:
-            return None
         return context.rolling_token_window(max(budget, 0))
 
 
@@ -80,7 +86,7 @@ def render_for_summary(messages: list[Message]) -> str:
 
 
 @dataclass(frozen=True)
-class Summarize:
+class Summarize(_Ruled):
     """Over ``threshold`` tokens, another agentic object summarises all but the last
     ``keep_last`` messages; the summary replaces them as one user message."""
 
@@ -89,17 +95,15 @@ class Summarize:
     keep_last: int = int(DEFAULTS["summarize"][1])
 
     @property
-    def spec(self) -> str:
-        return spec_text("summarize", [self.threshold, self.keep_last])
+    def rule(self) -> CompactionSpec:
+        return CompactionSpec("summarize", (self.threshold, self.keep_last))
 
     def __call__(self, owner: Agent, context: Context) -> Context | None:
-        if context.total_token_count() <= self.threshold:
+        kept = context.kept_indices(self.rule)
+        if kept is None:
             return None
-        recent = set(context.recent_indices(self.keep_last))
-        older = [m for i, m in enumerate(context.messages) if not m.is_special and i not in recent]
-        if not older:
-            return None
-        kept_ids = {context.messages[i].id for i in recent}
+        kept_ids = {context.messages[i].id for i in kept}
+        older = [m for m in context.messages if not m.is_special and m.id not in kept_ids]
         summary = self.summarizer.invoke(
             "Summarize this conversation so far in a few sentences, keeping facts, numbers and "
             f"open questions:\n\n{render_for_summary(older)}"
