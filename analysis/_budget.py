@@ -105,7 +105,7 @@ class CompactionEvent:
         return asdict(self)
 
 
-@dataclass
+@dataclass(frozen=True)
 class CallBudget:
     """The context one LLM call was sent."""
 

@@ -40,7 +40,7 @@ class Item:
     """Tokens of its thinking parts (what strip-thinking saves)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class History:
     """A session's uncompacted history and where each call cut it."""
 
@@ -245,7 +245,7 @@ def parse_strategy(spec: str) -> Strategy:
     return kinds[parsed.kind](*parsed.numbers)
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class SimPoint:
     """One call under one strategy."""
 
@@ -256,7 +256,7 @@ class SimPoint:
     dropped_now: list[str]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Simulation:
     """A strategy's run over a whole history."""
 

@@ -16,7 +16,7 @@ from typing import Any
 from soap_core import CallRecord, Context, Message, Session, request_hash
 
 
-@dataclass
+@dataclass(frozen=True)
 class Materialized:
     """The request behind one message, and where it came from."""
 

@@ -11,6 +11,11 @@ of 100,000 messages that copy takes seconds on every rerun, so :func:`read_only_
 goes through ``st.cache_resource`` instead: one object shared by every rerun and every
 browser tab, for pages that only read it (the Context page). Nothing may change it.
 It keeps three sessions at most: one of 100,000 messages takes about 220 MB.
+
+What the pages share through ``st.cache_resource`` is frozen where Python has a frozen
+form: tuples, read-only mappings, frozen dataclasses (``History``, ``Simulation``,
+``CallBudget``, ``Materialized``). The session, pandas frames and plotly figures have
+none: they are only read.
 """
 
 from __future__ import annotations

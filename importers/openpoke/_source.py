@@ -8,6 +8,7 @@ imported session (a replay's answer) has our own call record, read as for our ru
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,8 +32,7 @@ class OpenPokeSource:
         found = materialize_entry(session, context, index) or RUNTIME_SOURCE.materialize(
             session, context, index, calls
         )
-        found.source = self.name
-        return found
+        return dataclasses.replace(found, source=self.name)
 
     def build_request(
         self, messages: Sequence[Message], *, model: str | None, parameters: Mapping[str, Any]

@@ -17,6 +17,7 @@ the analysis library.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -88,9 +89,9 @@ def _history(scope: Scope) -> History:
 
 
 @st.cache_resource(show_spinner="Simulating…", max_entries=16, hash_funcs=SCOPED)
-def _simulations(scope: Scope, specs: tuple[str, ...]) -> list[Simulation]:
+def _simulations(scope: Scope, specs: tuple[str, ...]) -> tuple[Simulation, ...]:
     history = _history(scope)
-    return simulate_items(history.items, history.calls, [parse_strategy(s) for s in specs])
+    return tuple(simulate_items(history.items, history.calls, [parse_strategy(s) for s in specs]))
 
 
 @st.cache_resource(show_spinner=False, max_entries=16, hash_funcs=SCOPED)
@@ -306,7 +307,7 @@ def show_drift_controls(scope: Scope, history: History, specs: list[str]) -> Dri
     return job
 
 
-def show_drift(simulations: list[Simulation], job: DriftJob | None) -> None:
+def show_drift(simulations: Sequence[Simulation], job: DriftJob | None) -> None:
     """The comparison table, with drift against the noise band where it was measured."""
     results = job.results if job is not None else []
     drift = drift_rows(simulations, results) if results else []
@@ -326,7 +327,9 @@ def show_drift(simulations: list[Simulation], job: DriftJob | None) -> None:
 
 
 @st.cache_resource(show_spinner=False, max_entries=32, hash_funcs=SCOPED)
-def _dropped(scope: Scope, specs: tuple[str, ...], call: int) -> list[tuple[str, int, pd.DataFrame | None]]:
+def _dropped(
+    scope: Scope, specs: tuple[str, ...], call: int
+) -> tuple[tuple[str, int, pd.DataFrame | None], ...]:
     """Per strategy: its name, how many messages it had dropped by ``call``, and their
     table (a strategy of a long session drops tens of thousands)."""
     history = _history(scope)
@@ -334,7 +337,7 @@ def _dropped(scope: Scope, specs: tuple[str, ...], call: int) -> list[tuple[str,
     for simulation in _simulations(scope, specs):
         rows = dropped_rows(history, simulation, call)
         shown.append((simulation.strategy, len(rows), dropped_table(rows) if rows else None))
-    return shown
+    return tuple(shown)
 
 
 def show_dropped(scope: Scope, history: History, specs: list[str]) -> None:

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any
 
 import streamlit as st
@@ -139,13 +141,13 @@ def call_log(session: Session) -> CallLog:
 
 # Shared, not copied, like the session: a long context has some 50,000 of each.
 @st.cache_resource(show_spinner="Finding the messages to replay…", max_entries=8, hash_funcs=SCOPED)
-def _candidates(scope: Scope) -> list[int]:
-    return replay_candidates(scope.session, scope.chosen)
+def _candidates(scope: Scope) -> tuple[int, ...]:
+    return tuple(replay_candidates(scope.session, scope.chosen))
 
 
 @st.cache_resource(show_spinner=False, max_entries=8, hash_funcs=SCOPED)
-def _labels(scope: Scope) -> dict[int, str]:
-    return {i: message_label(scope.chosen, i) for i in _candidates(scope)}
+def _labels(scope: Scope) -> Mapping[int, str]:
+    return MappingProxyType({i: message_label(scope.chosen, i) for i in _candidates(scope)})
 
 
 @st.cache_resource(show_spinner="Rebuilding the request…", max_entries=4, hash_funcs=SCOPED)

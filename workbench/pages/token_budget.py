@@ -54,8 +54,8 @@ WINDOW_SECTION = "window_choice"  # the rolling-window section's open state
 
 
 @st.cache_resource(show_spinner="Counting the calls' tokens…", max_entries=8, hash_funcs=SCOPED)
-def _call_budgets(scope: Scope) -> list[CallBudget]:
-    return call_budgets(scope.session)
+def _call_budgets(scope: Scope) -> tuple[CallBudget, ...]:
+    return tuple(call_budgets(scope.session))
 
 
 @st.cache_resource(show_spinner=False, max_entries=8, hash_funcs=SCOPED)
