@@ -66,12 +66,6 @@ class SavedRun:
         return overrides_from_record(self.run.overrides)
 
 
-def replay_mark(context: Context) -> BranchMark | None:
-    """The mark of a replay fork (not of a re-run or a continued branch), else None."""
-    mark = mark_of(context)
-    return mark if mark is not None and mark.kind == "replay" else None
-
-
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
@@ -265,12 +259,6 @@ def _forks_from(
         and mark.of_index == index
         and (message_id is None or mark.of_message_id in (None, message_id))
     ]
-
-
-def rerun_mark(context: Context) -> BranchMark | None:
-    """The mark of a re-run's fork, else None."""
-    mark = mark_of(context)
-    return mark if mark is not None and mark.kind == RERUN_KIND else None
 
 
 def branch_contexts(session: Session, fork: Context) -> list[str]:

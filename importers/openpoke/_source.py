@@ -58,7 +58,7 @@ class OpenPokeSource:
     def message_address(self, session: Session, context: Context, index: int) -> str:
         """An imported entry by its number; anything else (the working memory's summary,
         a replay's answer) by its display index, ``message:N``."""
-        meta = openpoke_meta(context.messages[index]) if 0 <= index < len(context.messages) else None
+        meta = openpoke_meta(context.message_at(index)) if 0 <= index < context.message_count else None
         if meta is not None and meta["tag"] != SUMMARY_TAG and isinstance(meta.get("index"), int):
             return str(meta["index"])
         return f"message:{index}"

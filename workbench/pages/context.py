@@ -252,7 +252,7 @@ def linked_message(session: Session, context: Context) -> int | None:
     jump = st.session_state.pop(JUMP_KEY, None)  # a control of the page: a display index
     at = st.query_params.get("message")
     index = jump if isinstance(jump, int) else message_index(session, context, at) if at else None
-    if index is not None and index < len(context.messages):
+    if index is not None and index < context.message_count:
         st.query_params["message"] = message_address(session, context, index)
     return index
 
