@@ -56,9 +56,7 @@ from soap_core import (
     TextPart,
     ToolResultPart,
     is_marked,
-    new_record_id,
     read_invocation,
-    request_hash,
     set_mark,
     utc_now,
     write_call,
@@ -71,6 +69,8 @@ from soap_core.runtime import (
     RerunStopped,
     Runtime,
     assistant_message,
+    close_call,
+    open_call,
     rerun_invocation,
 )
 
@@ -326,18 +326,7 @@ def _rerun_from_records(
     directory = session.directory or store.session_dir(session.role, session.uuid)
     for _ in range(RECORDED_LOOP_LIMIT):
         request = source.build_request(fork.messages, model=model, parameters=parameters)
-        call = CallRecord(
-            id=new_record_id(),
-            session=session.uuid,
-            role=session.role,
-            context_id=fork.id,
-            message_index=len(fork.messages),
-            request=request,
-            request_hash=request_hash(request),
-            base_url=endpoint.base_url,
-            started_at=utc_now(),
-            replay=about.as_dict(),
-        )
+        call = open_call(session, fork, request, endpoint.base_url, replay=about.as_dict())
         result.calls.append(call.id)
         answer = None
         try:
@@ -349,12 +338,7 @@ def _rerun_from_records(
             call.error = result.error = f"malformed response: {type(exc).__name__}: {exc}"
         else:
             fork.append(answer).record_token_count()
-            call.message_id, call.response, call.latency_s = (
-                answer.id,
-                completion.response,
-                completion.latency_s,
-            )
-            call.usage = completion.response.get("usage")
+            close_call(call, answer, completion.response, completion.latency_s)
         call.ended_at = utc_now()
         write_call(directory, call)
         store.save_session(session)

@@ -35,7 +35,7 @@ from soap_core import (
     utc_now,
     write_call,
 )
-from soap_core.runtime import CallRecord, Completion, LLMError, assistant_message
+from soap_core.runtime import Completion, LLMError, assistant_message, close_call, open_call
 
 
 class Endpoint(Protocol):
@@ -352,16 +352,14 @@ def _finish(
     if failure is not None and never_reached(failure):
         run.error, run.saved = error, False
         return
-    call = CallRecord(
-        id=run.call_id,
-        session=session.uuid,
-        role=session.role,
-        context_id=fork.id,
-        message_index=len(fork.messages),
-        request=run.request,
-        request_hash=run.request_hash,
-        base_url=endpoint.base_url,
+    call = open_call(
+        session,
+        fork,
+        run.request,
+        endpoint.base_url,
+        record_id=run.call_id,
         started_at=started,
+        hashed=run.request_hash,
         ended_at=ended,
         replay=mark.as_dict(),
     )
@@ -372,13 +370,13 @@ def _finish(
             error = f"malformed response: {type(exc).__name__}: {exc}"
         else:
             fork.append(answer).record_token_count()
-            run.output, call.message_id = answer, answer.id
-            run.response, run.usage, run.latency_s = (
-                completion.response,
-                completion.response.get("usage"),
-                completion.latency_s,
+            close_call(call, answer, completion.response, completion.latency_s, ended)
+            run.output, run.response, run.usage, run.latency_s = (
+                answer,
+                call.response,
+                call.usage,
+                call.latency_s,
             )
-            call.response, call.usage, call.latency_s = run.response, run.usage, run.latency_s
     if error is not None:
         run.error = call.error = error
         set_mark(fork, mark.failed(error))

@@ -12,8 +12,9 @@ answered with tool calls, the results at their ``<id>:tool_result`` anchor, a fi
 answer or ``produce_output``); compaction forks the active context before a model call;
 one object's ``delegate`` tool runs a turn of another object (an invocation chain).
 Every model call is recorded with the request :func:`soap_core.chat_request` builds at
-that moment and the hook keys replay rebuilds it from, so ``soapwb verify`` matches
-every call. Sessions and contexts are written by :meth:`Store.save_session`, records as
+that moment and the hook keys replay rebuilds it from, through the runtime's own
+``offer_tools``, ``build_system_prompt``, ``open_call`` and ``close_call``, so ``soapwb
+verify`` matches every call. Sessions and contexts are written by :meth:`Store.save_session`, records as
 :func:`write_call` and :func:`write_invocation` write them (faster, the same bytes: see
 :func:`record_text`), once per session when it is complete (the runtime writes the same
 final state after every step).
@@ -99,24 +100,19 @@ from soap_core import (
     chat_request,
     count_text,
     dump_json,
-    request_hash,
     write_text_atomic,
 )
 
 # soap_core's private pieces the generator needs (no public name): unsynced writes, the
-# text a message's token count is taken of, and the runtime's output tools and schema hook.
+# text a message's token count is taken of, and the key of an invocation's last error.
 from soap_core._jsonio import unsynced_writes
 from soap_core._tokens import message_token_text
-from soap_core.runtime._invoke import _output_tools as output_tools
-from soap_core.runtime._invoke import schema_hook
+from soap_core.runtime import ModelSettings, build_system_prompt, close_call, offer_tools, open_call
+from soap_core.runtime._invoke import ERROR_KEY
 
-# -- what the runtime writes (copied: importing the runtime loads openai) ------------------
-
-ERROR_KEY = "_soapwb_last_error"
-"""``state_data`` key of a session whose last invocation failed (the runtime's)."""
 BASE_URL = "http://127.0.0.1:8080/v1"
-MAX_ITERATIONS = 8
-"""Model calls of one invocation at most (the runtime's default ``max_iterations``)."""
+MAX_ITERATIONS = ModelSettings().max_iterations
+"""Model calls of one invocation at most (the runtime's default)."""
 DEFAULT_START = datetime(2025, 6, 2, 8, 0, 0)
 
 
@@ -677,33 +673,7 @@ class _LiveSession:
     # -- before a call ------------------------------------------------------------------
 
     def refresh_tool_definitions(self) -> None:
-        """The runtime's ``refresh_tool_definitions``: the JSON listing into the content
-        map (its key goes with every call), the tools message brought up to date."""
-        parts = [*self.spec.tools, *(output_tools(self.schema) if self.schema is not None else [])]
-        listing = [
-            {"name": p.name, "description": p.description, "parameters": dict(p.parameters)} for p in parts
-        ]
-        self.tool_list_key = self.context.record_hook_output(json.dumps(listing))
-        definitions = self.context.tool_definitions
-        if definitions is not None and list(definitions.content) != parts:
-            definitions.content = parts
-            definitions.token_count = None
-
-    def refresh_system_prompt(self) -> list[str]:
-        """The runtime's ``refresh_system_prompt``: static text plus hook outputs, whose
-        content-map keys go with the call."""
-        system = self.context.system_prompt
-        if system is None:
-            return []
-        outputs = [f"Today is {self.run.clock.now:%A, %d %B %Y}."] if self.spec.date_hook else []
-        if self.schema is not None:
-            outputs.append(schema_hook(self.schema))
-        keys = [self.context.record_hook_output(text) for text in outputs]
-        text = "\n\n".join([system.static_text or "", *outputs])
-        if system.text() != text:
-            system.content = [TextPart(text)]
-            system.token_count = None
-        return keys
+        self.tool_list_key = offer_tools(self.context, list(self.spec.tools), self.schema)
 
     def compact(self) -> None:
         """The compaction fork due before this call, if one is: the role's window of about
@@ -729,44 +699,31 @@ class _LiveSession:
 
     # -- one model call -----------------------------------------------------------------
 
-    def parameters(self) -> dict[str, Any]:
-        """``ModelSettings.parameters()`` and the tool choice, as the runtime sends them."""
-        values: dict[str, Any] = {
-            "temperature": self.spec.temperature,
-            "top_p": None,
-            "max_tokens": self.spec.max_tokens,
-            "seed": None,
-        }
-        definitions = self.context.tool_definitions
-        if definitions is not None and definitions.content:
-            values["tool_choice"] = "auto"
-        return values
-
     def start_call(self, invocation: InvocationRecord) -> CallRecord | None:
         """Compaction, the specials refreshed, and the call's record with its request
         (None when the request is over the call-log limit)."""
         self.compact()
-        hooks = self.refresh_system_prompt()
-        context = self.context
+        context, spec = self.context, self.spec
+        date = [f"Today is {self.run.clock.now:%A, %d %B %Y}."] if spec.date_hook else []
+        hooks = build_system_prompt(context, lambda: date, self.schema)
         started = self.run.clock.advance(self.run.rng.uniform(0.001, 0.02))
         if len(context.messages) > self.run.call_log_limit:
             return None
-        request = chat_request(context.messages, model=self.spec.model, parameters=self.parameters())
-        call = CallRecord(
-            id=self.run.ids.record_id(started),
-            session=self.session.uuid,
-            role=self.spec.name,
-            context_id=context.id,
-            message_index=len(context.messages),
-            request=request,
-            request_hash=request_hash(request),
-            base_url=BASE_URL,
+        parameters = ModelSettings(temperature=spec.temperature, max_tokens=spec.max_tokens).parameters()
+        if context.tool_definitions is not None and context.tool_definitions.content:
+            parameters["tool_choice"] = "auto"
+        call = open_call(
+            self.session,
+            context,
+            chat_request(context.messages, model=spec.model, parameters=parameters),
+            BASE_URL,
+            record_id=self.run.ids.record_id(started),
             started_at=self.run.clock.utc(),
             invocation_id=invocation.id,
             system_prompt_hooks=hooks,
             tool_list_hook=self.tool_list_key,
-            context_limit=self.spec.context_limit,
-            compaction=self.spec.compaction,
+            context_limit=spec.context_limit,
+            compaction=spec.compaction,
         )
         invocation.calls.append(call.id)
         return call
@@ -781,11 +738,8 @@ class _LiveSession:
         answer.creation_timestamp = self.run.clock.advance(latency).isoformat()
         self.append(answer)
         if call is not None:
-            call.message_id = answer.id
-            call.latency_s = round(latency, 6)
-            call.ended_at = self.run.clock.utc()
-            call.response = self.response(answer, prompt_tokens, completion)
-            call.usage = call.response["usage"]
+            response = self.response(answer, prompt_tokens, completion)
+            close_call(call, answer, response, round(latency, 6), self.run.clock.utc())
             self.calls.append(call)
         return answer
 

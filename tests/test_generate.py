@@ -34,12 +34,10 @@ from soap_core import (
 )
 from soap_gen._generate import (
     ERROR_KEY,
-    MAX_ITERATIONS,
     GeneratedStore,
     append_message,
     append_tool_results,
     generate_store,
-    output_tools,
     record_text,
     tiny_png,
     turn_shape,
@@ -389,17 +387,6 @@ def test_record_files_are_what_write_call_and_write_invocation_write(
 )
 def test_record_text_is_dump_json(value: Any) -> None:
     assert record_text(value) == json.dumps(value, indent=2)
-
-
-def test_the_copied_runtime_pieces_are_the_runtimes() -> None:
-    from soap_core.runtime import ModelSettings
-    from soap_core.runtime._invoke import ERROR_KEY as RUNTIME_ERROR_KEY
-    from soap_core.runtime._invoke import _output_tools
-
-    schema = {"type": "object", "properties": {"x": {"type": "string"}}}
-    assert output_tools(schema) == _output_tools(schema)
-    assert ERROR_KEY == RUNTIME_ERROR_KEY
-    assert ModelSettings().max_iterations == MAX_ITERATIONS
 
 
 @pytest.mark.parametrize("schema", [False, True])

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,6 +117,82 @@ def schema_hook(schema: dict[str, Any]) -> str:
         "To finish your turn of the conversation, call the produce_output tool with the answer "
         f"argument satisfying the following schema:\n{json.dumps(schema)}"
     )
+
+
+def offer_tools(context: Context, tools: list[ToolPart], schema: dict[str, Any] | None) -> str:
+    """The tools an invocation offers (``tools``, and produce_output/produce_error with an
+    output schema), kept as peteos' tool_list hook does: their JSON listing goes into the
+    content map, whose key is recorded with every call (so replay can rebuild the tools a
+    call was offered even after a later invocation changed them), and the tools message
+    is brought up to date. Returns the key."""
+    parts = [*tools, *(_output_tools(schema) if schema is not None else [])]
+    listing = [
+        {"name": p.name, "description": p.description, "parameters": dict(p.parameters)} for p in parts
+    ]
+    key = context.record_hook_output(json.dumps(listing))
+    definitions = context.tool_definitions
+    if definitions is not None and list(definitions.content) != parts:
+        definitions.content = parts
+        definitions.token_count = None
+    return key
+
+
+def build_system_prompt(
+    context: Context, hooks: Callable[[], Iterable[str]], schema: dict[str, Any] | None
+) -> list[str]:
+    """The system prompt rebuilt before a call from its static text and the outputs of
+    ``hooks`` (and the output schema's addition); the content-map keys of the outputs,
+    which are recorded with the call. No system prompt: no hook runs."""
+    system = context.system_prompt
+    if system is None:
+        return []
+    outputs = [*hooks(), *([schema_hook(schema)] if schema is not None else [])]
+    keys = [context.record_hook_output(text) for text in outputs]
+    text = "\n\n".join([system.static_text or "", *outputs])
+    if system.text() != text:
+        system.content = [TextPart(text)]
+        system.token_count = None
+    return keys
+
+
+def open_call(
+    session: Session,
+    context: Context,
+    request: dict[str, Any],
+    base_url: str,
+    *,
+    record_id: str | None = None,
+    started_at: str | None = None,
+    hashed: str | None = None,
+    **fields: Any,
+) -> CallRecord:
+    """The record of a call about to send ``request``, built from ``context`` as it stands
+    (its answer will be message ``len(context.messages)``); ``hashed``: the request's hash,
+    where it was taken already; ``fields``: the record's others (``invocation_id``, ...)."""
+    return CallRecord(
+        id=record_id or new_record_id(),
+        session=session.uuid,
+        role=session.role,
+        context_id=context.id,
+        message_index=len(context.messages),
+        request=request,
+        request_hash=hashed or request_hash(request),
+        base_url=base_url,
+        started_at=started_at or utc_now(),
+        **fields,
+    )
+
+
+def close_call(
+    call: CallRecord,
+    answer: Message,
+    response: dict[str, Any],
+    latency_s: float | None,
+    ended_at: str | None = None,
+) -> None:
+    """``call`` answered: ``answer`` (appended to its context) from ``response``."""
+    call.message_id, call.response, call.usage = answer.id, response, response.get("usage")
+    call.latency_s, call.ended_at = latency_s, ended_at or utc_now()
 
 
 def output_schema_json(output_schema: Any) -> dict[str, Any] | None:
@@ -239,37 +315,7 @@ class _Run:
     # -- the context before a call --------------------------------------------------
 
     def refresh_tool_definitions(self, context: Context) -> None:
-        """This invocation's tools (plus produce_output/produce_error with a schema),
-        kept as peteos' tool_list hook does: the JSON listing goes into the content
-        map, and its key is recorded with every call, so replay can rebuild the tools
-        a call was offered even after a later invocation changed them."""
-        parts = [t.as_part() for t in self.specs.values()]
-        if self.schema is not None:
-            parts += _output_tools(self.schema)
-        listing = [
-            {"name": p.name, "description": p.description, "parameters": dict(p.parameters)} for p in parts
-        ]
-        self.tool_list_key = context.record_hook_output(json.dumps(listing))
-        definitions = context.tool_definitions
-        if definitions is not None and list(definitions.content) != parts:
-            definitions.content = parts
-            definitions.token_count = None
-
-    def refresh_system_prompt(self, context: Context) -> list[str]:
-        """Rebuild the system prompt from its static text and the hook outputs; return
-        the content-map keys of the outputs used (recorded with the call)."""
-        system = context.system_prompt
-        if system is None:
-            return []
-        outputs = list(self.obj.system_prompt_hooks())
-        if self.schema is not None:
-            outputs.append(schema_hook(self.schema))
-        keys = [context.record_hook_output(text) for text in outputs]
-        text = "\n\n".join([system.static_text or "", *outputs])
-        if system.text() != text:
-            system.content = [TextPart(text)]
-            system.token_count = None
-        return keys
+        self.tool_list_key = offer_tools(context, [t.as_part() for t in self.specs.values()], self.schema)
 
     def compact(self, context: Context) -> Context:
         strategy = self.obj.compaction or ContextBudget()
@@ -287,7 +333,7 @@ class _Run:
     # -- one model call ------------------------------------------------------------
 
     def call_model(self, context: Context, tool_choice: Any) -> Message:
-        hooks = self.refresh_system_prompt(context)
+        hooks = build_system_prompt(context, self.obj.system_prompt_hooks, self.schema)
         for message in context.messages:
             if message.token_count is None:
                 message.record_token_count()
@@ -298,16 +344,11 @@ class _Run:
         request = chat_request(
             context.messages, model=settings.model or self.endpoint.model, parameters=parameters
         )
-        call = CallRecord(
-            id=new_record_id(),
-            session=self.session.uuid,
-            role=self.obj.role,
-            context_id=context.id,
-            message_index=len(context.messages),
-            request=request,
-            request_hash=request_hash(request),
-            base_url=self.endpoint.base_url,
-            started_at=utc_now(),
+        call = open_call(
+            self.session,
+            context,
+            request,
+            self.endpoint.base_url,
             invocation_id=self.record.id,
             system_prompt_hooks=hooks,
             tool_list_hook=self.tool_list_key,
@@ -323,9 +364,7 @@ class _Run:
             raise
         answer = assistant_message(completion.response)
         context.append(answer).record_token_count()
-        call.message_id = answer.id
-        call.response, call.latency_s, call.ended_at = completion.response, completion.latency_s, utc_now()
-        call.usage = completion.response.get("usage")
+        close_call(call, answer, completion.response, completion.latency_s)
         write_call(self.directory, call)
         self.save()
         return answer
