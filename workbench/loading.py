@@ -15,7 +15,8 @@ It keeps three sessions at most: one of 100,000 messages takes about 220 MB.
 What the pages share through ``st.cache_resource`` is frozen where Python has a frozen
 form: tuples, read-only mappings, frozen dataclasses (``History``, ``Simulation``,
 ``CallBudget``, ``Materialized``). The session, pandas frames and plotly figures have
-none: they are only read.
+none: they are only read (tests/test_shared_session.py works each page that shares the
+session and checks the object is as it was).
 """
 
 from __future__ import annotations
