@@ -107,8 +107,7 @@ class CallRecord:
     format: str = CALL_FORMAT
 
     def as_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        return {"format": data.pop("format"), **data}
+        return {"format": self.format, **asdict(self)}
 
     @classmethod
     def from_dict(cls, data: Any, path: Path) -> CallRecord:
@@ -221,10 +220,7 @@ def _checked(
             names = " or ".join(k.__name__ for k in _kinds(kind))
             raise FormatError(path, f"{where}.{key}", f"expected {names}, got {type(value).__name__}")
         if key in ids:
-            try:
-                checked_id(value, f"{where}.{key}")
-            except FormatError as exc:
-                raise exc.at(path) from None
+            checked_id(value, f"{where}.{key}", path)
     return values
 
 
@@ -246,10 +242,7 @@ def _check_items(values: dict[str, Any], path: Path, key: str, kind: type, *, id
         if not isinstance(item, kind):
             raise FormatError(path, f"$.{key}[{i}]", f"expected {kind.__name__}, got {type(item).__name__}")
         if ids:
-            try:
-                checked_id(item, f"$.{key}[{i}]")
-            except FormatError as exc:
-                raise exc.at(path) from None
+            checked_id(item, f"$.{key}[{i}]", path)
 
 
 @dataclass
@@ -292,8 +285,7 @@ class InvocationRecord:
     format: str = INVOCATION_FORMAT
 
     def as_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        return {"format": data.pop("format"), **data}
+        return {"format": self.format, **asdict(self)}
 
     @classmethod
     def from_dict(cls, data: Any, path: Path) -> InvocationRecord:
