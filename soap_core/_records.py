@@ -441,16 +441,21 @@ def _probe_lock(session_dir: Path) -> tuple[bool, dict[str, Any] | None]:
         except OSError:
             return False, None
         try:
-            raw = os.pread(fd, 4096, 0)
+            return True, read_lock_owner(fd)
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+def read_lock_owner(fd: int) -> dict[str, Any] | None:
+    """The owner a session's lock file (open as ``fd``) names, None if it names none."""
+    raw = os.pread(fd, 4096, 0)
     try:
         owner = json.loads(raw) if raw else None
     except ValueError:
-        owner = None
-    return True, owner if isinstance(owner, dict) else None
+        return None
+    return owner if isinstance(owner, dict) else None
 
 
 def settle_interrupted(path: Path, record: InvocationRecord) -> InvocationRecord:
