@@ -13,6 +13,7 @@ store nothing.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from soap_core._errors import FormatError
@@ -35,11 +36,11 @@ def _shown(value: str) -> str:
     return ascii(text)
 
 
-def checked_id(value: Any, json_path: str) -> Any:
-    """``value`` itself when it is not a string or is a valid id; FormatError otherwise
-    (the file is named by the caller, :meth:`FormatError.at`)."""
+def checked_id(value: Any, json_path: str, file: Path | None = None) -> Any:
+    """``value`` itself when it is not a string or is a valid id; FormatError otherwise,
+    naming ``file`` (or no file: the caller names it, :meth:`FormatError.at`)."""
     if isinstance(value, str):
         problem = identifier_problem(value)
         if problem is not None:
-            raise FormatError(None, json_path, problem)
+            raise FormatError(file, json_path, problem)
     return value

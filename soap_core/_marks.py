@@ -13,7 +13,7 @@ A replay's mark has no ``kind`` key (the first marks had none); the others name 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -56,7 +56,7 @@ class BranchMark:
     def as_dict(self) -> dict[str, Any]:
         """The mark as the context file holds it."""
         data: dict[str, Any] = {} if self.kind == "replay" else {"kind": self.kind}
-        for name in _FIELDS:
+        for name in _READERS:
             value = getattr(self, name)
             if value is not None or (name in _ALWAYS and self.kind in ("replay", "rerun")):
                 data[name] = dict(value) if isinstance(value, Mapping) else value
@@ -66,22 +66,6 @@ class BranchMark:
 
     def failed(self, error: str) -> BranchMark:
         return dataclasses.replace(self, error=error)
-
-
-_FIELDS = (
-    "of_context",
-    "of_index",
-    "of_message_id",
-    "of_invocation",
-    "label",
-    "overrides",
-    "tools",
-    "sample",
-    "call_id",
-    "error",
-)
-_ALWAYS = ("of_message_id",)
-"""Written even when None: a replay's and a re-run's mark always said which message."""
 
 
 def _text(value: Any) -> str | None:
@@ -94,6 +78,24 @@ def _integer(value: Any) -> int | None:
 
 def _mapping(value: Any) -> Mapping[str, Any] | None:
     return value if isinstance(value, Mapping) else None
+
+
+_READERS: dict[str, Callable[[Any], Any]] = {
+    "of_context": _text,
+    "of_index": _integer,
+    "of_message_id": _text,
+    "of_invocation": _text,
+    "label": _text,
+    "overrides": _mapping,
+    "tools": _mapping,
+    "sample": _integer,
+    "call_id": _text,
+    "error": _text,
+}
+"""Each field of a mark after ``kind``, in the order it is written, and how it is read
+(a value of the wrong type reads as None)."""
+_ALWAYS = ("of_message_id",)
+"""Written even when None: a replay's and a re-run's mark always said which message."""
 
 
 def is_marked(context: Context) -> bool:
@@ -113,17 +115,8 @@ def read_mark(data: Mapping[str, Any]) -> BranchMark:
     kind = data.get("kind")
     return BranchMark(
         kind=kind if isinstance(kind, str) else "replay",
-        of_context=_text(data.get("of_context")),
-        of_index=_integer(data.get("of_index")),
-        of_message_id=_text(data.get("of_message_id")),
-        of_invocation=_text(data.get("of_invocation")),
-        label=_text(data.get("label")),
-        overrides=_mapping(data.get("overrides")),
-        tools=_mapping(data.get("tools")),
-        sample=_integer(data.get("sample")),
-        call_id=_text(data.get("call_id")),
-        error=_text(data.get("error")),
-        extra={k: v for k, v in data.items() if k not in _FIELDS and k != "kind"},
+        **{name: read(data.get(name)) for name, read in _READERS.items()},
+        extra={k: v for k, v in data.items() if k not in _READERS and k != "kind"},
     )
 
 

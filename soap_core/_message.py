@@ -34,18 +34,6 @@ Role: TypeAlias = Literal["user", "assistant", "system", "tool", "tool_result"]
 MessageType: TypeAlias = Literal["Message", "SystemPromptMessage", "ToolDefinitionsMessage"]
 MESSAGE_TYPES: tuple[MessageType, ...] = ("Message", "SystemPromptMessage", "ToolDefinitionsMessage")
 
-_KNOWN_KEYS = (
-    "_static_text",
-    "role",
-    "content",
-    "_type",
-    "id",
-    "_hook_ids",
-    "creation_timestamp",
-    "metadata",
-    "_sequence_number",
-    "token_count",
-)
 # The order in which peteos creates the keys of a new message of each class.
 _NEW_KEY_ORDER: dict[str, tuple[str, ...]] = {
     "Message": (
@@ -83,7 +71,8 @@ _NEW_KEY_ORDER: dict[str, tuple[str, ...]] = {
 }
 
 
-_KNOWN_KEY_SET = frozenset(_KNOWN_KEYS)
+_KNOWN_KEY_SET = frozenset(key for order in _NEW_KEY_ORDER.values() for key in order)
+"""The keys this code reads: those a message of some class has."""
 _KEY_SHAPES: dict[tuple[str, ...], tuple[tuple[str, ...], frozenset[str], tuple[str, ...]]] = {}
 
 

@@ -107,8 +107,7 @@ class CallRecord:
     format: str = CALL_FORMAT
 
     def as_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        return {"format": data.pop("format"), **data}
+        return {"format": self.format, **asdict(self)}
 
     @classmethod
     def from_dict(cls, data: Any, path: Path) -> CallRecord:
@@ -221,10 +220,7 @@ def _checked(
             names = " or ".join(k.__name__ for k in _kinds(kind))
             raise FormatError(path, f"{where}.{key}", f"expected {names}, got {type(value).__name__}")
         if key in ids:
-            try:
-                checked_id(value, f"{where}.{key}")
-            except FormatError as exc:
-                raise exc.at(path) from None
+            checked_id(value, f"{where}.{key}", path)
     return values
 
 
@@ -246,10 +242,7 @@ def _check_items(values: dict[str, Any], path: Path, key: str, kind: type, *, id
         if not isinstance(item, kind):
             raise FormatError(path, f"$.{key}[{i}]", f"expected {kind.__name__}, got {type(item).__name__}")
         if ids:
-            try:
-                checked_id(item, f"$.{key}[{i}]")
-            except FormatError as exc:
-                raise exc.at(path) from None
+            checked_id(item, f"$.{key}[{i}]", path)
 
 
 @dataclass
@@ -292,8 +285,7 @@ class InvocationRecord:
     format: str = INVOCATION_FORMAT
 
     def as_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        return {"format": data.pop("format"), **data}
+        return {"format": self.format, **asdict(self)}
 
     @classmethod
     def from_dict(cls, data: Any, path: Path) -> InvocationRecord:
@@ -449,16 +441,21 @@ def _probe_lock(session_dir: Path) -> tuple[bool, dict[str, Any] | None]:
         except OSError:
             return False, None
         try:
-            raw = os.pread(fd, 4096, 0)
+            return True, read_lock_owner(fd)
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+def read_lock_owner(fd: int) -> dict[str, Any] | None:
+    """The owner a session's lock file (open as ``fd``) names, None if it names none."""
+    raw = os.pread(fd, 4096, 0)
     try:
         owner = json.loads(raw) if raw else None
     except ValueError:
-        owner = None
-    return True, owner if isinstance(owner, dict) else None
+        return None
+    return owner if isinstance(owner, dict) else None
 
 
 def settle_interrupted(path: Path, record: InvocationRecord) -> InvocationRecord:

@@ -136,6 +136,17 @@ class SaveLock:
         return token
 
 
+def open_lock_file(path: Path, name: str) -> int:
+    """The lock file ``path`` (``name`` in errors) open for writing, created if missing,
+    never through a link; StoreError if it cannot be."""
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        if os.path.islink(path):
+            raise StoreError(path, f"{name} is a symlink: not followed") from None
+        raise StoreError(path, f"cannot open {name}: {exc.strerror}") from None
+
+
 @contextlib.contextmanager
 def save_lock(path: Path, *, timeout: float = SAVE_LOCK_TIMEOUT_S) -> Iterator[SaveLock]:
     """Hold the saves of one session folder: an exclusive ``flock`` on its lock file
@@ -153,12 +164,7 @@ def save_lock(path: Path, *, timeout: float = SAVE_LOCK_TIMEOUT_S) -> Iterator[S
         raise StoreError(path.parent, f"cannot make the save lock folder: {exc.strerror}") from None
     if os.path.islink(path.parent):
         raise StoreError(path.parent, "the save lock folder is a symlink: not followed")
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    except OSError as exc:
-        if os.path.islink(path):
-            raise StoreError(path, "the save lock is a symlink: not followed") from None
-        raise StoreError(path, f"cannot open the save lock: {exc.strerror}") from None
+    fd = open_lock_file(path, "the save lock")
     try:
         deadline = time.monotonic() + timeout
         delay = 0.001

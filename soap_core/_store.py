@@ -237,14 +237,12 @@ class Store:
 
     def instance_claims(self) -> dict[str, InstanceClaim]:
         """Session uuid -> the 0.6 instance that claims it (every instance file read once)."""
-        claims, _errors = read_instances(self.layout.instances_dir)
-        return claims
+        return read_instances(self.layout.instances_dir)[0]
 
     def instance_problems(self) -> list[SoapError]:
         """The 0.6 instance files that cannot be read: the sessions they would claim are
         listed with :data:`UNKNOWN_ROLE`, and this says why."""
-        _claims, errors = read_instances(self.layout.instances_dir)
-        return errors
+        return read_instances(self.layout.instances_dir)[1]
 
     def session_parent_dirs(self) -> list[Path]:
         """The folders whose entries are session folders: each role folder, ``sessions``."""

@@ -243,8 +243,7 @@ def _scanned_thread_session(obj: Agent, thread: str) -> Session | None:
     for summary in store.scan_sessions():
         if summary.role != obj.role or summary.thread_id != thread or summary.error:
             continue
-        header = store.read_session_file(summary.role, summary.path)
-        if header.state_data.get(OBJECT_KEY) == obj.object_id and RERUN_SESSION_KEY not in header.state_data:
+        if _keeps_thread(obj, store.read_session_file(summary.role, summary.path), thread):
             matches.append(summary)
     if not matches:
         return None
@@ -260,25 +259,23 @@ def _session_for(obj: Agent, thread: str | None, branch: bool) -> tuple[Session,
     thread at the same moment finds it instead of making a second one."""
     store = obj.runtime.store
     if thread is None:
-        session = _new_session(obj, None, branch)
-        store.save_session(session)
-        return session, True
+        return _new_session(obj, None, branch), True
     with thread_lock(store.agents_dir, obj.role, obj.object_id, thread):
         found = _thread_session(obj, thread)
         if found is not None:
             return found, False
-        session = _new_session(obj, thread, branch)
-        store.save_session(session)
-        return session, True
+        return _new_session(obj, thread, branch), True
 
 
-def _new_session(obj: Agent, thread: str | None, branch: bool = False) -> Session:
+def _new_session(obj: Agent, thread: str | None, branch: bool) -> Session:
+    """A new session of ``obj`` for ``thread``, saved at once (see :func:`_session_for`)."""
     context = Context.create(Message.system_prompt(obj.system_prompt), [t.as_part() for t in obj.tools()])
     session = Session.create(obj.role, context, thread_id=thread)
     session.state_data[OBJECT_KEY] = obj.object_id
     if branch:
         session.state_data[RERUN_SESSION_KEY] = True  # made by a re-run: thread lookups skip it
     session.directory = obj.runtime.store.session_dir(obj.role, session.uuid)
+    obj.runtime.store.save_session(session)
     return session
 
 
@@ -504,10 +501,6 @@ def class_path(cls: type) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
-def _json_safe(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=repr))
-
-
 def run_invocation(
     obj: Agent,
     prompt: str,
@@ -526,14 +519,8 @@ def run_invocation(
     chain, position = CHAIN.get(), POSITION.get()
     caller = None
     if chain:  # called while another invocation runs: from one of its tools, hooks or plain code
-        caller = Party(
-            chain[-1].role,
-            chain[-1].object_id,
-            chain[-1].session,
-            position.context_id if position else None,
-            position.message_index if position else None,
-            position.message_id if position else None,
-        )
+        at = (position.context_id, position.message_index, position.message_id) if position else ()
+        caller = Party(chain[-1].role, chain[-1].object_id, chain[-1].session, *at)
     record = InvocationRecord(
         id=new_record_id(),
         callee=Party(obj.role, obj.object_id, session.uuid),
@@ -659,7 +646,7 @@ def _run_locked(
     token = CHAIN.set((*CHAIN.get(), Frame(obj.role, obj.object_id, session.uuid, record.id, run.directory)))
     try:
         result = body()
-        record.outcome, record.result = "ok", _json_safe(result)
+        record.outcome, record.result = "ok", json.loads(json.dumps(result, default=repr))
         return result
     except BaseException as exc:
         record.outcome, record.error = "error", redact(f"{type(exc).__name__}: {exc}")

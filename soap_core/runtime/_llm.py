@@ -169,12 +169,10 @@ class LLMEndpoint:
             raise self._error(request, "timeout", detail) from None
         except openai.APIConnectionError as exc:
             raise self._error(request, "connection", connection_problem(exc)) from None
-        except openai.RateLimitError as exc:
-            detail = f"HTTP {exc.status_code}: {exc.message}{self._unheeded_wait(exc.response)}"
-            raise self._error(request, "rate limit", detail) from None
         except openai.APIStatusError as exc:
+            kind = "rate limit" if isinstance(exc, openai.RateLimitError) else "HTTP error"
             detail = f"HTTP {exc.status_code}: {exc.message}{self._unheeded_wait(exc.response)}"
-            raise self._error(request, "HTTP error", detail) from None
+            raise self._error(request, kind, detail) from None
         except (openai.APIError, ValueError, TypeError) as exc:
             raise self._error(request, "malformed response", str(exc)) from None
         latency = time.perf_counter() - started

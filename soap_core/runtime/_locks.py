@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from soap_core._errors import SoapError, StoreError
-from soap_core._records import LOCK_FILE, utc_now
+from soap_core._records import LOCK_FILE, read_lock_owner, utc_now
+from soap_core._saves import open_lock_file
 
 THREAD_LOCKS_DIR = ".soapwb-threads"
 THREAD_LOCK_TIMEOUT_S = 60.0
@@ -99,11 +100,11 @@ def session_lock(session_dir: Path, session_uuid: str) -> Iterator[dict[str, Any
         path = " -> ".join(f"{f.role}/{f.session}" for f in chain)
         raise ActiveSessionError(session_uuid, f"it is up the current invocation chain: {path}")
     session_dir.mkdir(parents=True, exist_ok=True)
-    fd = _open_lock_file(session_dir / LOCK_FILE)
+    fd = open_lock_file(session_dir / LOCK_FILE, "the lock file")
     try:
         if not _lock_soon(fd):
             raise ActiveSessionError(session_uuid, _describe_owner(fd))
-        previous = _read_owner(fd)
+        previous = read_lock_owner(fd)
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(owner_info()).encode(), 0)
         try:
@@ -113,15 +114,6 @@ def session_lock(session_dir: Path, session_uuid: str) -> Iterator[dict[str, Any
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
-
-
-def _open_lock_file(path: Path) -> int:
-    try:
-        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    except OSError as exc:
-        if os.path.islink(path):
-            raise StoreError(path, "the lock file is a symlink: not followed") from None
-        raise StoreError(path, f"cannot open the lock file: {exc.strerror}") from None
 
 
 def _lock_soon(fd: int) -> bool:
@@ -151,7 +143,7 @@ def thread_lock(agents_dir: Path, role: str, object_id: str, thread: str) -> Ite
     :data:`THREAD_LOCK_TIMEOUT_S` is an error naming the lock file."""
     path = thread_lock_path(agents_dir, role, object_id, thread)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = _open_lock_file(path)
+    fd = open_lock_file(path, "the lock file")
     try:
         deadline = time.monotonic() + THREAD_LOCK_TIMEOUT_S
         while True:
@@ -172,17 +164,8 @@ def thread_lock(agents_dir: Path, role: str, object_id: str, thread: str) -> Ite
         os.close(fd)
 
 
-def _read_owner(fd: int) -> dict[str, Any] | None:
-    raw = os.pread(fd, 4096, 0)
-    try:
-        owner = json.loads(raw) if raw else None
-    except ValueError:
-        return None
-    return owner if isinstance(owner, dict) else None
-
-
 def _describe_owner(fd: int) -> str:
-    owner = _read_owner(fd)
+    owner = read_lock_owner(fd)
     if owner is None:
         return "held by another process"
     alive = "" if pid_alive(int(owner.get("pid", 0) or 0)) else ", not running here"
