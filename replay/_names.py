@@ -129,11 +129,9 @@ def change_phrases(mark: BranchMark) -> list[str]:
         phrases.append(_messages_phrase("dropped", _numbers(overrides["drops"])))
     if overrides.get("system_prompt") is not None:
         phrases.append("system prompt")
-    for key, name in (("model", "model"), ("temperature", "temperature"), ("seed", "seed")):
+    for key in ("model", "temperature", "seed", "max_tokens"):
         if overrides.get(key) is not None:
-            phrases.append(f"{name} {_cut(overrides[key])}")
-    if overrides.get("max_tokens") is not None:
-        phrases.append(f"max tokens {_cut(overrides['max_tokens'])}")
+            phrases.append(f"{key.replace('_', ' ')} {_cut(overrides[key])}")
     return phrases + _tool_phrases(mark.tools)
 
 

@@ -371,12 +371,8 @@ def _finish(
         else:
             fork.append(answer).record_token_count()
             close_call(call, answer, completion.response, completion.latency_s, ended)
-            run.output, run.response, run.usage, run.latency_s = (
-                answer,
-                call.response,
-                call.usage,
-                call.latency_s,
-            )
+            run.output, run.response = answer, call.response
+            run.usage, run.latency_s = call.usage, call.latency_s
     if error is not None:
         run.error = call.error = error
         set_mark(fork, mark.failed(error))
