@@ -41,11 +41,7 @@ keeps them (its next block has four)."""
 _CALL_ID_TIME = re.compile(r"^(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})")
 _ISO_MINUTE = re.compile(r"^(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2})")
 
-_VERBS = {
-    "rerun": "re-run of",
-    "continue": "continued from",
-    "rerun-callee": "callee copy of",
-}
+_VERBS = {"rerun": "re-run of", "continue": "continued from", "rerun-callee": "callee copy of"}
 """How each kind of replay record reads before its origin; a plain replay is ``replay of``."""
 
 _NOUNS = {"rerun": "runs", "continue": "branches", "rerun-callee": "copies"}

@@ -252,12 +252,7 @@ def replay_parameters(
 
 
 def branch_fork(
-    session: Session,
-    found: Materialized,
-    messages: list[Message],
-    mark: BranchMark,
-    *,
-    add: bool = True,
+    session: Session, found: Materialized, messages: list[Message], mark: BranchMark, *, add: bool = True
 ) -> Context:
     """A side fork of the context ``found`` came from, holding ``messages`` (copies) and
     the run's ``mark``; the original context is not changed. ``add=False`` leaves it
