@@ -57,18 +57,18 @@ def message_category(message: Message) -> str:
     return "assistant" if message.role == "assistant" else "user"
 
 
+_PART_CATEGORIES: tuple[tuple[type, str], ...] = (
+    (ThinkingPart, "thinking"),
+    (ToolUsePart, "tool_calls"),
+    (ToolResultPart, "tool_results"),
+    (MediaPart, "media"),
+    (ToolPart, "tool_definitions"),
+)
+
+
 def _part_category(message: Message, part: Any) -> str:
-    if isinstance(part, ThinkingPart):
-        return "thinking"
-    if isinstance(part, ToolUsePart):
-        return "tool_calls"
-    if isinstance(part, ToolResultPart):
-        return "tool_results"
-    if isinstance(part, MediaPart):
-        return "media"
-    if isinstance(part, ToolPart):
-        return "tool_definitions"
-    return message_category(message)
+    found = (name for kind, name in _PART_CATEGORIES if isinstance(part, kind))
+    return next(found, None) or message_category(message)
 
 
 def makeup(message: Message) -> dict[str, int]:
@@ -127,15 +127,11 @@ class CallBudget:
         return data
 
 
-def _is_replay(context: Context) -> bool:
-    return is_marked(context)
-
-
 def _reconstructed_calls(session: Session, log: CallLog) -> list[tuple[Context, int]]:
     """(context, index) of every assistant message, in the context it was produced in."""
     found: dict[tuple[str, int], tuple[Context, int]] = {}
     for context in session.contexts.values():
-        if _is_replay(context):
+        if is_marked(context):
             continue
         for index, message in enumerate(context.messages):
             if message.role == "assistant":

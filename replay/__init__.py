@@ -15,14 +15,7 @@ from replay._address import (
     number_of,
 )
 from replay._batch import NOISE_LABEL, Batch, batches_from_saved, run_batch, run_output
-from replay._branch import (
-    BranchDiff,
-    Turn,
-    branch_distance,
-    branch_noise_band,
-    branch_turns,
-    diff_branches,
-)
+from replay._branch import BranchDiff, Turn, branch_distance, branch_noise_band, branch_turns, diff_branches
 from replay._diff import (
     ContextDiff,
     NoiseBand,
@@ -70,21 +63,8 @@ from replay._phrases import (
 from replay._ranges import MessageRangeError, message_ranges_text, parse_message_ranges
 from replay._refs import Reference, find_context, resolve_reference
 from replay._request import Materialized
-from replay._rerun import (
-    RerunResult,
-    continue_branch,
-    diff_rerun,
-    rerun,
-    rerun_noise_band,
-)
-from replay._run import (
-    Endpoint,
-    Overrides,
-    ReplayRun,
-    replay,
-    replay_messages,
-    unchanged_band,
-)
+from replay._rerun import RerunResult, continue_branch, diff_rerun, rerun, rerun_noise_band
+from replay._run import Endpoint, Overrides, ReplayRun, replay, replay_messages, unchanged_band
 from replay._runtime_source import RUNTIME_SOURCE, request_messages
 from replay._saved import (
     INTERRUPTED_RUN,
@@ -96,17 +76,8 @@ from replay._saved import (
     saved_reruns,
     saved_runs,
 )
-from replay._sources import (
-    ENTRY_POINT_GROUP,
-    RequestSource,
-    register_source,
-    sources,
-)
-from replay._tool_modes import (
-    RerunError,
-    ToolModes,
-    injected_results,
-)
+from replay._sources import ENTRY_POINT_GROUP, RequestSource, register_source, sources
+from replay._tool_modes import RerunError, ToolModes, injected_results
 from replay._verify import request_differences, verify_session, verify_store
 from soap_core import REPLAY_KEY
 

@@ -41,11 +41,7 @@ keeps them (its next block has four)."""
 _CALL_ID_TIME = re.compile(r"^(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})")
 _ISO_MINUTE = re.compile(r"^(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2})")
 
-_VERBS = {
-    "rerun": "re-run of",
-    "continue": "continued from",
-    "rerun-callee": "callee copy of",
-}
+_VERBS = {"rerun": "re-run of", "continue": "continued from", "rerun-callee": "callee copy of"}
 """How each kind of replay record reads before its origin; a plain replay is ``replay of``."""
 
 _NOUNS = {"rerun": "runs", "continue": "branches", "rerun-callee": "copies"}
@@ -129,11 +125,9 @@ def change_phrases(mark: BranchMark) -> list[str]:
         phrases.append(_messages_phrase("dropped", _numbers(overrides["drops"])))
     if overrides.get("system_prompt") is not None:
         phrases.append("system prompt")
-    for key, name in (("model", "model"), ("temperature", "temperature"), ("seed", "seed")):
+    for key in ("model", "temperature", "seed", "max_tokens"):
         if overrides.get(key) is not None:
-            phrases.append(f"{name} {_cut(overrides[key])}")
-    if overrides.get("max_tokens") is not None:
-        phrases.append(f"max tokens {_cut(overrides['max_tokens'])}")
+            phrases.append(f"{key.replace('_', ' ')} {_cut(overrides[key])}")
     return phrases + _tool_phrases(mark.tools)
 
 

@@ -26,16 +26,7 @@ from replay._peteos_body import DEFAULT_MAX_TOKENS, peteos_body
 from replay._request import CallSite, Materialized
 from replay._runtime_source import recorded_parameters
 from replay._sources import register_source
-from soap_core import (
-    CallRecord,
-    Context,
-    Message,
-    Session,
-    SoapError,
-    is_marked,
-    locate,
-    read_json,
-)
+from soap_core import CallRecord, Context, Message, Session, SoapError, is_marked, locate, read_json
 
 _BODY_KEYS = ("model", "stream", "max_tokens", "messages", "tools")
 

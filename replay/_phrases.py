@@ -63,20 +63,19 @@ def path_text(steps: Sequence[Any]) -> str:
     return out
 
 
+_KINDS: tuple[tuple[type | tuple[type, ...], str], ...] = (
+    (bool, "true/false"),  # before int, which bool is a kind of
+    ((int, float), "a number"),
+    (str, "text"),
+    (list, "a list"),
+    (dict, "an object"),
+)
+
+
 def kind_of(value: Any) -> str:
     if value is None:
         return "null"
-    if isinstance(value, bool):
-        return "true/false"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "text"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
+    return next((name for types, name in _KINDS if isinstance(value, types)), type(value).__name__)
 
 
 def sentence(kind: str, subject: str, old: Any, new: Any, show: Show) -> str:

@@ -38,13 +38,7 @@ from replay._request import Materialized
 from replay._run import Endpoint, Overrides, branch_fork, replay_messages, replay_parameters
 from replay._runtime_source import RUNTIME_SOURCE, tool_listing
 from replay._sources import source_named
-from replay._tool_modes import (
-    RerunError,
-    ToolLog,
-    ToolModes,
-    recorded_results,
-    tool_server,
-)
+from replay._tool_modes import RerunError, ToolLog, ToolModes, recorded_results, tool_server
 from soap_core import (
     BranchMark,
     CallRecord,

@@ -252,12 +252,7 @@ def replay_parameters(
 
 
 def branch_fork(
-    session: Session,
-    found: Materialized,
-    messages: list[Message],
-    mark: BranchMark,
-    *,
-    add: bool = True,
+    session: Session, found: Materialized, messages: list[Message], mark: BranchMark, *, add: bool = True
 ) -> Context:
     """A side fork of the context ``found`` came from, holding ``messages`` (copies) and
     the run's ``mark``; the original context is not changed. ``add=False`` leaves it
@@ -371,12 +366,8 @@ def _finish(
         else:
             fork.append(answer).record_token_count()
             close_call(call, answer, completion.response, completion.latency_s, ended)
-            run.output, run.response, run.usage, run.latency_s = (
-                answer,
-                call.response,
-                call.usage,
-                call.latency_s,
-            )
+            run.output, run.response = answer, call.response
+            run.usage, run.latency_s = call.usage, call.latency_s
     if error is not None:
         run.error = call.error = error
         set_mark(fork, mark.failed(error))

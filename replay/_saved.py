@@ -100,7 +100,7 @@ def overrides_from_record(data: Any) -> Overrides:
         },
         drops=tuple(sorted(d for d in drops if _integer(d) is not None)) if isinstance(drops, list) else (),
         tool_calls=_indexed(data.get("tool_calls"), _call_pair),
-        tool_results=_indexed(data.get("tool_results"), lambda v: v if isinstance(v, str) else None),
+        tool_results=_indexed(data.get("tool_results"), _text),
     )
 
 

@@ -193,13 +193,9 @@ def _compare(old: Context | None, new: Context) -> tuple[int, int | None]:
     """(messages appended, first differing index or None) of ``new`` against ``old``."""
     if old is None:
         return len(new.messages), None
-    common = 0
-    for before, after in zip(old.messages, new.messages, strict=False):
-        if before.id != after.id:
-            break
-        common += 1
-    rewritten = common if common < len(old.messages) else None
-    return len(new.messages) - common, rewritten
+    pairs = enumerate(zip(old.messages, new.messages, strict=False))
+    common = next((i for i, (a, b) in pairs if a.id != b.id), min(len(old.messages), len(new.messages)))
+    return len(new.messages) - common, common if common < len(old.messages) else None
 
 
 def _save(
