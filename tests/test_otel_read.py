@@ -1,0 +1,113 @@
+"""Reading OTLP files (issue 25, first part), against traces the real OpenInference
+instrumentation wrote.
+
+The trace is made in a side venv (``tests/peers/venvs.py``, ``openinference``) by
+``tests/peers/otel_driver.py``: the real ``openai`` client under the real
+``OpenAIInstrumentor`` calls the scripted server (``tests/peers/openai_stub.py``), which
+records the exact bodies it receives, and the SDK's own OTLP encoder writes the spans as
+protobuf and as OTLP/JSON. The ground truth is those bodies and the SDK's encoding, not
+our fixtures. A venv that cannot be built skips with the reason, never passes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from importers import ImporterError
+from importers.otel import Span, read_otlp
+from tests.peers.openai_stub import OpenAIStub
+from tests.peers.venvs import PeerUnavailable, ensure_peer
+
+DRIVER = Path(__file__).resolve().parent / "peers" / "otel_driver.py"
+SCRIPT = [
+    {"tool_calls": [{"id": "call_1", "name": "count_errors", "arguments": '{"pattern": "ERROR"}'}]},
+    {"content": "There are 3 errors."},
+]
+
+
+@dataclass(frozen=True)
+class Written:
+    """A trace the driver wrote, and what the server received while it ran."""
+
+    directory: Path
+    session: str
+    span_count: int
+    bodies: list[Any]
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Written]:
+    try:
+        env = ensure_peer("openinference")
+    except PeerUnavailable as exc:
+        pytest.skip(f"the openinference side venv cannot be built here: {exc}")
+    out = tmp_path_factory.mktemp("otel")
+    with OpenAIStub(SCRIPT) as stub:
+        done = subprocess.run(
+            [str(env.python), str(DRIVER), stub.base_url, str(out)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert done.returncode == 0, f"the driver failed:\n{done.stdout}\n{done.stderr}"
+        summary = json.loads(done.stdout.strip().splitlines()[-1])
+        yield Written(out, summary["session"], summary["spans"], stub.bodies)
+
+
+def by_kind(spans: tuple[Span, ...], kind: str) -> list[Span]:
+    found = [s for s in spans if s.attributes.get("openinference.span.kind") == kind]
+    return sorted(found, key=lambda s: s.start_ns)
+
+
+def test_the_protobuf_and_the_json_file_read_alike(written: Written) -> None:
+    from_protobuf = read_otlp(written.directory / "trace.pb")
+    from_json = read_otlp(written.directory / "trace.jsonl")
+    assert len(from_protobuf.spans) == written.span_count == 4  # the agent, two calls, the tool
+    assert from_protobuf == from_json
+
+
+@pytest.mark.parametrize("name", ["trace.pb", "trace.jsonl"])
+def test_each_llm_span_holds_the_exact_body_the_server_received(written: Written, name: str) -> None:
+    llm = by_kind(read_otlp(written.directory / name).spans, "LLM")
+    assert len(written.bodies) == 2
+    assert [json.loads(s.attributes["input.value"]) for s in llm] == written.bodies
+    assert all(s.attributes["input.mime_type"] == "application/json" for s in llm)
+
+
+@pytest.mark.parametrize("name", ["trace.pb", "trace.jsonl"])
+def test_the_spans_nest_under_the_agent_in_one_trace_and_session(written: Written, name: str) -> None:
+    spans = read_otlp(written.directory / name).spans
+    [agent] = by_kind(spans, "AGENT")
+    [tool] = by_kind(spans, "TOOL")
+    llm = by_kind(spans, "LLM")
+    assert agent.parent_id is None and agent.name == "Analyst"
+    assert {s.trace_id for s in spans} == {agent.trace_id} and len(agent.trace_id) == 32
+    assert all(s.parent_id == agent.span_id for s in [*llm, tool])
+    assert llm[0].end_ns <= tool.start_ns <= tool.end_ns <= llm[1].start_ns
+    # using_session reaches the spans OpenInference makes, not the plain SDK's: the
+    # session's import must take session.id from any span of the trace, not the root's
+    assert [s.attributes.get("session.id") for s in llm] == [written.session] * 2
+    assert agent.resource["service.name"] == "otel-driver"
+    assert tool.attributes["tool.name"] == "count_errors"
+
+
+def test_a_file_that_is_neither_names_itself(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"resourceSpans": []}\n{not json\n')
+    with pytest.raises(ImporterError, match=r"broken\.jsonl: line 2: not JSON"):
+        read_otlp(broken)
+    binary = tmp_path / "noise.bin"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(ImporterError, match=r"noise\.bin: neither OTLP/JSON nor an OTLP protobuf"):
+        read_otlp(binary)
+    wrong = tmp_path / "wrong.jsonl"
+    wrong.write_text('{"resourceSpans": [{"scopeSpans": [{"spans": [{"name": "no ids"}]}]}]}\n')
+    with pytest.raises(ImporterError, match=r"wrong\.jsonl: line 1: not an OTLP export request"):
+        read_otlp(wrong)
