@@ -1,12 +1,13 @@
-"""Reading OTLP files (issue 25, first part), against traces the real OpenInference
-instrumentation wrote.
+"""Reading OTLP files (issue 25, first part), against traces real instrumentations wrote:
+OpenInference's (the whole request in ``input.value``) and the OpenTelemetry contrib
+``openai-v2`` with the older GenAI conventions (the messages as log records).
 
-The trace is made in a side venv (``tests/peers/venvs.py``, ``openinference``) by
-``tests/peers/otel_driver.py``: the real ``openai`` client under the real
-``OpenAIInstrumentor`` calls the scripted server (``tests/peers/openai_stub.py``), which
-records the exact bodies it receives, and the SDK's own OTLP encoder writes the spans as
-protobuf and as OTLP/JSON. The ground truth is those bodies and the SDK's encoding, not
-our fixtures. A venv that cannot be built skips with the reason, never passes."""
+Each trace is made in a side venv (``tests/peers/venvs.py``) by
+``tests/peers/otel_driver.py``: the real ``openai`` client under the real instrumentor
+calls the scripted server (``tests/peers/openai_stub.py``), which records the exact bodies
+it receives, and the SDK's own OTLP encoders write the spans and logs as protobuf and as
+OTLP/JSON. The ground truth is those bodies and the SDK's encoding, not our fixtures. A
+venv that cannot be built skips with the reason, never passes."""
 
 from __future__ import annotations
 
@@ -38,19 +39,18 @@ class Written:
     directory: Path
     session: str
     span_count: int
+    log_count: int
     bodies: list[Any]
 
 
-@pytest.fixture(scope="module")
-def written(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Written]:
+def write_trace(flavour: str, venv: str, out: Path) -> Iterator[Written]:
     try:
-        env = ensure_peer("openinference")
+        env = ensure_peer(venv)
     except PeerUnavailable as exc:
-        pytest.skip(f"the openinference side venv cannot be built here: {exc}")
-    out = tmp_path_factory.mktemp("otel")
+        pytest.skip(f"the {venv} side venv cannot be built here: {exc}")
     with OpenAIStub(SCRIPT) as stub:
         done = subprocess.run(
-            [str(env.python), str(DRIVER), stub.base_url, str(out)],
+            [str(env.python), str(DRIVER), flavour, stub.base_url, str(out)],
             capture_output=True,
             text=True,
             timeout=300,
@@ -58,7 +58,17 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Written]:
         )
         assert done.returncode == 0, f"the driver failed:\n{done.stdout}\n{done.stderr}"
         summary = json.loads(done.stdout.strip().splitlines()[-1])
-        yield Written(out, summary["session"], summary["spans"], stub.bodies)
+        yield Written(out, summary["session"], summary["spans"], summary["logs"], stub.bodies)
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Written]:
+    yield from write_trace("openinference", "openinference", tmp_path_factory.mktemp("openinference"))
+
+
+@pytest.fixture(scope="module")
+def events(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Written]:
+    yield from write_trace("genai-events", "openai-v2", tmp_path_factory.mktemp("genai-events"))
 
 
 def by_kind(spans: tuple[Span, ...], kind: str) -> list[Span]:
@@ -96,6 +106,46 @@ def test_the_spans_nest_under_the_agent_in_one_trace_and_session(written: Writte
     assert [s.attributes.get("session.id") for s in llm] == [written.session] * 2
     assert agent.resource["service.name"] == "otel-driver"
     assert tool.attributes["tool.name"] == "count_errors"
+
+
+def test_genai_spans_and_logs_read_alike_from_protobuf_and_json(events: Written) -> None:
+    spans = read_otlp(events.directory / "trace.pb").spans
+    logs = read_otlp(events.directory / "logs.pb").logs
+    from_json = read_otlp(events.directory / "trace.jsonl")
+    assert (
+        (len(spans), len(logs)) == (events.span_count, events.log_count) == (4, 8)
+    )  # 3 events of the first call, 5 of the second
+    assert from_json.spans == spans and from_json.logs == logs
+
+
+def test_genai_message_events_hold_each_calls_messages_in_order(events: Written) -> None:
+    telemetry = read_otlp(events.directory / "trace.jsonl")
+    chats = sorted(
+        (s for s in telemetry.spans if s.attributes.get("gen_ai.operation.name") == "chat"),
+        key=lambda s: s.start_ns,
+    )
+    assert len(chats) == len(events.bodies) == 2
+    for chat, body in zip(chats, events.bodies, strict=True):
+        assert chat.attributes["gen_ai.request.model"] == body["model"]
+        mine = [r for r in telemetry.logs if r.span_id == chat.span_id and r.trace_id == chat.trace_id]
+        sent = [r for r in mine if r.event_name != "gen_ai.choice"]
+        assert [r.event_name for r in sent] == [f"gen_ai.{m['role']}.message" for m in body["messages"]]
+        for record, message in zip(sent, body["messages"], strict=True):
+            if message["role"] != "assistant":  # the assistant's tool calls, below
+                assert record.body["content"] == message["content"]
+        [choice] = [r for r in mine if r.event_name == "gen_ai.choice"]
+        assert choice.body["index"] == 0
+    # the first answer's tool call, as the next call's input records it
+    [assistant] = [m for m in events.bodies[1]["messages"] if m["role"] == "assistant"]
+    recorded = next(
+        r.body
+        for r in telemetry.logs
+        if r.event_name == "gen_ai.assistant.message" and r.span_id == chats[1].span_id
+    )
+    assert [c["id"] for c in recorded["tool_calls"]] == [c["id"] for c in assistant["tool_calls"]]
+    [agent] = [s for s in telemetry.spans if s.attributes.get("gen_ai.operation.name") == "invoke_agent"]
+    assert agent.attributes["gen_ai.conversation.id"] == events.session
+    assert all(s.parent_id == agent.span_id for s in chats)
 
 
 def test_a_file_that_is_neither_names_itself(tmp_path: Path) -> None:

@@ -1,13 +1,17 @@
-"""Writes an OpenTelemetry trace of real ``openai`` calls, as OpenInference records them.
+"""Writes an OpenTelemetry trace of real ``openai`` calls, as a real instrumentation records them.
 
-``python otel_driver.py BASE_URL OUT_DIR``, run in the ``openinference`` side venv
-(``venvs.py``) against the scripted server (``openai_stub.py``): an AGENT span in a
-session, two chat calls made by the real ``openai`` client under the real
-``OpenAIInstrumentor`` (a tool call, a TOOL span for its run, the answer), then the finished
-spans encoded by the SDK's own OTLP encoder and written as OTLP protobuf (``trace.pb``,
-an ``ExportTraceServiceRequest``) and as OTLP/JSON (``trace.jsonl``, one request a line,
-as the collector's file exporter writes it: ids in hex, enums as integers, 64-bit
-integers as strings). It prints ``{"session": ..., "spans": n}``.
+``python otel_driver.py FLAVOUR BASE_URL OUT_DIR``, run in the flavour's side venv
+(``venvs.py``) against the scripted server (``openai_stub.py``). FLAVOUR is
+``openinference`` (``openinference-instrumentation-openai``, in its venv of that name) or
+``genai-events`` (``opentelemetry-instrumentation-openai-v2`` with the older GenAI
+conventions, in the ``openai-v2`` venv: the messages are log records). It makes an agent
+span in a session, two chat calls by the real ``openai`` client under the real
+instrumentor (a tool call, a tool span for its run, the answer), then encodes what was
+recorded with the SDK's own OTLP encoders and writes it as OTLP protobuf (``trace.pb``, an
+``ExportTraceServiceRequest``; ``logs.pb``, an ``ExportLogsServiceRequest``, when there
+are log records) and as OTLP/JSON (``trace.jsonl``, one request a line, traces then logs,
+as the collector's file exporter writes them: ids in hex, enums as integers, 64-bit
+integers as strings). It prints ``{"session": ..., "spans": n, "logs": n}``.
 
 Only the peer's packages are imported here: this file runs in the side venv, never in ours.
 """
@@ -15,15 +19,21 @@ Only the peer's packages are imported here: this file runs in the side venv, nev
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import os
 import sys
 from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")  # openai-v2's switch
 
 import openai
 from google.protobuf.json_format import MessageToDict
-from openinference.instrumentation import using_session
-from openinference.instrumentation.openai import OpenAIInstrumentor
+from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -46,39 +56,61 @@ TOOLS = [
 ]
 
 
-def hex_ids(document: dict[str, object]) -> None:
+def hex_ids(document: dict[str, Any]) -> None:
     """Protobuf's JSON mapping writes bytes in base64; OTLP/JSON writes trace and span ids in hex."""
-    for resource in document.get("resourceSpans", []):  # type: ignore[union-attr]
-        for scope in resource.get("scopeSpans", []):
-            for span in scope.get("spans", []):
-                for key in ("traceId", "spanId", "parentSpanId"):
-                    if span.get(key):
-                        span[key] = base64.b64decode(span[key]).hex()
+    items = [
+        item
+        for resource in document.get("resourceSpans", []) + document.get("resourceLogs", [])
+        for scope in resource.get("scopeSpans", []) + resource.get("scopeLogs", [])
+        for item in scope.get("spans", []) + scope.get("logRecords", [])
+    ]
+    for item in items:
+        for key in ("traceId", "spanId", "parentSpanId"):
+            if item.get(key):
+                item[key] = base64.b64decode(item[key]).hex()
 
 
-def main(base_url: str, out: Path) -> None:
-    exporter = InMemorySpanExporter()
+def instrument(flavour: str, tracer_provider: TracerProvider, logger_provider: LoggerProvider) -> Any:
+    """Instrument the openai client; the context manager that puts a span in the session
+    (OpenInference's ``using_session``; the GenAI conventions name it on the agent span)."""
+    if flavour == "openinference":
+        from openinference.instrumentation import using_session
+        from openinference.instrumentation.openai import OpenAIInstrumentor
+
+        OpenAIInstrumentor().instrument(tracer_provider=tracer_provider)
+        return (
+            using_session(SESSION),
+            {"openinference.span.kind": "AGENT"},
+            {"openinference.span.kind": "TOOL"},
+        )
+    from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor as GenAIInstrumentor
+
+    GenAIInstrumentor().instrument(tracer_provider=tracer_provider, logger_provider=logger_provider)
+    agent = {"gen_ai.operation.name": "invoke_agent", "gen_ai.conversation.id": SESSION}
+    return contextlib.nullcontext(), agent, {"gen_ai.operation.name": "execute_tool"}
+
+
+def main(flavour: str, base_url: str, out: Path) -> None:
+    exporter, log_exporter = InMemorySpanExporter(), InMemoryLogRecordExporter()
     provider = TracerProvider(resource=Resource.create({"service.name": "otel-driver"}))
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    OpenAIInstrumentor().instrument(tracer_provider=provider)
+    logger_provider = LoggerProvider(resource=Resource.create({"service.name": "otel-driver"}))
+    logger_provider.add_log_record_processor(SimpleLogRecordProcessor(log_exporter))
+    in_session, agent_attributes, tool_attributes = instrument(flavour, provider, logger_provider)
     tracer = provider.get_tracer("otel-driver")
     client = openai.OpenAI(base_url=base_url, api_key="not-a-key", max_retries=0)
     messages: list[dict[str, object]] = [
         {"role": "system", "content": "You analyse logs."},
         {"role": "user", "content": "How many errors are in the log?"},
     ]
-    with (
-        using_session(SESSION),
-        tracer.start_as_current_span("Analyst", attributes={"openinference.span.kind": "AGENT"}),
-    ):
+    with in_session, tracer.start_as_current_span("Analyst", attributes=agent_attributes):
         first = client.chat.completions.create(
             model="smollm2", messages=messages, tools=TOOLS, temperature=0.2, max_tokens=64
         )
         answer = first.choices[0].message
         [call] = answer.tool_calls or []
         with tracer.start_as_current_span(
-            call.function.name,
-            attributes={"openinference.span.kind": "TOOL", "tool.name": call.function.name},
+            call.function.name, attributes={**tool_attributes, "tool.name": call.function.name}
         ):
             result = "3"
         messages += [
@@ -87,15 +119,20 @@ def main(base_url: str, out: Path) -> None:
         ]
         client.chat.completions.create(model="smollm2", messages=messages, tools=TOOLS, max_tokens=64)
     provider.force_flush()
-    spans = exporter.get_finished_spans()
-    request = encode_spans(spans)
+    logger_provider.force_flush()
+    spans, logs = exporter.get_finished_spans(), log_exporter.get_finished_logs()
+    requests = [encode_spans(spans), *([encode_logs(logs)] if logs else [])]
     out.mkdir(parents=True, exist_ok=True)
-    (out / "trace.pb").write_bytes(request.SerializeToString())
-    document = MessageToDict(request, use_integers_for_enums=True)
-    hex_ids(document)
-    (out / "trace.jsonl").write_text(json.dumps(document) + "\n")
-    print(json.dumps({"session": SESSION, "spans": len(spans)}))
+    for name, request in zip(("trace.pb", "logs.pb"), requests, strict=False):
+        (out / name).write_bytes(request.SerializeToString())
+    lines = []
+    for request in requests:
+        document = MessageToDict(request, use_integers_for_enums=True)
+        hex_ids(document)
+        lines.append(json.dumps(document))
+    (out / "trace.jsonl").write_text("\n".join(lines) + "\n")
+    print(json.dumps({"session": SESSION, "spans": len(spans), "logs": len(logs)}))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], Path(sys.argv[2]))
+    main(sys.argv[1], sys.argv[2], Path(sys.argv[3]))

@@ -72,6 +72,24 @@ PEERS: dict[str, PeerSpec] = {
         (3, 11),
         ((3, 11), (3, 12)),
     ),
+    # The OpenTelemetry contrib instrumentation with the older GenAI conventions: the messages
+    # as log records. With opentelemetry-util-genai 1.2b0 and 1.3b0, 2.4b0 fails to import
+    # (no opentelemetry.util.genai.instruments); with 1.0b0 and 1.1b0 it goes through
+    # util-genai's handler and records no message at all; 0.4b0 gives the message events.
+    # httpx: the instrumentation imports it, and openai 3.x runs on httpx2 without it.
+    "openai-v2": PeerSpec(
+        "openai-v2",
+        (
+            "opentelemetry-instrumentation-openai-v2==2.4b0",
+            "opentelemetry-util-genai==0.4b0",
+            "opentelemetry-sdk==1.45.2",
+            "opentelemetry-exporter-otlp-proto-common==1.45.2",
+            "openai",
+            "httpx",
+        ),
+        (3, 11),
+        ((3, 11), (3, 12)),
+    ),
 }
 
 
