@@ -23,6 +23,7 @@ import pytest
 from importers import ImporterError
 from importers.otel import Span, read_otlp
 from tests.peers.openai_stub import OpenAIStub
+from tests.peers.phoenix import Phoenix
 from tests.peers.venvs import PeerUnavailable, ensure_peer
 
 DRIVER = Path(__file__).resolve().parent / "peers" / "otel_driver.py"
@@ -146,6 +147,28 @@ def test_genai_message_events_hold_each_calls_messages_in_order(events: Written)
     [agent] = [s for s in telemetry.spans if s.attributes.get("gen_ai.operation.name") == "invoke_agent"]
     assert agent.attributes["gen_ai.conversation.id"] == events.session
     assert all(s.parent_id == agent.span_id for s in chats)
+
+
+def test_what_phoenix_gives_back_reads_as_the_spans_it_was_sent(
+    written: Written, phoenix: Phoenix, tmp_path: Path
+) -> None:
+    sent = read_otlp(written.directory / "trace.pb").spans
+    assert phoenix.send_traces((written.directory / "trace.pb").read_bytes()) == 200
+    answer = tmp_path / "phoenix-spans.json"
+    answer.write_text(json.dumps(phoenix.spans(wanted=len(sent))))
+    back = {s.span_id: s for s in read_otlp(answer).spans if s.trace_id == sent[0].trace_id}
+    assert sorted(back) == sorted(s.span_id for s in sent)
+    for span in sent:
+        kept = back[span.span_id]
+        assert (kept.parent_id, kept.name, kept.kind, kept.status) == (
+            span.parent_id,
+            span.name,
+            span.kind,
+            span.status,
+        )
+        assert kept.attributes == span.attributes  # input.value, session.id, token counts: all of them
+        # Phoenix keeps times to the microsecond
+        assert abs(kept.start_ns - span.start_ns) < 1_000 and abs(kept.end_ns - span.end_ns) < 1_000
 
 
 def test_a_file_that_is_neither_names_itself(tmp_path: Path) -> None:

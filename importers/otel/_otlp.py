@@ -4,6 +4,11 @@ OTLP/JSON is protobuf's JSON mapping with the exceptions the OTLP specification 
 trace and span ids in hex (not base64), enums as integers, 64-bit integers as strings,
 keys in lowerCamelCase. A protobuf file is parsed with ``opentelemetry-proto``'s own
 classes and taken through the same mapping, so both read into the same values.
+
+Phoenix's span API (``GET /v1/projects/{project}/spans/otlpv1``) answers
+``{"data": [span, ...], "next_cursor": ...}``: OTLP spans with snake_case keys, nulls for
+what is not set, kinds by name (``SPAN_KIND_INTERNAL``), no resource. A file holding that
+answer (or one such answer a line) is read as the same spans, with an empty resource.
 """
 
 from __future__ import annotations
@@ -97,7 +102,7 @@ def _documents(path: Path, raw: bytes) -> Iterator[tuple[str, dict[str, Any], bo
         except ValueError:
             whole = None
         if isinstance(whole, dict):
-            yield "line 1" if "\n" not in text.strip() else "the document", whole, True
+            yield "line 1" if "\n" not in text.strip() else "the document", _otlp_shaped(whole), True
             return
         for number, line in enumerate(text.splitlines(), 1):
             if not line.strip():
@@ -108,7 +113,7 @@ def _documents(path: Path, raw: bytes) -> Iterator[tuple[str, dict[str, Any], bo
                 raise ImporterError(path, f"line {number}: not JSON: {exc}") from None
             if not isinstance(document, dict):
                 raise ImporterError(path, f"line {number}: not an OTLP export request (a JSON object)")
-            yield f"line {number}", document, True
+            yield f"line {number}", _otlp_shaped(document), True
         return
     for kind in (ExportTraceServiceRequest, ExportLogsServiceRequest):
         try:
@@ -120,6 +125,40 @@ def _documents(path: Path, raw: bytes) -> Iterator[tuple[str, dict[str, Any], bo
             yield "the protobuf message", document, False
             return
     raise ImporterError(path, "neither OTLP/JSON nor an OTLP protobuf export request")
+
+
+_SPAN_KINDS = {
+    f"SPAN_KIND_{name}": n
+    for n, name in enumerate(["UNSPECIFIED", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER"])
+}
+_STATUS_CODES = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}
+
+
+def _otlp_shaped(document: dict[str, Any]) -> dict[str, Any]:
+    """An export request as it is; Phoenix's span API answer as the export request of its
+    spans (keys in lowerCamelCase, nulls dropped, kinds and status codes as numbers)."""
+    data = document.get("data")
+    if "resourceSpans" in document or "resourceLogs" in document or not isinstance(data, list):
+        return document
+    spans = [_camel(span) for span in data]
+    for span in spans:
+        span["kind"] = _SPAN_KINDS.get(span.get("kind"), span.get("kind", 0))
+        status = span.get("status", {})
+        status["code"] = _STATUS_CODES.get(status.get("code"), status.get("code", 0))
+    return {"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}
+
+
+def _camel(item: Any) -> Any:
+    if isinstance(item, list):
+        return [_camel(i) for i in item]
+    if not isinstance(item, dict):
+        return item
+    return {_camel_key(k): _camel(v) for k, v in item.items() if v is not None}
+
+
+def _camel_key(key: str) -> str:
+    head, *rest = key.split("_")
+    return head + "".join(word.title() for word in rest)
 
 
 def _id(value: Any, hex_ids: bool) -> str:

@@ -90,6 +90,9 @@ PEERS: dict[str, PeerSpec] = {
         (3, 11),
         ((3, 11), (3, 12)),
     ),
+    # Arize Phoenix, started on 127.0.0.1 by the tests (tests/peers/phoenix.py): about 50
+    # direct dependencies (825 MB, 73 s to install here), so a venv of its own.
+    "phoenix": PeerSpec("phoenix", ("arize-phoenix==20.26.1",), (3, 11), ((3, 12), (3, 11))),
 }
 
 
