@@ -68,6 +68,11 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Written]:
 
 
 @pytest.fixture(scope="module")
+def latest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Written]:
+    yield from write_trace("genai-latest", "openai-v2-latest", tmp_path_factory.mktemp("genai-latest"))
+
+
+@pytest.fixture(scope="module")
 def events(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Written]:
     yield from write_trace("genai-events", "openai-v2", tmp_path_factory.mktemp("genai-events"))
 
@@ -147,6 +152,32 @@ def test_genai_message_events_hold_each_calls_messages_in_order(events: Written)
     [agent] = [s for s in telemetry.spans if s.attributes.get("gen_ai.operation.name") == "invoke_agent"]
     assert agent.attributes["gen_ai.conversation.id"] == events.session
     assert all(s.parent_id == agent.span_id for s in chats)
+
+
+def test_genai_latest_spans_hold_each_calls_messages_as_json(latest: Written) -> None:
+    telemetry = read_otlp(latest.directory / "trace.pb")
+    assert telemetry == read_otlp(latest.directory / "trace.jsonl") and not telemetry.logs
+    chats = sorted(
+        (s for s in telemetry.spans if s.attributes.get("gen_ai.operation.name") == "chat"),
+        key=lambda s: s.start_ns,
+    )
+    assert len(chats) == len(latest.bodies) == 2
+    for chat, body in zip(chats, latest.bodies, strict=True):
+        recorded = json.loads(chat.attributes["gen_ai.input.messages"])
+        assert [m["role"] for m in recorded] == [m["role"] for m in body["messages"]]
+        for message, sent in zip(recorded, body["messages"], strict=True):
+            if sent["role"] == "tool":  # the result as the response of its call
+                [part] = message["parts"]
+                assert (part["type"], part["id"], part["response"]) == (
+                    "tool_call_response",
+                    sent["tool_call_id"],
+                    sent["content"],
+                )
+            elif isinstance(sent.get("content"), str):
+                assert [p["content"] for p in message["parts"] if p["type"] == "text"] == [sent["content"]]
+    [answer] = json.loads(chats[0].attributes["gen_ai.output.messages"])
+    [call] = [p for p in answer["parts"] if p["type"] == "tool_call"]
+    assert call["id"] == SCRIPT[0]["tool_calls"][0]["id"] and call["name"] == "count_errors"
 
 
 def test_what_phoenix_gives_back_reads_as_the_spans_it_was_sent(

@@ -4,7 +4,9 @@
 (``venvs.py``) against the scripted server (``openai_stub.py``). FLAVOUR is
 ``openinference`` (``openinference-instrumentation-openai``, in its venv of that name) or
 ``genai-events`` (``opentelemetry-instrumentation-openai-v2`` with the older GenAI
-conventions, in the ``openai-v2`` venv: the messages are log records). It makes an agent
+conventions, in the ``openai-v2`` venv: the messages are log records) or ``genai-latest``
+(the same with the latest experimental conventions, in the ``openai-v2-latest`` venv: the
+messages are JSON in span attributes). It makes an agent
 span in a session, two chat calls by the real ``openai`` client under the real
 instrumentor (a tool call, a tool span for its run, the answer), then encodes what was
 recorded with the SDK's own OTLP encoders and writes it as OTLP protobuf (``trace.pb``, an
@@ -83,6 +85,9 @@ def instrument(flavour: str, tracer_provider: TracerProvider, logger_provider: L
             {"openinference.span.kind": "AGENT"},
             {"openinference.span.kind": "TOOL"},
         )
+    if flavour == "genai-latest":  # the latest experimental conventions: JSON in span attributes
+        os.environ["OTEL_SEMCONV_STABILITY_OPT_IN"] = "gen_ai_latest_experimental"
+        os.environ["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = "SPAN_ONLY"
     from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor as GenAIInstrumentor
 
     GenAIInstrumentor().instrument(tracer_provider=tracer_provider, logger_provider=logger_provider)

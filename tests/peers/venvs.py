@@ -90,6 +90,21 @@ PEERS: dict[str, PeerSpec] = {
         (3, 11),
         ((3, 11), (3, 12)),
     ),
+    # The same with the latest experimental conventions (the messages as JSON in span
+    # attributes): util-genai 1.1b0 records them there; 1.2b0 and 1.3b0 fail to import.
+    "openai-v2-latest": PeerSpec(
+        "openai-v2-latest",
+        (
+            "opentelemetry-instrumentation-openai-v2==2.4b0",
+            "opentelemetry-util-genai==1.1b0",
+            "opentelemetry-sdk==1.45.2",
+            "opentelemetry-exporter-otlp-proto-common==1.45.2",
+            "openai",
+            "httpx",
+        ),
+        (3, 11),
+        ((3, 11), (3, 12)),
+    ),
     # Arize Phoenix, started on 127.0.0.1 by the tests (tests/peers/phoenix.py): about 50
     # direct dependencies (825 MB, 73 s to install here), so a venv of its own.
     "phoenix": PeerSpec("phoenix", ("arize-phoenix==20.26.1",), (3, 11), ((3, 12), (3, 11))),
