@@ -119,7 +119,7 @@ from workbench.replay_views import (
     when_text,
     word_table,
 )
-from workbench.selection import selected_context, selected_scope
+from workbench.selection import keep_in_url, selected_context, selected_scope
 from workbench.times import viewer_zone
 from workbench.views import StoreSignature, coloured_words, context_label, escape_markdown, store_signature
 
@@ -894,10 +894,7 @@ def reference_picker(session: Session, side: str, param: str) -> str:
             help="Any context of this store; this takes the place of the pick above.",
         ).strip()
     ref = other or (f"{context_id}@{index}" if context_id and index else context_id or "")
-    if ref:
-        st.query_params[param] = ref
-    else:
-        st.query_params.pop(param, None)
+    keep_in_url(param, ref or None)
     return ref
 
 
