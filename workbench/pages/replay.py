@@ -419,25 +419,17 @@ def run_inputs() -> RunSettings:
 
 @dataclass(frozen=True)
 class RerunChoice:
-    """The re-run part of the form: whether it was clicked, and the tool modes."""
-
-    clicked: bool = False
-    default: str = "recorded"
-    unserved: str = "stop"
-    injections: str = ""
-
-
-@dataclass(frozen=True)
-class RerunSettings:
-    """The tool modes of a re-run, chosen outside the form; ``why_not`` disables them."""
+    """The re-run part of the form: the tool modes, chosen outside the form (``why_not``
+    disables them), and whether its button was clicked."""
 
     why_not: str | None
     default: str = "recorded"
     unserved: str = "stop"
     injections: str = ""
+    clicked: bool = False
 
 
-def rerun_settings(found: Materialized, prefix: str) -> RerunSettings:
+def rerun_settings(found: Materialized, prefix: str) -> RerunChoice:
     """Tool modes of the re-run; all disabled, with the reason, when it cannot run."""
     st.markdown("**Re-run the agent from here** (its whole loop to the end of the turn, as a branch)")
     why_not = can_rerun(found)
@@ -462,7 +454,7 @@ def rerun_settings(found: Materialized, prefix: str) -> RerunSettings:
         disabled=off,
         height=68,
     )
-    return RerunSettings(why_not, str(default), str(unserved), injections)
+    return RerunChoice(why_not, str(default), str(unserved), injections)
 
 
 def replay_form(found: Materialized) -> tuple[bool, Overrides, RunSettings, RerunChoice]:
@@ -541,8 +533,7 @@ def replay_form(found: Materialized) -> tuple[bool, Overrides, RunSettings, Reru
         calls=calls,
         results=results,
     )
-    choice = RerunChoice(rerun_clicked, again.default, again.unserved, again.injections)
-    return clicked, overrides, settings, choice
+    return clicked, overrides, settings, replace(again, clicked=rerun_clicked)
 
 
 # ── running ────────────────────────────────────────────────────────────────────────
