@@ -30,21 +30,7 @@ from analysis import (
     parse_strategy,
     verdict_in,
 )
-from analysis._settings import (  # shared with the CLI; the page imports them from here
-    call_sizes as call_sizes,
-)
-from analysis._settings import (
-    kind_of as kind_of,
-)
-from analysis._settings import (
-    numbers_of as numbers_of,
-)
-from analysis._settings import (
-    strategy_spec as strategy_spec,
-)
-from analysis._settings import (
-    suggested_numbers as suggested_numbers,
-)
+from analysis._settings import call_sizes, kind_of, strategy_spec, suggested_numbers
 from soap_core import preview
 
 BASELINE = "none"
@@ -53,16 +39,7 @@ KINDS = ("rolling-tokens", "rolling-messages", "strip-thinking", "summarize")
 
 DRIFT_COLUMNS = ("drift", "noise band", "vs noise")
 """The comparison table's columns a drift run fills."""
-TABLE_COLUMNS = (
-    "strategy",
-    "peak tokens",
-    "tokens sent",
-    "compactions",
-    "tokens saved",
-    "drift",
-    "noise band",
-    "vs noise",
-)
+TABLE_COLUMNS = ("strategy", "peak tokens", "tokens sent", "compactions", "tokens saved", *DRIFT_COLUMNS)
 RUN_COLUMNS = (
     "run",
     "strategy",
@@ -125,11 +102,6 @@ def default_specs(history: History, ran: RanWith | None = None) -> list[str]:
     numbers = suggested_numbers(history, ran)
     kinds = list(dict.fromkeys([*([kind_of(ran.spec)] if ran else []), "rolling-tokens", "rolling-messages"]))
     return [strategy_spec(kind, numbers[kind]) for kind in kinds]
-
-
-def ran_with_note(ran: RanWith | None) -> str | None:
-    """A line naming the strategy the session ran with (:attr:`RanWith.note`)."""
-    return ran.note if ran is not None else None
 
 
 CURVE_POINTS = 2_000

@@ -45,7 +45,7 @@ from replay import (
     short_id,
 )
 from soap_core import Context, Message, Session, SoapError, canonical_json, time_text
-from workbench.transcript import STYLES, speaker
+from workbench.transcript import STYLES, short_value, speaker
 
 PREVIEW_WIDTH = 60
 WORD_COLUMNS = ("op", "words")
@@ -127,7 +127,7 @@ def message_preview(message: Message, width: int = PREVIEW_WIDTH) -> str:
         text = "calls " + ", ".join(u.name for u in message.tool_uses())
     if not text:
         text = "(" + (", ".join(p.type for p in message.content) or "no content") + ")"
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return short_value(text, width)
 
 
 def message_label(context: Context, index: int) -> str:
@@ -528,11 +528,9 @@ def overrides_summary(overrides: Overrides) -> str:
         changes.append(f"{_messages(sorted(overrides.drops))} dropped")
     if overrides.system_prompt is not None:
         changes.append("system prompt replaced")
-    for key, name in (("model", "model"), ("temperature", "temperature"), ("seed", "seed")):
+    for key in ("model", "temperature", "seed", "max_tokens"):
         if getattr(overrides, key) is not None:
-            changes.append(f"{name} {getattr(overrides, key)}")
-    if overrides.max_tokens is not None:
-        changes.append(f"max tokens {overrides.max_tokens}")
+            changes.append(f"{key.replace('_', ' ')} {getattr(overrides, key)}")
     return "; ".join(changes) or "nothing changed (the original request)"
 
 
@@ -666,12 +664,7 @@ def _step(turn: Turn | None) -> str:
         return ""
     if turn.kind == "tool_call":
         return f"{turn.name}({canonical_json(turn.arguments)})"
-    return f"{turn.kind}: {preview_text(turn.text or '')}"
-
-
-def preview_text(text: str, width: int = 80) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
+    return f"{turn.kind}: {short_value(turn.text or '', 80)}"
 
 
 def rerun_pairs_table(diff: BranchDiff) -> pd.DataFrame:

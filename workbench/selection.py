@@ -7,6 +7,7 @@ fall back to sensible defaults and write the choice back.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import streamlit as st
@@ -58,6 +59,14 @@ def choose_session(chosen: str) -> None:
         for key in CARRIED[1:]:
             st.query_params.pop(key, None)
     st.query_params["session"] = chosen
+
+
+def keep_in_url(param: str, value: str | None) -> None:
+    """Write ``value`` into ``?param=``, or drop the parameter when ``value`` is None."""
+    if value is None:
+        st.query_params.pop(param, None)
+    else:
+        st.query_params[param] = value
 
 
 def matches_session(session_uuid: str, ref: str) -> bool:
@@ -124,9 +133,14 @@ def selected_session(root: str, signature: StoreSignature, *, read_only: bool = 
         show_error_and_stop(exc)
 
 
-def selected_context(scope: Scope, label: str = "Context") -> Scope:
+def selected_context(
+    scope: Scope,
+    label: str = "Context",
+    key: str | None = "context_picker",
+    on_change: Callable[[], None] | None = None,
+) -> Scope:
     """The scope with the context of ``?context=`` (id or prefix), else the active one,
-    else the first."""
+    else the first; ``key`` and ``on_change`` are the picker's."""
     session = scope.session
     if not session.contexts:
         st.info("This session has no readable context.")
@@ -149,7 +163,8 @@ def selected_context(scope: Scope, label: str = "Context") -> Scope:
         ids,
         index=ids.index(default),
         format_func=lambda cid: context_label(session, cid),
-        key="context_picker",
+        key=key,
+        on_change=on_change,
     )
     st.query_params["context"] = chosen
     return scope.at(session.contexts[chosen])

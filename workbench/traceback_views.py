@@ -31,6 +31,7 @@ from soap_core.runtime import (
     read_invocation,
     read_invocations,
 )
+from workbench.transcript import short_value
 
 OUTCOME_ICONS = {"ok": "✅", "refused": "⛔", "error": "❌", "running": "⏳", "interrupted": "💥"}
 OUTCOME_COLOURS = {
@@ -173,10 +174,9 @@ def call_tools(call: CallRecord) -> list[str]:
     response is read from a file, so anything unexpected in it counts as none)."""
     try:
         message = (call.response or {})["choices"][0]["message"]
-        names = [str(c["function"]["name"]) for c in message.get("tool_calls") or []]
+        return [str(c["function"]["name"]) for c in message.get("tool_calls") or []]
     except (KeyError, IndexError, TypeError, AttributeError):
         return []
-    return names
 
 
 def _answer(call: CallRecord) -> str:
@@ -239,8 +239,7 @@ def outcome_label(outcome: str) -> str:
 
 def one_line(text: str, limit: int = 80) -> str:
     """A prompt as one short line for labels and table cells."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    return short_value(text, limit)
 
 
 def agent_invocations(invocations: Sequence[Invocation]) -> list[Invocation]:
@@ -258,11 +257,7 @@ def deepest_invocation(invocations: Sequence[Invocation]) -> Invocation | None:
     """The invocation the page opens on: the one with the most frames above and below it
     (the deepest chain through the session), the latest of equals. The latest alone is
     often a single bar, which tells least about how objects called one another."""
-    best: Invocation | None = None
-    for invocation in invocations:
-        if best is None or invocation.callers + invocation.callees >= best.callers + best.callees:
-            best = invocation
-    return best
+    return max(reversed(invocations), key=lambda i: i.callers + i.callees, default=None)
 
 
 def invocation_label(invocation: Invocation, prompts: dict[str, str], zone: tzinfo | None = None) -> str:

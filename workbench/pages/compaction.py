@@ -37,6 +37,7 @@ from analysis import (
     ran_with,
     simulate_items,
 )
+from analysis._settings import numbers_of, strategy_spec, suggested_numbers
 from replay import short_id
 from soap_core import SoapError, Store
 from soap_core.runtime import LLMEndpoint
@@ -59,15 +60,11 @@ from workbench.compaction_views import (
     dropped_rows,
     dropped_table,
     new_job,
-    numbers_of,
     outcome_note,
     parse_strategies_param,
     paused_note,
     plan_note,
     progress_text,
-    ran_with_note,
-    strategy_spec,
-    suggested_numbers,
     with_baseline,
 )
 from workbench.loading import SCOPED, Scope, load_session, show_error_and_stop
@@ -150,9 +147,8 @@ def pick_strategies(scope: Scope, history: History) -> list[str]:
     if choice.ignored:
         st.warning(escape_markdown("one strategy of each kind; left out: " + ", ".join(choice.ignored)))
     suggested = suggested_numbers(history, ran)
-    note = ran_with_note(ran)
-    if note:
-        st.text(note)
+    if ran is not None:
+        st.text(ran.note)
     kinds = st.multiselect("Strategies", KINDS, default=choice.kinds, key="strategy_kinds")
     specs = []
     for kind in kinds:
@@ -197,11 +193,8 @@ def ask_to_confirm(job: DriftJob) -> None:
         buttons = st.container(horizontal=True)
         run = buttons.button(f"Run {job.total_calls} model calls", type="primary", key="drift_confirm")
         cancel = buttons.button("Cancel", key="drift_cancel")
-    if run:
-        job.status = "running"
-        box.empty()
-    elif cancel:
-        job.status = "cancelled"
+    if run or cancel:
+        job.status = "running" if run else "cancelled"
         box.empty()
 
 
@@ -239,11 +232,9 @@ def run_job(scope: Scope, job: DriftJob) -> None:
     bar = st.progress(job.made_calls / job.total_calls, text=progress_text(job))
     try:
         endpoint = LLMEndpoint(job.base_url)
-        runner = DriftRunner(
+        runner = DriftRunner(  # with a copy of the session: replay adds its forks to it
             Store(scope.root),
-            load_session(
-                scope.root, scope.session.uuid, scope.signature
-            ),  # a copy: replay adds its forks to it
+            load_session(scope.root, scope.session.uuid, scope.signature),
             [parse_strategy(s) for s in job.key[1]],
             endpoint,
             model_summarizer(endpoint),

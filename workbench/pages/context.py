@@ -34,7 +34,6 @@ from soap_core import (
     AmbiguousSessionError,
     CallRecord,
     Context,
-    ContextNotFoundError,
     MediaPart,
     Message,
     MessageRow,
@@ -80,7 +79,7 @@ from workbench.loading import (
     system_prompts,
 )
 from workbench.openpoke_views import entry_choices, is_interaction, session_name, two_tracks
-from workbench.selection import selected_session
+from workbench.selection import keep_in_url, selected_context, selected_session
 from workbench.transcript import (
     STYLES,
     Placement,
@@ -99,7 +98,6 @@ from workbench.transcript import (
 )
 from workbench.views import (
     anchors_at_no_message,
-    context_label,
     escape_markdown,
     load_error_line,
     media_file_name,
@@ -269,8 +267,7 @@ def go_to_message(index: int) -> None:
     """A jump by a control of the page, to display index ``index``: the page run that
     follows writes it into ``?message=`` as the session's source names it."""
     st.session_state[JUMP_KEY] = index
-    st.query_params.pop("message", None)
-    st.query_params.pop("page", None)
+    forget_position()
 
 
 def page_typed() -> None:
@@ -530,33 +527,6 @@ SCROLL_SCRIPT = """<style>[class*='st-key-message-'] { scroll-margin-top: 4.5rem
 </script>"""
 
 
-def pick_context(session: Session) -> Context:
-    """The context from ``?context=`` (id or prefix), else the active one, else the first."""
-    ids = list(session.contexts)
-    wanted = st.query_params.get("context")
-    try:
-        default = session.context(wanted).id if wanted else session.active_context_id
-    except ContextNotFoundError as exc:
-        st.warning(escape_markdown(f"{exc.problem}: showing the active context instead"))
-        default = session.active_context_id
-    except SoapError as exc:
-        show_error_and_stop(exc)
-    if default is None:
-        default = ids[0]
-    elif default not in session.contexts:
-        st.warning(escape_markdown(f"the active context {default} has no readable file"))
-        default = ids[0]
-    chosen = st.selectbox(
-        "Context",
-        ids,
-        index=ids.index(default),
-        format_func=lambda cid: context_label(session, cid),
-        on_change=forget_position,
-    )
-    st.query_params["context"] = chosen
-    return session.contexts[chosen]
-
-
 def show_two_tracks(session: Session) -> None:
     """For an imported OpenPoke conversation: the raw log, the chosen entry marked, above
     the working memory as the model saw it at that entry; stacked, each full width."""
@@ -620,8 +590,8 @@ def show_session(scope: Scope) -> None:
         st.info("This session has no readable context.")
         st.text("\n".join(fork_tree_excerpt(session_names(session).nodes, names=names)))
         st.stop()
-    context = pick_context(session)
-    scope = scope.at(context)
+    scope = selected_context(scope, key=None, on_change=forget_position)
+    context = scope.chosen
     with st.expander(f"Fork tree ({len(names)} contexts)", expanded=len(names) <= 6):
         st.text("\n".join(fork_tree_excerpt(session_names(session).nodes, shown_id=context.id, names=names)))
     prompts_slot = st.container()
@@ -660,10 +630,7 @@ def show_details_toggle() -> bool:
         value=st.query_params.get(DETAILS_KEY) == "1",
         key=DETAILS_KEY,
     )
-    if details:
-        st.query_params[DETAILS_KEY] = "1"
-    else:
-        st.query_params.pop(DETAILS_KEY, None)
+    keep_in_url(DETAILS_KEY, "1" if details else None)
     return details
 
 

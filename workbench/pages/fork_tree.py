@@ -27,7 +27,7 @@ from workbench.fork_tree_views import (
     tree_summary,
 )
 from workbench.loading import show_error_and_stop
-from workbench.selection import selected_scope
+from workbench.selection import keep_in_url, selected_scope
 from workbench.views import blanks_as, context_label, escape_markdown, load_error_line, session_heading
 
 CHART_KEY = "fork_tree_chart"
@@ -53,10 +53,7 @@ def show_forks_toggle(names: SessionNames) -> bool:
     shown = st.toggle(
         "Show replay forks", key=FORKS_KEY, help="Off: the forks of each replay run are one node."
     )
-    if shown:
-        st.query_params["forks"] = "all"
-    else:
-        st.query_params.pop("forks", None)
+    keep_in_url("forks", "all" if shown else None)
     return shown
 
 
@@ -125,16 +122,14 @@ def show_item(
     )
 
 
-def diff_pair(saved: list[str]) -> list[str]:
-    """The pair to diff: the picker's own state once it has one, else ``?diff_a=`` and
+def diff_pair(saved: list[str]) -> None:
+    """Set up the pair to diff: the picker's own state once it has one, else ``?diff_a=`` and
     ``?diff_b=``. The picker is keyed, so a pick never makes it a new widget (which
     dropped the first pick when the second was made)."""
     state = st.session_state.get(DIFF_KEY)
     if state is None or any(cid not in saved for cid in state):
         preset = [st.query_params.get(key) for key in DIFF_PARAMS]
         st.session_state[DIFF_KEY] = [cid for cid in dict.fromkeys(preset) if cid in saved]
-    chosen: list[str] = st.session_state[DIFF_KEY]
-    return chosen
 
 
 def send_to_diff(root: str, session: Session, nodes: list[ContextNode]) -> None:
@@ -154,10 +149,7 @@ def send_to_diff(root: str, session: Session, nodes: list[ContextNode]) -> None:
         select_all=False,  # "Select all" of dozens of contexts would pass the limit of two
     )
     for key, value in zip(DIFF_PARAMS, [*chosen, None, None], strict=False):
-        if value is None:
-            st.query_params.pop(key, None)
-        else:
-            st.query_params[key] = value
+        keep_in_url(key, value)
     if len(chosen) < 2:
         st.text("Pick two contexts to compare them on the Replay & diff page.")
         return

@@ -24,7 +24,7 @@ from workbench.object_state_views import (
     state_changes,
     state_table,
 )
-from workbench.selection import selected_scope
+from workbench.selection import keep_in_url, selected_scope
 from workbench.times import viewer_zone
 from workbench.views import blanks_as, escape_markdown
 
@@ -69,11 +69,8 @@ def shown_records(records: list[InvocationRecord]) -> list[InvocationRecord]:
         help="Re-runs and continues made here are not the agent's history: off, the states "
         "are only those the agent itself reached.",
     )
-    if shown:
-        st.query_params[RUNS_PARAM] = "shown"
-        return records
-    st.query_params.pop(RUNS_PARAM, None)
-    return own
+    keep_in_url(RUNS_PARAM, "shown" if shown else None)
+    return records if shown else own
 
 
 def show_diff(records: list[InvocationRecord]) -> None:

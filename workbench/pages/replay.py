@@ -119,7 +119,7 @@ from workbench.replay_views import (
     when_text,
     word_table,
 )
-from workbench.selection import selected_context, selected_scope
+from workbench.selection import keep_in_url, selected_context, selected_scope
 from workbench.times import viewer_zone
 from workbench.views import StoreSignature, coloured_words, context_label, escape_markdown, store_signature
 
@@ -419,25 +419,17 @@ def run_inputs() -> RunSettings:
 
 @dataclass(frozen=True)
 class RerunChoice:
-    """The re-run part of the form: whether it was clicked, and the tool modes."""
-
-    clicked: bool = False
-    default: str = "recorded"
-    unserved: str = "stop"
-    injections: str = ""
-
-
-@dataclass(frozen=True)
-class RerunSettings:
-    """The tool modes of a re-run, chosen outside the form; ``why_not`` disables them."""
+    """The re-run part of the form: the tool modes, chosen outside the form (``why_not``
+    disables them), and whether its button was clicked."""
 
     why_not: str | None
     default: str = "recorded"
     unserved: str = "stop"
     injections: str = ""
+    clicked: bool = False
 
 
-def rerun_settings(found: Materialized, prefix: str) -> RerunSettings:
+def rerun_settings(found: Materialized, prefix: str) -> RerunChoice:
     """Tool modes of the re-run; all disabled, with the reason, when it cannot run."""
     st.markdown("**Re-run the agent from here** (its whole loop to the end of the turn, as a branch)")
     why_not = can_rerun(found)
@@ -462,7 +454,7 @@ def rerun_settings(found: Materialized, prefix: str) -> RerunSettings:
         disabled=off,
         height=68,
     )
-    return RerunSettings(why_not, str(default), str(unserved), injections)
+    return RerunChoice(why_not, str(default), str(unserved), injections)
 
 
 def replay_form(found: Materialized) -> tuple[bool, Overrides, RunSettings, RerunChoice]:
@@ -541,8 +533,7 @@ def replay_form(found: Materialized) -> tuple[bool, Overrides, RunSettings, Reru
         calls=calls,
         results=results,
     )
-    choice = RerunChoice(rerun_clicked, again.default, again.unserved, again.injections)
-    return clicked, overrides, settings, choice
+    return clicked, overrides, settings, replace(again, clicked=rerun_clicked)
 
 
 # ── running ────────────────────────────────────────────────────────────────────────
@@ -894,10 +885,7 @@ def reference_picker(session: Session, side: str, param: str) -> str:
             help="Any context of this store; this takes the place of the pick above.",
         ).strip()
     ref = other or (f"{context_id}@{index}" if context_id and index else context_id or "")
-    if ref:
-        st.query_params[param] = ref
-    else:
-        st.query_params.pop(param, None)
+    keep_in_url(param, ref or None)
     return ref
 
 

@@ -19,7 +19,7 @@ from workbench.openpoke_views import (
     import_summary,
     import_to_temporary_store,
 )
-from workbench.selection import choose_session, store_overviews
+from workbench.selection import choose_session, keep_in_url, store_overviews
 from workbench.session_filters import SINCE, SORTS, STATES, SessionFilter, filter_note, narrowed
 from workbench.views import (
     StoreSignature,
@@ -139,10 +139,7 @@ def table_choices(overviews: list[SessionOverview]) -> tuple[SessionFilter, str]
     sort = columns[4].selectbox(
         "Sort by", orders, index=orders.index(wanted) if wanted in orders else 0, key="sessions_sort"
     )
-    if sort == orders[0]:
-        st.query_params.pop("sort", None)
-    else:
-        st.query_params["sort"] = sort
+    keep_in_url("sort", None if sort == orders[0] else sort)
     return SessionFilter(frozenset(chosen_roles), frozenset(states), SINCE[since], int(least or 0)), sort
 
 

@@ -26,7 +26,7 @@ from analysis import (
 from replay import short_id
 from soap_core import SoapError, Store
 from workbench.loading import SCOPED, Scope, show_error_and_stop
-from workbench.selection import selected_context, selected_scope
+from workbench.selection import keep_in_url, selected_context, selected_scope
 from workbench.token_budget_views import (
     budget_figure,
     call_table,
@@ -121,10 +121,7 @@ def pick_threshold(scope: Scope) -> int | None:
         help="Starts at the threshold the session ran with, where its call log records one.",
     )
     st.text(threshold_note(start, given, None if typed is None else int(typed)))
-    if typed is None or int(typed) == start.tokens:
-        st.query_params.pop("threshold", None)
-    else:
-        st.query_params["threshold"] = str(int(typed))
+    keep_in_url("threshold", None if typed is None or int(typed) == start.tokens else str(int(typed)))
     return None if typed is None else int(typed)
 
 

@@ -16,7 +16,7 @@ from replay import message_address, short_id
 from soap_core import SoapError
 from soap_core.runtime import InvocationTrace, TraceFrame
 from workbench.loading import SCOPED, Scope, read_only_session, show_error_and_stop
-from workbench.selection import selected_scope
+from workbench.selection import keep_in_url, selected_scope
 from workbench.times import viewer_zone
 from workbench.traceback_views import (
     Invocation,
@@ -65,11 +65,8 @@ def shown_invocations(traced: SessionTraces) -> list[Invocation]:
         help="Re-runs and continues made here are not the agent's history: off, only the "
         "invocations the agent itself made are listed.",
     )
-    if shown:
-        st.query_params[RUNS_PARAM] = "shown"
-        return traced.invocations
-    st.query_params.pop(RUNS_PARAM, None)
-    return own
+    keep_in_url(RUNS_PARAM, "shown" if shown else None)
+    return traced.invocations if shown else own
 
 
 def pick_invocation(traced: SessionTraces, invocations: list[Invocation]) -> InvocationTrace:
