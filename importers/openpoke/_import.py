@@ -36,7 +36,8 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from importers._errors import ImporterError
-from importers.openpoke._links import Imported, link_records, write_records
+from importers._store import open_store, write_records
+from importers.openpoke._links import Imported, link_records
 from importers.openpoke._log import LogEntry, SkippedLine
 from importers.openpoke._mapping import (
     EXECUTION_ROLE,
@@ -392,18 +393,6 @@ def _import_execution(
 # -- the import ---------------------------------------------------------------------------
 
 
-def _open_store(store_dir: Path | str) -> Store:
-    root = Path(store_dir).expanduser()
-    if root.exists() and not root.is_dir():
-        raise ImporterError(root, "the store is not a directory")
-    store = Store(root)
-    try:
-        store.agents_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ImporterError(store.agents_dir, f"cannot create the store: {exc.strerror}") from None
-    return store
-
-
 def _checkout(openpoke_root: Path | str | None) -> str | None:
     if openpoke_root is None:
         return None
@@ -425,7 +414,7 @@ def import_openpoke(
     """
     data = read_openpoke(data_dir)
     checkout = _checkout(openpoke_root)
-    store = _open_store(store_dir)
+    store = open_store(store_dir)
     notices = list(data.notices)
     interaction: Imported | None = None
     reports: list[SessionReport] = []

@@ -37,14 +37,10 @@ from importers.openpoke._mapping import (
 )
 from importers.openpoke._reader import ExecutionLog, entry_instant
 from soap_core import (
-    INVOCATIONS_DIR,
     Context,
     InvocationRecord,
     Party,
     Session,
-    SoapError,
-    read_json,
-    write_invocation,
 )
 
 _NO_TIME = "00000000T000000000000"
@@ -155,23 +151,6 @@ def handoffs(
                 open_record.outcome, open_record.result = "ok", entry.text
             open_record = None
     return records
-
-
-def _unchanged(directory: Path, record: InvocationRecord) -> bool:
-    path = directory / INVOCATIONS_DIR / f"{record.id}.json"
-    try:
-        return path.is_file() and bool(read_json(path) == record.as_dict())
-    except SoapError:
-        return False
-
-
-def write_records(records: list[tuple[InvocationRecord, list[Path]]]) -> int:
-    written = 0
-    for record, directories in records:
-        if not all(_unchanged(d, record) for d in directories):
-            write_invocation(directories, record)
-            written += 1
-    return written
 
 
 def link_records(
