@@ -7,6 +7,7 @@ from soap_core._chat import canonical_json, chat_message, chat_request, request_
 from soap_core._context import (
     DEFAULT_ANCHORS,
     MESSAGES_ANCHOR,
+    SYSTEM_PROMPT_ANCHOR,
     TOOL_RESULT_SUFFIX,
     TOOLS_ANCHOR,
     Context,
@@ -102,6 +103,7 @@ __all__ = [
     "SAVE_LOCKS_DIR",
     "SESSION_FILE",
     "SOURCE_KEY",
+    "SYSTEM_PROMPT_ANCHOR",
     "THREAD_ID_KEY",
     "TOOLS_ANCHOR",
     "TOOL_CALL",

@@ -1,4 +1,5 @@
-"""``soapwb import openpoke``: an OpenPoke data dir into a store, idempotently."""
+"""``soapwb import openpoke`` and ``soapwb import otel``: another framework's state into a
+store, idempotently."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from importers import otel
 from importers.openpoke import ImportReport, import_openpoke
 from soapwb.common import UsageError, emit_json, store_command
 
@@ -27,6 +29,19 @@ def register(commands: Any) -> None:
         help="an OpenPoke checkout: materialize/replay then send its real system prompt (remembered)",
     )
     store_command(openpoke, cmd_import_openpoke)
+    traces = sources.add_parser(
+        "otel",
+        help="OpenTelemetry traces (OpenInference or GenAI conventions): OTLP/JSON, OTLP protobuf, "
+        "or Phoenix's span API answer",
+    )
+    traces.add_argument(
+        "files",
+        metavar="FILE",
+        type=Path,
+        nargs="+",
+        help="OTLP files; traces and logs of one run may be in separate files (give both)",
+    )
+    store_command(traces, cmd_import_otel)
 
 
 def report_lines(report: ImportReport) -> list[str]:
@@ -76,4 +91,31 @@ def cmd_import_openpoke(args: argparse.Namespace) -> int:
         emit_json(report.as_dict())
     else:
         print("\n".join(report_lines(report)))
+    return 0
+
+
+def otel_report_lines(report: otel.ImportReport) -> list[str]:
+    flavours = ", ".join(f"{n} {name}" for name, n in report.flavours.items()) or "none"
+    lines = [f"read {', '.join(report.files)}: {report.spans} spans, {report.logs} log records"]
+    lines.append(f"  model calls: {report.calls} ({flavours})")
+    for session in report.sessions:
+        lines.append(
+            f"  {session.status:<9} {session.role}/{session.uuid}  session {session.session_id!r}: "
+            f"{session.calls} calls ({session.calls_added} new), {session.contexts} contexts"
+        )
+    lines.append(f"invocation records: {report.invocations} ({report.invocations_written} written)")
+    lines.extend(f"note: {notice}" for notice in report.notices)
+    if report.sessions and not report.changed:
+        lines.append("nothing changed (already imported)")
+    return lines
+
+
+def cmd_import_otel(args: argparse.Namespace) -> int:
+    if not args.store:
+        raise UsageError("no store given: pass --store DIR or set SOAPWB_STORE")
+    report = otel.import_otel(args.files, args.store)
+    if args.json:
+        emit_json(report.as_dict())
+    else:
+        print("\n".join(otel_report_lines(report)))
     return 0

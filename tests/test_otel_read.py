@@ -12,69 +12,14 @@ venv that cannot be built skips with the reason, never passes."""
 from __future__ import annotations
 
 import json
-import subprocess
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from importers import ImporterError
 from importers.otel import Span, read_otlp
-from tests.peers.openai_stub import OpenAIStub
+from tests.peers.otel_traces import SCRIPT, Written
 from tests.peers.phoenix import Phoenix
-from tests.peers.venvs import PeerUnavailable, ensure_peer
-
-DRIVER = Path(__file__).resolve().parent / "peers" / "otel_driver.py"
-SCRIPT = [
-    {"tool_calls": [{"id": "call_1", "name": "count_errors", "arguments": '{"pattern": "ERROR"}'}]},
-    {"content": "There are 3 errors."},
-]
-
-
-@dataclass(frozen=True)
-class Written:
-    """A trace the driver wrote, and what the server received while it ran."""
-
-    directory: Path
-    session: str
-    span_count: int
-    log_count: int
-    bodies: list[Any]
-
-
-def write_trace(flavour: str, venv: str, out: Path) -> Iterator[Written]:
-    try:
-        env = ensure_peer(venv)
-    except PeerUnavailable as exc:
-        pytest.skip(f"the {venv} side venv cannot be built here: {exc}")
-    with OpenAIStub(SCRIPT) as stub:
-        done = subprocess.run(
-            [str(env.python), str(DRIVER), flavour, stub.base_url, str(out)],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        assert done.returncode == 0, f"the driver failed:\n{done.stdout}\n{done.stderr}"
-        summary = json.loads(done.stdout.strip().splitlines()[-1])
-        yield Written(out, summary["session"], summary["spans"], summary["logs"], stub.bodies)
-
-
-@pytest.fixture(scope="module")
-def written(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Written]:
-    yield from write_trace("openinference", "openinference", tmp_path_factory.mktemp("openinference"))
-
-
-@pytest.fixture(scope="module")
-def latest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Written]:
-    yield from write_trace("genai-latest", "openai-v2-latest", tmp_path_factory.mktemp("genai-latest"))
-
-
-@pytest.fixture(scope="module")
-def events(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Written]:
-    yield from write_trace("genai-events", "openai-v2", tmp_path_factory.mktemp("genai-events"))
 
 
 def by_kind(spans: tuple[Span, ...], kind: str) -> list[Span]:

@@ -213,6 +213,7 @@ SOURCE_DESCRIPTIONS = {
     "peteos-0.5": "the body peteos 0.5's OpenAI adapter builds",
     "peteos-0.6": "the body peteos 0.6's OpenAI adapter builds",
     "openpoke": "the request OpenPoke's interaction agent posts",
+    "otel": "the request its OpenTelemetry trace kept: the whole body from OpenInference, the messages from GenAI",
 }
 
 

@@ -7,6 +7,18 @@ protobuf (one ``ExportTraceServiceRequest`` or ``ExportLogsServiceRequest``), in
 request sources and the export come next.
 """
 
+from importers.otel._calls import Call, model_calls
+from importers.otel._import import ImportReport, SessionReport, import_otel
 from importers.otel._otlp import LogRecord, Span, Telemetry, read_otlp
 
-__all__ = ["LogRecord", "Span", "Telemetry", "read_otlp"]
+__all__ = [
+    "Call",
+    "ImportReport",
+    "LogRecord",
+    "SessionReport",
+    "Span",
+    "Telemetry",
+    "import_otel",
+    "model_calls",
+    "read_otlp",
+]

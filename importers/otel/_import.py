@@ -1,0 +1,471 @@
+"""Traces into a sOAP store: sessions, contexts, recorded calls and invocations.
+
+* **Sessions** by ``session.id`` or ``gen_ai.conversation.id``: a span's own, an
+  ancestor's, or any span's of its trace (OpenInference's ``using_session`` reaches only
+  the spans it makes); one session per trace where none is named. The session's role is
+  its first agent's name.
+* **Contexts**: each model call's request is laid over the session's contexts. Where a
+  context holds exactly the call's first messages, the call continues it (its new messages,
+  then its answer, are appended); where the call shares only a beginning with one, it is a
+  fork of that context at the last message they share (an agent that cut or rewrote its
+  history); a call that shares nothing starts a root. Message and span times are the
+  spans' (UTC).
+* **Recorded calls**: one call record per model call, holding the request as the trace
+  kept it (the whole body for OpenInference), its answer, usage, times and error.
+* **Invocations**: one per agent span (OpenInference ``AGENT``, GenAI ``invoke_agent``),
+  nested as the spans nest, each listing the calls made directly in it.
+
+Ids come from the trace and span ids, so importing a file again writes nothing, and a
+file that grew (or another file of the same sessions) adds only its new calls.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from importers._store import open_store, write_records
+from importers.otel._calls import Call, model_calls
+from importers.otel._messages import (
+    META_KEY,
+    generic_form,
+    keep_form,
+    message_of,
+    sent_form,
+    tools_message,
+    was_sent,
+)
+from importers.otel._otlp import Span, Telemetry, read_otlp
+from soap_core import (
+    DEFAULT_ANCHORS,
+    MESSAGES_ANCHOR,
+    SESSION_FILE,
+    SOURCE_KEY,
+    SYSTEM_PROMPT_ANCHOR,
+    TOOL_RESULT_SUFFIX,
+    TOOLS_ANCHOR,
+    CallRecord,
+    Context,
+    InvocationRecord,
+    Message,
+    Party,
+    Session,
+    Store,
+    is_marked,
+    request_hash,
+    write_call,
+)
+
+SOURCE = "otel"
+STATE_KEY = "otel"
+_NAMESPACE = uuid.UUID("6f9b4a52-3c1e-4f0a-9a57-0be1d7c2a9e4")
+_SESSION_KEYS = ("session.id", "gen_ai.conversation.id")
+_ROLE_CHARACTERS = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def stable_id(*parts: object) -> str:
+    return str(uuid.uuid5(_NAMESPACE, "\x1f".join(str(p) for p in parts)))
+
+
+def utc_text(ns: int) -> str:
+    return datetime.fromtimestamp(ns / 1e9, UTC).isoformat()
+
+
+def record_id(ns: int, *key: object) -> str:
+    """Like the runtime's record ids (a UTC time, then 8 hex digits), deterministic."""
+    stamp = datetime.fromtimestamp(ns / 1e9, UTC).strftime("%Y%m%dT%H%M%S%f")
+    return f"{stamp}-{uuid.UUID(stable_id(*key)).hex[:8]}"
+
+
+def is_agent(span: Span) -> bool:
+    attributes = span.attributes
+    return attributes.get("openinference.span.kind") == "AGENT" or attributes.get(
+        "gen_ai.operation.name"
+    ) in (
+        "invoke_agent",
+        "create_agent",
+    )
+
+
+@dataclass
+class SessionReport:
+    role: str
+    uuid: str
+    session_id: str
+    status: str
+    """created, updated or unchanged."""
+    calls: int
+    calls_added: int
+    contexts: int
+    files_written: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class ImportReport:
+    files: list[str]
+    spans: int
+    logs: int
+    calls: int
+    flavours: dict[str, int]
+    sessions: list[SessionReport]
+    invocations: int
+    invocations_written: int
+    notices: list[str]
+
+    @property
+    def changed(self) -> bool:
+        return any(s.files_written or s.calls_added for s in self.sessions) or self.invocations_written > 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "sessions": [s.as_dict() for s in self.sessions], "changed": self.changed}
+
+
+class _Trace:
+    """The spans of a telemetry, by id, and the session each span belongs to."""
+
+    def __init__(self, telemetry: Telemetry) -> None:
+        self.spans = {(s.trace_id, s.span_id): s for s in telemetry.spans}
+        self._trace_session: dict[str, str] = {}
+        for span in telemetry.spans:
+            named = next((span.attributes[k] for k in _SESSION_KEYS if span.attributes.get(k)), None)
+            if named is not None:
+                self._trace_session.setdefault(span.trace_id, str(named))
+
+    def parent(self, span: Span) -> Span | None:
+        return self.spans.get((span.trace_id, span.parent_id)) if span.parent_id else None
+
+    def ancestors(self, span: Span) -> list[Span]:
+        found, seen = [], {span.span_id}
+        parent = self.parent(span)
+        while parent is not None and parent.span_id not in seen:  # a loop of parents ends the walk
+            found.append(parent)
+            seen.add(parent.span_id)
+            parent = self.parent(parent)
+        return found
+
+    def session_of(self, span: Span) -> str:
+        for candidate in (span, *self.ancestors(span)):
+            named = next(
+                (candidate.attributes[k] for k in _SESSION_KEYS if candidate.attributes.get(k)), None
+            )
+            if named is not None:
+                return str(named)
+        return self._trace_session.get(span.trace_id, f"trace {span.trace_id}")
+
+    def agent_of(self, span: Span) -> Span | None:
+        return next((a for a in self.ancestors(span) if is_agent(a)), None)
+
+
+def _role(agents: Sequence[Span], spans: Sequence[Span]) -> str:
+    """The session's first agent's name (``gen_ai.agent.name`` or the span's), else the
+    traced service's, as a plain folder name."""
+    first = min(agents, key=lambda s: s.start_ns) if agents else None
+    name = (
+        str(first.attributes.get("gen_ai.agent.name") or first.name)
+        if first is not None
+        else str(spans[0].resource.get("service.name") or "otel")
+    )
+    return _ROLE_CHARACTERS.sub("_", name).strip("._") or "otel"
+
+
+# -- laying calls over contexts ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Item:
+    """One message of a call's request in display order: a chat message, or the tools."""
+
+    wire: list[dict[str, Any]]
+    tools: bool = False
+    first: bool = False
+
+    def message(self) -> Message:
+        if self.tools:
+            return tools_message(self.wire)
+        return message_of(self.wire[0], first=self.first)
+
+
+def _items(call: Call) -> list[_Item]:
+    """The call's request as the context will show it: a leading system message (the
+    system prompt), the tools, then every other message."""
+    messages = call.messages
+    head = [_Item([messages[0]], first=True)] if messages and messages[0].get("role") == "system" else []
+    tools = [_Item(list(call.tools), tools=True)] if call.tools else []
+    return [*head, *tools, *(_Item([m]) for m in messages[len(head) :])]
+
+
+def _matches(message: Message, item: _Item) -> bool:
+    """``message`` is ``item``: sent as it, or (an answer not sent yet) read alike."""
+    if (message.message_type == "ToolDefinitionsMessage") != item.tools:
+        return False
+    if sent_form(message) == item.wire:
+        return True
+    return not was_sent(message) and generic_form(message) == generic_form(item.message())
+
+
+def _shared(context: Context, items: list[_Item]) -> int:
+    count = 0
+    for message, item in zip(context.messages, items, strict=False):
+        if not _matches(message, item):
+            break
+        count += 1
+    return count
+
+
+def _new_context(context_id: str) -> Context:
+    context = Context(context_id)
+    for name in DEFAULT_ANCHORS:
+        context.add_anchor(name, 0)
+    return context
+
+
+def _anchor_for(context: Context, message: Message) -> str:
+    """Where ``message`` goes: specials at their anchors, a tool result right after the
+    assistant message that called it (the runtime's ``<id>:tool_result`` anchor), when
+    only results of its calls came since."""
+    if message.message_type == "SystemPromptMessage":
+        return SYSTEM_PROMPT_ANCHOR
+    if message.message_type == "ToolDefinitionsMessage":
+        return TOOLS_ANCHOR
+    results = message.tool_results()
+    if message.role != "tool_result" or not results:
+        return MESSAGES_ANCHOR
+    owner = next((m for m in reversed(context.messages) if m.role != "tool_result"), None)
+    if owner is None or not any(use.call_id == results[0].call_id for use in owner.tool_uses()):
+        return MESSAGES_ANCHOR
+    anchor = owner.id + TOOL_RESULT_SUFFIX
+    if all(name != anchor for name, _ in context.anchor_points):
+        context.add_anchor(anchor, context.anchor_index(MESSAGES_ANCHOR), after_existing=False)
+    return anchor
+
+
+def _append(context: Context, message: Message) -> int:
+    """Append ``message`` where it belongs; its display index."""
+    anchor = _anchor_for(context, message)
+    index = context.anchor_index(anchor)
+    context.append(message, anchor)
+    if message.message_type == "SystemPromptMessage":
+        context.system_prompt_message_id = message.id
+    elif message.message_type == "ToolDefinitionsMessage":
+        context.tool_definitions_message_id = message.id
+    return index
+
+
+class _Placer:
+    """Lays a session's calls over its contexts (see the module's notes)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.contexts = [c for c in session.contexts.values() if not is_marked(c)]
+
+    def place(self, call: Call) -> tuple[Context, int]:
+        """The context that holds ``call`` and the display index of its answer (the end
+        of the context, for a call that failed)."""
+        items = _items(call)
+        best, shared = self._best(items)
+        uuid_, span = self.session.uuid, call.span.span_id
+        if best is None or shared < len(best.messages):
+            context = _new_context(stable_id(uuid_, "context", span))
+            if best is not None and shared > 0:
+                for message in best.messages[:shared]:
+                    _append(context, message.copy())
+                context.origin_context_id = best.id
+                context.parent_mutation_counter = best.messages[shared - 1].sequence_number or 0
+                best.children.append(context.id)
+            self.session.add_context(context)
+            self.contexts.append(context)
+        else:
+            context = best
+        for position, message in enumerate(context.messages[:shared]):
+            if not was_sent(message):  # an answer now sent: as the request had it
+                keep_form(message, items[position].wire)
+        started = utc_text(call.span.start_ns)
+        for position, item in enumerate(items[shared:], start=shared):
+            message = item.message()
+            message.id, message.creation_timestamp = stable_id(uuid_, span, "in", position), started
+            keep_form(message, item.wire)
+            _append(context, message)
+        index = len(context.messages)
+        if call.output is not None:
+            answer = message_of(call.output)
+            answer.id, answer.creation_timestamp = stable_id(uuid_, span, "out"), utc_text(call.span.end_ns)
+            meta = {"trace": call.span.trace_id, "span": span, "flavour": call.flavour}
+            answer.metadata = {META_KEY: {**meta, "missing": call.missing} if call.missing else meta}
+            index = _append(context, answer)
+        self.session.active_context_id = context.id
+        return context, index
+
+    def _best(self, items: list[_Item]) -> tuple[Context | None, int]:
+        """The context sharing the longest beginning with ``items`` (the latest among
+        equals, so a call continues the branch the agent was on)."""
+        best, shared = None, -1
+        for context in self.contexts:
+            count = _shared(context, items)
+            whole = count == len(context.messages)
+            if count > shared or (count == shared and whole):
+                best, shared = context, count
+        return best, max(shared, 0)
+
+
+# -- the import ---------------------------------------------------------------------------
+
+
+def _call_record(
+    session: Session, call: Call, context: Context, index: int, invocation: str | None
+) -> CallRecord:
+    span = call.span
+    return CallRecord(
+        id=record_id(span.start_ns, session.uuid, span.trace_id, span.span_id),
+        session=session.uuid,
+        role=session.role,
+        context_id=context.id,
+        message_index=index,
+        request=call.request,
+        request_hash=request_hash(call.request),
+        started_at=utc_text(span.start_ns),
+        invocation_id=invocation,
+        message_id=context.messages[index].id if index < len(context.messages) else None,
+        ended_at=utc_text(span.end_ns),
+        latency_s=(span.end_ns - span.start_ns) / 1e9,
+        response=call.response,
+        usage=call.usage,
+        error=(span.status_message or "the span ended in error") if span.status == 2 else None,
+    )
+
+
+def _invocations(
+    trace: _Trace, session: Session, agents: list[Span], records: dict[str, list[str]]
+) -> list[InvocationRecord]:
+    def invocation_id(span: Span) -> str:
+        return record_id(span.start_ns, session.uuid, span.trace_id, span.span_id)
+
+    found = []
+    for span in agents:
+        parent = trace.agent_of(span)
+        name = str(span.attributes.get("gen_ai.agent.name") or span.name)
+        caller = None
+        if parent is not None:
+            caller = Party(
+                session.role, str(parent.attributes.get("gen_ai.agent.name") or parent.name), session.uuid
+            )
+        prompt = span.attributes.get("input.value")
+        error = span.status == 2
+        found.append(
+            InvocationRecord(
+                id=invocation_id(span),
+                callee=Party(session.role, name, session.uuid),
+                caller=caller,
+                prompt=prompt if isinstance(prompt, str) else "",
+                thread=None,
+                started_at=utc_text(span.start_ns),
+                parent_invocation_id=invocation_id(parent) if parent is not None else None,
+                ended_at=utc_text(span.end_ns),
+                outcome="error" if error else "ok",
+                result=span.attributes.get("output.value"),
+                error=(span.status_message or "the span ended in error") if error else None,
+                calls=records.get(span.span_id, []),
+            )
+        )
+    return found
+
+
+def _existing(store: Store, role: str, session_uuid: str) -> Session | None:
+    stored = (store.session_dir(role, session_uuid) / SESSION_FILE).is_file()
+    return store.load_session(session_uuid, require_active=False) if stored else None
+
+
+def _import_session(
+    store: Store, trace: _Trace, key: str, calls: list[Call], agents: list[Span]
+) -> tuple[SessionReport, list[tuple[InvocationRecord, list[Path]]]]:
+    spans = [c.span for c in calls] or agents
+    first = min(s.start_ns for s in spans)
+    session_uuid = f"{datetime.fromtimestamp(first / 1e9, UTC):%Y%m%d}-{stable_id('session', key)}"
+    role = _role(agents, spans)
+    existing = _existing(store, role, session_uuid)
+    session = existing or Session(role, session_uuid)
+    known = {c.id for c in session.calls()} if existing is not None else set()
+    placer = _Placer(session)
+    new: list[CallRecord] = []
+    by_agent: dict[str, list[str]] = {}
+    for call in calls:
+        agent = trace.agent_of(call.span)
+        invocation = record_id(agent.start_ns, session_uuid, agent.trace_id, agent.span_id) if agent else None
+        call_id = record_id(call.span.start_ns, session_uuid, call.span.trace_id, call.span.span_id)
+        if agent is not None:
+            by_agent.setdefault(agent.span_id, []).append(call_id)
+        if call_id in known:
+            continue
+        context, index = placer.place(call)
+        new.append(_call_record(session, call, context, index, invocation))
+    session.state_data = {**session.state_data, SOURCE_KEY: SOURCE, STATE_KEY: {"session": key}}
+    written = store.save_session(session)
+    directory = session.directory or store.session_dir(role, session_uuid)
+    for record in new:
+        write_call(directory, record)
+    status = "created" if existing is None else "updated" if written or new else "unchanged"
+    report = SessionReport(
+        role=role,
+        uuid=session_uuid,
+        session_id=key,
+        status=status,
+        calls=len(calls),
+        calls_added=len(new),
+        contexts=len(placer.contexts),
+        files_written=[
+            str(p.relative_to(store.root)) if p.is_relative_to(store.root) else str(p) for p in written
+        ],
+    )
+    records = [(r, [directory]) for r in _invocations(trace, session, agents, by_agent)]
+    return report, records
+
+
+def _telemetry(paths: Sequence[Path]) -> Telemetry:
+    read = [read_otlp(Path(p).expanduser()) for p in paths]
+    return Telemetry(tuple(s for t in read for s in t.spans), tuple(r for t in read for r in t.logs))
+
+
+def import_otel(paths: Sequence[Path | str], store_dir: Path | str) -> ImportReport:
+    """Import the OTLP files ``paths`` (OTLP/JSON, protobuf, or Phoenix's span API answer;
+    traces and logs of one run may be in separate files) into the store at ``store_dir``."""
+    files = [Path(p).expanduser() for p in paths]
+    telemetry = _telemetry(files)
+    store = open_store(store_dir)
+    trace = _Trace(telemetry)
+    calls = model_calls(telemetry)
+    by_session: dict[str, tuple[list[Call], list[Span]]] = {}
+    for call in calls:
+        by_session.setdefault(trace.session_of(call.span), ([], []))[0].append(call)
+    for span in sorted((s for s in telemetry.spans if is_agent(s)), key=lambda s: s.start_ns):
+        by_session.setdefault(trace.session_of(span), ([], []))[1].append(span)
+    reports, records = [], []
+    for key, (session_calls, agents) in by_session.items():
+        report, made = _import_session(store, trace, key, session_calls, agents)
+        reports.append(report)
+        records.extend(made)
+    notices = []
+    if not telemetry.spans:
+        notices.append("no spans in the file(s): nothing to import")
+    elif not calls:
+        notices.append("no model calls (OpenInference LLM spans or GenAI chat spans) in the spans")
+    flavours: dict[str, int] = {}
+    for call in calls:
+        flavours[call.flavour] = flavours.get(call.flavour, 0) + 1
+    return ImportReport(
+        files=[str(f) for f in files],
+        spans=len(telemetry.spans),
+        logs=len(telemetry.logs),
+        calls=len(calls),
+        flavours=flavours,
+        sessions=reports,
+        invocations=len(records),
+        invocations_written=write_records(records),
+        notices=notices,
+    )
