@@ -3,8 +3,8 @@
 Each importer reads its source exactly the way the source itself does, reports what the
 source would silently drop, and writes sOAP sessions with deterministic ids, so that
 importing the same data twice changes nothing and importing it after it grew only
-appends. The sources so far: :mod:`importers.openpoke`; :mod:`importers.otel` reads
-OTLP files so far (issue 25), and does not yet write sessions.
+appends. The sources so far: :mod:`importers.openpoke` and :mod:`importers.otel`
+(OpenTelemetry traces: OpenInference and the GenAI conventions).
 """
 
 from importers._errors import ImporterError

@@ -1,10 +1,12 @@
-"""OpenTelemetry traces in (issue 25): OTLP files read into spans and log records.
+"""OpenTelemetry traces in (issue 25).
 
-The first part: :func:`read_otlp` reads what tracers write, OTLP/JSON as the collector's
-file exporter writes it (one export request a line, traces and logs interleaved) and OTLP
-protobuf (one ``ExportTraceServiceRequest`` or ``ExportLogsServiceRequest``), into
-:class:`Span` and :class:`LogRecord` values with their attributes decoded. Sessions,
-request sources and the export come next.
+:func:`read_otlp` reads what tracers write, OTLP/JSON as the collector's file exporter
+writes it (one export request a line, traces and logs interleaved), OTLP protobuf, and
+Phoenix's span API answer, into :class:`Span` and :class:`LogRecord` values;
+:func:`model_calls` finds the model calls in them (OpenInference, GenAI latest and older
+conventions) and :func:`import_otel` writes them into a store as sessions, recorded calls
+and invocations. The ``otel`` request source (``_source.py``, an entry point) rebuilds
+each imported call.
 """
 
 from importers.otel._calls import Call, model_calls
