@@ -19,7 +19,7 @@ from importers.otel import Telemetry, import_otel, model_calls, read_otlp
 from local_model import LocalModelServer
 from replay import Overrides, ToolModes, materialize, replay, rerun, verify_session
 from soap_core import Session, Store
-from soap_core.runtime import LLMEndpoint, read_invocations
+from soap_core.runtime import LLMEndpoint, invocation_chains, read_invocations
 from soapwb.cli import main
 from tests.apptest import PAGES, open_app_page
 from tests.peers.otel_traces import SCRIPT, Written
@@ -241,3 +241,34 @@ def test_every_page_opens_on_an_imported_trace(written: Written, tmp_path: Path,
         assert SCRIPT[1]["content"] in shown
     if page == "traceback":
         assert "Analyst" in shown or any("Analyst" in str(c.proto) for c in at.get("plotly_chart"))
+
+
+def test_agent_spans_nest_as_invocations_and_traceback_follows_them(written: Written, tmp_path: Path) -> None:
+    """A sub-agent span between the agent and its second call: two invocations, the
+    inner one's parent the outer one, each listing the call made directly in it."""
+    [line] = (written.directory / "trace.jsonl").read_text().splitlines()
+    document = json.loads(line)
+    scopes = document["resourceSpans"][0]["scopeSpans"]
+    spans = [s for scope in scopes for s in scope["spans"]]
+    agent = next(s for s in spans if not s.get("parentSpanId"))
+    second = sorted(
+        (s for s in spans if s["name"] == "ChatCompletion"), key=lambda s: int(s["startTimeUnixNano"])
+    )[1]
+    inner = json.loads(json.dumps(agent))
+    inner.update(spanId="00000000000000bb", parentSpanId=agent["spanId"], name="Counter")
+    inner["startTimeUnixNano"] = str(int(second["startTimeUnixNano"]) - 1)
+    second["parentSpanId"] = inner["spanId"]
+    scopes[0]["spans"].append(inner)
+    path = tmp_path / "nested.jsonl"
+    path.write_text(json.dumps(document) + "\n")
+    report = import_otel([path], tmp_path / "store")
+    session = Store(tmp_path / "store").load_session(report.sessions[0].uuid, require_active=False)
+    records = {r.callee.object_id: r for r in read_invocations(session.directory)}
+    assert sorted(records) == ["Analyst", "Counter"]
+    outer, nested = records["Analyst"], records["Counter"]
+    assert nested.parent_invocation_id == outer.id and outer.parent_invocation_id is None
+    assert nested.caller is not None and nested.caller.object_id == "Analyst"
+    calls = sorted(session.calls(), key=lambda c: c.started_at)
+    assert (outer.calls, nested.calls) == ([calls[0].id], [calls[1].id])
+    [chain] = invocation_chains(Store(tmp_path / "store"), session.uuid)
+    assert [(f.object_id, f.depth) for f in chain.frames] == [("Analyst", 0), ("Counter", 1)]
