@@ -272,3 +272,42 @@ def test_agent_spans_nest_as_invocations_and_traceback_follows_them(written: Wri
     assert (outer.calls, nested.calls) == ([calls[0].id], [calls[1].id])
     [chain] = invocation_chains(Store(tmp_path / "store"), session.uuid)
     assert [(f.object_id, f.depth) for f in chain.frames] == [("Analyst", 0), ("Counter", 1)]
+
+
+def test_a_tool_span_gives_the_result_no_request_sent_yet(written: Written, tmp_path: Path) -> None:
+    """The trace ends after a tool ran: its span's output is the result of the call that
+    asked for it. When the trace grows by the next request, which sends the result as the
+    agent passed it on, that request continues the same context and is rebuilt exactly."""
+    [line] = (written.directory / "trace.jsonl").read_text().splitlines()
+    document = json.loads(line)
+    spans = [s for scope in document["resourceSpans"][0]["scopeSpans"] for s in scope["spans"]]
+    [tool] = [s for s in spans if s["name"] == "count_errors"]
+    tool["attributes"].append(
+        {"key": "output.value", "value": {"stringValue": "3 (as the tool span has it)"}}
+    )
+    second = sorted(
+        (s for s in spans if s["name"] == "ChatCompletion"), key=lambda s: int(s["startTimeUnixNano"])
+    )[1]
+
+    def keeping(keep: bool) -> dict[str, Any]:
+        copy = json.loads(json.dumps(document))
+        for scope in copy["resourceSpans"][0]["scopeSpans"]:
+            scope["spans"] = [s for s in scope["spans"] if (s["spanId"] == second["spanId"]) == keep]
+        return copy
+
+    path = tmp_path / "trace.jsonl"
+    path.write_text(json.dumps(keeping(False)) + "\n")
+    first = import_otel([path], tmp_path / "store")
+    assert (first.calls, first.sessions[0].tool_results) == (1, 1)
+    store = Store(tmp_path / "store")
+    [context] = store.load_session(first.sessions[0].uuid, require_active=False).contexts.values()
+    assert context.messages[-1].role == "tool_result"
+    assert context.messages[-1].tool_results()[0].content == "3 (as the tool span has it)"
+    assert not import_otel([path], tmp_path / "store").changed  # the span's result is there already
+    with path.open("a") as out:
+        out.write(json.dumps(keeping(True)) + "\n")
+    grown = import_otel([path], tmp_path / "store")
+    assert (grown.sessions[0].calls_added, grown.sessions[0].tool_results) == (1, 0)
+    session = store.load_session(first.sessions[0].uuid, require_active=False)
+    assert list(session.contexts) == [context.id]  # no fork: the request sent that result
+    assert [f.request for f in rebuilt(session)] == written.bodies  # the result as it was sent

@@ -26,6 +26,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from itertools import takewhile
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,8 @@ from soap_core import (
     Party,
     Session,
     Store,
+    ToolResultPart,
+    canonical_json,
     is_marked,
     request_hash,
     write_call,
@@ -92,6 +95,21 @@ def is_agent(span: Span) -> bool:
     )
 
 
+def is_tool(span: Span) -> bool:
+    attributes = span.attributes
+    return attributes.get("openinference.span.kind") == "TOOL" or attributes.get("gen_ai.operation.name") == (
+        "execute_tool"
+    )
+
+
+_FROM_TOOL_SPAN = "tool span"
+
+
+def _from_tool_span(message: Message) -> bool:
+    meta = (message.metadata or {}).get(META_KEY)
+    return isinstance(meta, dict) and meta.get("from") == _FROM_TOOL_SPAN
+
+
 @dataclass
 class SessionReport:
     role: str
@@ -101,6 +119,8 @@ class SessionReport:
     """created, updated or unchanged."""
     calls: int
     calls_added: int
+    tool_results: int
+    """Results taken from tool spans (those no later request of the trace sends)."""
     contexts: int
     files_written: list[str] = field(default_factory=list)
 
@@ -122,7 +142,10 @@ class ImportReport:
 
     @property
     def changed(self) -> bool:
-        return any(s.files_written or s.calls_added for s in self.sessions) or self.invocations_written > 0
+        return (
+            any(s.files_written or s.calls_added or s.tool_results for s in self.sessions)
+            or self.invocations_written > 0
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "sessions": [s.as_dict() for s in self.sessions], "changed": self.changed}
@@ -179,18 +202,25 @@ def _role(agents: Sequence[Span], spans: Sequence[Span]) -> str:
 # -- laying calls over contexts ------------------------------------------------------------
 
 
-@dataclass(frozen=True)
 class _Item:
     """One message of a call's request in display order: a chat message, or the tools."""
 
-    wire: list[dict[str, Any]]
-    tools: bool = False
-    first: bool = False
+    def __init__(self, wire: list[dict[str, Any]], *, tools: bool = False, first: bool = False) -> None:
+        self.wire, self.tools, self.first = wire, tools, first
+        self.sent = canonical_json(wire)
+        self._generic: str | None = None
 
     def message(self) -> Message:
         if self.tools:
             return tools_message(self.wire)
         return message_of(self.wire[0], first=self.first)
+
+    @property
+    def generic(self) -> str:
+        """What our runtime would send for it (asked only of a message not sent yet)."""
+        if self._generic is None:
+            self._generic = canonical_json(generic_form(self.message()))
+        return self._generic
 
 
 def _items(call: Call) -> list[_Item]:
@@ -200,24 +230,6 @@ def _items(call: Call) -> list[_Item]:
     head = [_Item([messages[0]], first=True)] if messages and messages[0].get("role") == "system" else []
     tools = [_Item(list(call.tools), tools=True)] if call.tools else []
     return [*head, *tools, *(_Item([m]) for m in messages[len(head) :])]
-
-
-def _matches(message: Message, item: _Item) -> bool:
-    """``message`` is ``item``: sent as it, or (an answer not sent yet) read alike."""
-    if (message.message_type == "ToolDefinitionsMessage") != item.tools:
-        return False
-    if sent_form(message) == item.wire:
-        return True
-    return not was_sent(message) and generic_form(message) == generic_form(item.message())
-
-
-def _shared(context: Context, items: list[_Item]) -> int:
-    count = 0
-    for message, item in zip(context.messages, items, strict=False):
-        if not _matches(message, item):
-            break
-        count += 1
-    return count
 
 
 def _new_context(context_id: str) -> Context:
@@ -260,11 +272,44 @@ def _append(context: Context, message: Message) -> int:
 
 
 class _Placer:
-    """Lays a session's calls over its contexts (see the module's notes)."""
+    """Lays a session's calls over its contexts (see the module's notes). Each message's
+    forms are serialized once (a session's calls resend most of its messages)."""
 
     def __init__(self, session: Session) -> None:
         self.session = session
         self.contexts = [c for c in session.contexts.values() if not is_marked(c)]
+        self._forms: dict[tuple[int, bool], str] = {}
+
+    def _form(self, message: Message, *, generic: bool = False) -> str:
+        key = (id(message), generic)
+        if key not in self._forms:
+            self._forms[key] = canonical_json(generic_form(message) if generic else sent_form(message))
+        return self._forms[key]
+
+    def _keep(self, message: Message, wire: list[dict[str, Any]]) -> None:
+        keep_form(message, wire)
+        self._forms.pop((id(message), False), None)
+
+    def _matches(self, message: Message, item: _Item) -> bool:
+        """``message`` is ``item``: sent as it, or (an answer not sent yet) read alike."""
+        if (message.message_type == "ToolDefinitionsMessage") != item.tools:
+            return False
+        if self._form(message) == item.sent:
+            return True
+        if was_sent(message):
+            return False
+        if _from_tool_span(message):  # its call's result, as the next request sends it
+            results = message.tool_results()
+            return bool(results) and item.wire[0].get("tool_call_id") == results[0].call_id
+        return self._form(message, generic=True) == item.generic
+
+    def _shared(self, context: Context, items: list[_Item]) -> int:
+        count = 0
+        for message, item in zip(context.messages, items, strict=False):
+            if not self._matches(message, item):
+                break
+            count += 1
+        return count
 
     def place(self, call: Call) -> tuple[Context, int]:
         """The context that holds ``call`` and the display index of its answer (the end
@@ -286,7 +331,10 @@ class _Placer:
             context = best
         for position, message in enumerate(context.messages[:shared]):
             if not was_sent(message):  # an answer now sent: as the request had it
-                keep_form(message, items[position].wire)
+                if _from_tool_span(message):
+                    message.content = items[position].message().content
+                    self._forms.pop((id(message), True), None)
+                self._keep(message, items[position].wire)
         started = utc_text(call.span.start_ns)
         for position, item in enumerate(items[shared:], start=shared):
             message = item.message()
@@ -303,12 +351,48 @@ class _Placer:
         self.session.active_context_id = context.id
         return context, index
 
+    def tool_result(self, span: Span) -> bool:
+        """A tool span's output as the result of the call it answers, in the context the
+        last call left active, when that call's answer asked for it and no result of it
+        is there yet (a later request that sends the result then says how it was sent)."""
+        attributes = span.attributes
+        output = attributes.get("output.value", attributes.get("gen_ai.tool.call.result"))
+        context = self.session.contexts.get(self.session.active_context_id or "")
+        if output is None or context is None:
+            return False
+        trailing = list(takewhile(lambda m: m.role == "tool_result", reversed(context.messages)))
+        if len(trailing) == len(context.messages):
+            return False
+        owner = context.messages[-len(trailing) - 1]
+        answered = {r.call_id for m in trailing for r in m.tool_results()}
+        call_id = attributes.get("gen_ai.tool.call.id") or attributes.get("tool_call.id")
+        name = attributes.get("tool.name") or attributes.get("gen_ai.tool.name") or span.name
+        use = next(
+            (
+                u
+                for u in owner.tool_uses()
+                if u.call_id not in answered and (u.call_id == call_id if call_id else u.name == name)
+            ),
+            None,
+        )
+        if use is None:
+            return False
+        message = Message(
+            "tool_result",
+            [ToolResultPart(use.call_id, output)],
+            id=stable_id(self.session.uuid, span.span_id, "tool"),
+            creation_timestamp=utc_text(span.end_ns),
+            metadata={META_KEY: {"trace": span.trace_id, "span": span.span_id, "from": _FROM_TOOL_SPAN}},
+        )
+        _append(context, message)
+        return True
+
     def _best(self, items: list[_Item]) -> tuple[Context | None, int]:
         """The context sharing the longest beginning with ``items`` (the latest among
         equals, so a call continues the branch the agent was on)."""
         best, shared = None, -1
         for context in self.contexts:
-            count = _shared(context, items)
+            count = self._shared(context, items)
             whole = count == len(context.messages)
             if count > shared or (count == shared and whole):
                 best, shared = context, count
@@ -382,10 +466,20 @@ def _existing(store: Store, role: str, session_uuid: str) -> Session | None:
     return store.load_session(session_uuid, require_active=False) if stored else None
 
 
+@dataclass
+class _Spans:
+    """What one session's spans hold: its model calls, its agents and its tools."""
+
+    calls: list[Call] = field(default_factory=list)
+    agents: list[Span] = field(default_factory=list)
+    tools: list[Span] = field(default_factory=list)
+
+
 def _import_session(
-    store: Store, trace: _Trace, key: str, calls: list[Call], agents: list[Span]
+    store: Store, trace: _Trace, key: str, spans_of: _Spans
 ) -> tuple[SessionReport, list[tuple[InvocationRecord, list[Path]]]]:
-    spans = [c.span for c in calls] or agents
+    calls, agents = spans_of.calls, spans_of.agents
+    spans = [c.span for c in calls] or agents or spans_of.tools
     first = min(s.start_ns for s in spans)
     session_uuid = f"{datetime.fromtimestamp(first / 1e9, UTC):%Y%m%d}-{stable_id('session', key)}"
     role = _role(agents, spans)
@@ -395,7 +489,13 @@ def _import_session(
     placer = _Placer(session)
     new: list[CallRecord] = []
     by_agent: dict[str, list[str]] = {}
+    tools = iter(spans_of.tools)
+    tool = next(tools, None)
+    tool_results = 0
     for call in calls:
+        while tool is not None and tool.start_ns < call.span.start_ns:  # the tools its answer asked for
+            tool_results += placer.tool_result(tool)
+            tool = next(tools, None)
         agent = trace.agent_of(call.span)
         invocation = record_id(agent.start_ns, session_uuid, agent.trace_id, agent.span_id) if agent else None
         call_id = record_id(call.span.start_ns, session_uuid, call.span.trace_id, call.span.span_id)
@@ -405,6 +505,8 @@ def _import_session(
             continue
         context, index = placer.place(call)
         new.append(_call_record(session, call, context, index, invocation))
+    for rest in [*([tool] if tool is not None else []), *tools]:  # after the last call
+        tool_results += placer.tool_result(rest)
     session.state_data = {**session.state_data, SOURCE_KEY: SOURCE, STATE_KEY: {"session": key}}
     written = store.save_session(session)
     directory = session.directory or store.session_dir(role, session_uuid)
@@ -418,6 +520,7 @@ def _import_session(
         status=status,
         calls=len(calls),
         calls_added=len(new),
+        tool_results=tool_results,
         contexts=len(placer.contexts),
         files_written=[
             str(p.relative_to(store.root)) if p.is_relative_to(store.root) else str(p) for p in written
@@ -440,14 +543,17 @@ def import_otel(paths: Sequence[Path | str], store_dir: Path | str) -> ImportRep
     store = open_store(store_dir)
     trace = _Trace(telemetry)
     calls = model_calls(telemetry)
-    by_session: dict[str, tuple[list[Call], list[Span]]] = {}
+    by_session: dict[str, _Spans] = {}
     for call in calls:
-        by_session.setdefault(trace.session_of(call.span), ([], []))[0].append(call)
-    for span in sorted((s for s in telemetry.spans if is_agent(s)), key=lambda s: s.start_ns):
-        by_session.setdefault(trace.session_of(span), ([], []))[1].append(span)
+        by_session.setdefault(trace.session_of(call.span), _Spans()).calls.append(call)
+    for span in sorted(telemetry.spans, key=lambda s: s.start_ns):
+        if is_agent(span):
+            by_session.setdefault(trace.session_of(span), _Spans()).agents.append(span)
+        elif is_tool(span):
+            by_session.setdefault(trace.session_of(span), _Spans()).tools.append(span)
     reports, records = [], []
-    for key, (session_calls, agents) in by_session.items():
-        report, made = _import_session(store, trace, key, session_calls, agents)
+    for key, spans_of in by_session.items():
+        report, made = _import_session(store, trace, key, spans_of)
         reports.append(report)
         records.extend(made)
     notices = []
