@@ -23,6 +23,7 @@ from soap_core.runtime import LLMEndpoint, invocation_chains, read_invocations
 from soapwb.cli import main
 from tests.apptest import PAGES, open_app_page
 from tests.peers.otel_traces import SCRIPT, Written
+from tests.peers.phoenix import Phoenix
 
 FLAVOURS = {"written": ("trace.pb",), "events": ("trace.pb", "logs.pb"), "latest": ("trace.jsonl",)}
 
@@ -311,3 +312,21 @@ def test_a_tool_span_gives_the_result_no_request_sent_yet(written: Written, tmp_
     session = store.load_session(first.sessions[0].uuid, require_active=False)
     assert list(session.contexts) == [context.id]  # no fork: the request sent that result
     assert [f.request for f in rebuilt(session)] == written.bodies  # the result as it was sent
+
+
+def test_what_phoenix_gives_back_imports_as_the_trace_it_was_sent(
+    written: Written, phoenix: Phoenix, tmp_path: Path
+) -> None:
+    """A trace sent to a real Phoenix and read back from its span API (``soapwb import otel``
+    of the answer, as the README shows) rebuilds the same requests."""
+    sent = read_otlp(written.directory / "trace.pb").spans
+    assert phoenix.send_traces((written.directory / "trace.pb").read_bytes()) == 200
+    answer = tmp_path / "phoenix.json"
+    document = phoenix.spans(wanted=len(sent))
+    document["data"] = [s for s in document["data"] if s["trace_id"] == sent[0].trace_id]
+    answer.write_text(json.dumps(document))
+    report = import_otel([answer], tmp_path / "store")
+    [made] = report.sessions
+    assert (made.session_id, made.calls, made.role) == (written.session, 2, "Analyst")
+    session = Store(tmp_path / "store").load_session(made.uuid, require_active=False)
+    assert [f.request for f in rebuilt(session)] == written.bodies
