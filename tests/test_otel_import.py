@@ -22,7 +22,7 @@ from soap_core import Session, Store
 from soap_core.runtime import LLMEndpoint, invocation_chains, read_invocations
 from soapwb.cli import main
 from tests.apptest import PAGES, open_app_page
-from tests.peers.otel_traces import SCRIPT, Written
+from tests.peers.otel_traces import SCRIPT, RecordingProxy, Written, run_driver
 from tests.peers.phoenix import Phoenix
 
 FLAVOURS = {"written": ("trace.pb",), "events": ("trace.pb", "logs.pb"), "latest": ("trace.jsonl",)}
@@ -330,3 +330,26 @@ def test_what_phoenix_gives_back_imports_as_the_trace_it_was_sent(
     assert (made.session_id, made.calls, made.role) == (written.session, 2, "Analyst")
     session = Store(tmp_path / "store").load_session(made.uuid, require_active=False)
     assert [f.request for f in rebuilt(session)] == written.bodies
+
+
+def test_a_trace_of_the_local_model_imports_and_replays(tmp_path: Path, llm_server: LocalModelServer) -> None:
+    """OpenInference around the real client talking to the local model (through a proxy
+    that keeps the bodies): two turns whose second sends the model's real first answer
+    back. Both rebuild as received, and the second replays on the model."""
+    with RecordingProxy(llm_server.base_url) as proxy:
+        summary = run_driver(
+            "openinference", "openinference", proxy.base_url, tmp_path / "trace", "conversation"
+        )
+    assert len(proxy.bodies) == 2
+    report = import_otel([tmp_path / "trace" / "trace.pb"], tmp_path / "store")
+    [made] = report.sessions
+    assert (made.session_id, made.calls) == (summary["session"], 2)
+    store = Store(tmp_path / "store")
+    session = store.load_session(made.uuid, require_active=False)
+    found = rebuilt(session)
+    assert [f.request for f in found] == proxy.bodies
+    [context] = session.contexts.values()
+    assert context.messages[2].text() == proxy.bodies[1]["messages"][2]["content"]  # the model's own words
+    [run] = replay(store, session, found[1], LLMEndpoint(llm_server.base_url), Overrides(max_tokens=12))
+    assert run.ok, run.error
+    assert run.request["messages"] == proxy.bodies[1]["messages"]

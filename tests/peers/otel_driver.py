@@ -1,6 +1,6 @@
 """Writes an OpenTelemetry trace of real ``openai`` calls, as a real instrumentation records them.
 
-``python otel_driver.py FLAVOUR BASE_URL OUT_DIR``, run in the flavour's side venv
+``python otel_driver.py FLAVOUR BASE_URL OUT_DIR [conversation]``, run in the flavour's side venv
 (``venvs.py``) against the scripted server (``openai_stub.py``). FLAVOUR is
 ``openinference`` (``openinference-instrumentation-openai``, in its venv of that name) or
 ``genai-events`` (``opentelemetry-instrumentation-openai-v2`` with the older GenAI
@@ -8,7 +8,8 @@ conventions, in the ``openai-v2`` venv: the messages are log records) or ``genai
 (the same with the latest experimental conventions, in the ``openai-v2-latest`` venv: the
 messages are JSON in span attributes). It makes an agent
 span in a session, two chat calls by the real ``openai`` client under the real
-instrumentor (a tool call, a tool span for its run, the answer), then encodes what was
+instrumentor (a tool call, a tool span for its run, the answer; with ``conversation``, for
+a real model, two turns of plain chat instead), then encodes what was
 recorded with the SDK's own OTLP encoders and writes it as OTLP protobuf (``trace.pb``, an
 ``ExportTraceServiceRequest``; ``logs.pb``, an ``ExportLogsServiceRequest``, when there
 are log records) and as OTLP/JSON (``trace.jsonl``, one request a line, traces then logs,
@@ -95,7 +96,7 @@ def instrument(flavour: str, tracer_provider: TracerProvider, logger_provider: L
     return contextlib.nullcontext(), agent, {"gen_ai.operation.name": "execute_tool"}
 
 
-def main(flavour: str, base_url: str, out: Path) -> None:
+def main(flavour: str, base_url: str, out: Path, mode: str = "tools") -> None:
     exporter, log_exporter = InMemorySpanExporter(), InMemoryLogRecordExporter()
     provider = TracerProvider(resource=Resource.create({"service.name": "otel-driver"}))
     provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -109,20 +110,28 @@ def main(flavour: str, base_url: str, out: Path) -> None:
         {"role": "user", "content": "How many errors are in the log?"},
     ]
     with in_session, tracer.start_as_current_span("Analyst", attributes=agent_attributes):
-        first = client.chat.completions.create(
-            model="smollm2", messages=messages, tools=TOOLS, temperature=0.2, max_tokens=64
-        )
-        answer = first.choices[0].message
-        [call] = answer.tool_calls or []
-        with tracer.start_as_current_span(
-            call.function.name, attributes={**tool_attributes, "tool.name": call.function.name}
-        ):
-            result = "3"
-        messages += [
-            answer.model_dump(exclude_none=True),
-            {"role": "tool", "tool_call_id": call.id, "content": result},
-        ]
-        client.chat.completions.create(model="smollm2", messages=messages, tools=TOOLS, max_tokens=64)
+        if mode == "conversation":  # a real model: two turns of plain chat, no tools
+            first = client.chat.completions.create(model="smollm2", messages=messages, max_tokens=24)
+            messages += [
+                first.choices[0].message.model_dump(exclude_none=True),
+                {"role": "user", "content": "Say it in one word."},
+            ]
+            client.chat.completions.create(model="smollm2", messages=messages, max_tokens=12)
+        else:
+            first = client.chat.completions.create(
+                model="smollm2", messages=messages, tools=TOOLS, temperature=0.2, max_tokens=64
+            )
+            answer = first.choices[0].message
+            [call] = answer.tool_calls or []
+            with tracer.start_as_current_span(
+                call.function.name, attributes={**tool_attributes, "tool.name": call.function.name}
+            ):
+                result = "3"
+            messages += [
+                answer.model_dump(exclude_none=True),
+                {"role": "tool", "tool_call_id": call.id, "content": result},
+            ]
+            client.chat.completions.create(model="smollm2", messages=messages, tools=TOOLS, max_tokens=64)
     provider.force_flush()
     logger_provider.force_flush()
     spans, logs = exporter.get_finished_spans(), log_exporter.get_finished_logs()
@@ -140,4 +149,4 @@ def main(flavour: str, base_url: str, out: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], Path(sys.argv[3]))
+    main(sys.argv[1], sys.argv[2], Path(sys.argv[3]), *sys.argv[4:5])
