@@ -106,7 +106,7 @@ class TestTheStack:
                 f.session,
                 f.caller_session or "—",
                 f.context_id or "—",
-                f.message_index,
+                "from Python" if f.message_index is None else str(f.message_index),
                 time_text(f.started_at, age=False),  # to the second, UTC (AppTest has no browser zone)
                 time_text(f.ended_at, age=False),
                 f.error or "",

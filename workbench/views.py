@@ -12,6 +12,7 @@ import re
 import string
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 from pandas.io.formats.style import Styler
@@ -249,27 +250,37 @@ def media_file_name(message_id: str, part_index: int, part: MediaPart) -> str:
     return stem + extension
 
 
-STYLED_ROWS = 5_000
-"""Up to this many rows a table's blanks are set through a Styler (numbers stay numbers);
-a longer one has its blank columns turned to text, which costs no more than the table."""
+def _texts(column: pd.Series, blank: str) -> pd.Series:
+    """``column`` as text, a missing value as ``blank``; a whole number that pandas made a
+    float (a number column with a gap) without its ``.0``, another to four significant
+    digits, as the grid shows numbers."""
+
+    def text(value: Any) -> str:
+        if isinstance(value, float):
+            return str(int(value)) if value.is_integer() else f"{value:.4g}"
+        return str(value)
+
+    missing = column.isna()
+    values = [blank if gap else text(v) for v, gap in zip(column, missing, strict=True)]
+    return pd.Series(values, index=column.index, dtype="string")
 
 
 def blanks_as(table: pd.DataFrame | Styler, words: str | Mapping[str, str]) -> pd.DataFrame | Styler:
     """The table as ``st.dataframe`` should show it: a missing value reads as ``words``
     (one text for every column, or one per column named), never as Streamlit's grey
-    "None". The data stays as it is (a number column stays numbers); only what is shown
-    changes, through the pandas Styler Streamlit renders."""
+    "None". A column with a blank becomes text: the browser's grid draws a missing cell as
+    "None" whatever the Styler says (its ``na_rep`` reaches only the Styler's HTML). A
+    Styler keeps its styles: they apply to the same rows and columns."""
     data = table.data if isinstance(table, Styler) else table
     wanted = {c: words for c in data.columns} if isinstance(words, str) else dict(words)
     blank = {c: w for c, w in wanted.items() if c in data.columns and bool(data[c].isna().any())}
     if not blank:
         return table
-    if isinstance(table, pd.DataFrame) and len(table) > STYLED_ROWS:  # a Styler renders every cell
-        return table.assign(**{c: table[c].astype("string").fillna(w) for c, w in blank.items()})
-    styler = table if isinstance(table, Styler) else data.style
-    for column, text in blank.items():
-        styler = styler.format(str, na_rep=text, subset=[column])
-    return styler
+    filled = data.assign(**{c: _texts(data[c], w) for c, w in blank.items()})
+    if isinstance(table, Styler):
+        table.data = filled
+        return table
+    return filled
 
 
 def escape_markdown(text: str) -> str:
