@@ -76,7 +76,7 @@ from replay._saved import (
     saved_reruns,
     saved_runs,
 )
-from replay._sources import ENTRY_POINT_GROUP, RequestSource, register_source, sources
+from replay._sources import ENTRY_POINT_GROUP, RequestSource, built_as, register_source, sources
 from replay._tool_modes import RerunError, ToolModes, injected_results
 from replay._verify import request_differences, verify_session, verify_store
 from soap_core import REPLAY_KEY
@@ -119,6 +119,7 @@ __all__ = [
     "branch_distance",
     "branch_noise_band",
     "branch_turns",
+    "built_as",
     "call_site",
     "call_texts",
     "change_phrases",

@@ -102,3 +102,13 @@ def source_named(name: str) -> RequestSource:
         if source.name == name:
             return source
     raise KeyError(f"no request source named {name!r} (known: {', '.join(s.name for s in sources())})")
+
+
+def built_as(name: str) -> str:
+    """How the source ``name`` makes its requests, in words: a source's own ``built``
+    where it has one ("rebuilt from its OpenTelemetry trace"), else "built as NAME sends it"."""
+    try:
+        built = getattr(source_named(name), "built", None)
+    except KeyError:
+        built = None
+    return built if isinstance(built, str) else f"built as {name} sends it"

@@ -18,6 +18,7 @@ from replay import (
     Output,
     Overrides,
     branch_turns,
+    built_as,
     diff_branches,
     diff_contexts,
     diff_outputs,
@@ -227,7 +228,7 @@ def cmd_materialize(args: argparse.Namespace) -> int:
         return 0
     recorded = f"recorded call {found.call.id}" if found.call else "no recorded call"
     print(f"{found.role}/{found.session} context {found.context_id} message {found.index} ({recorded})")
-    print(f"built as {found.source} sends it")
+    print(built_as(found.source))
     print(f"request hash {found.request_hash}")
     for note in found.notes:
         print(f"note: {note}")

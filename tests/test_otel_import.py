@@ -240,6 +240,10 @@ def test_every_page_opens_on_an_imported_trace(written: Written, tmp_path: Path,
     shown = " ".join(str(e.value) for e in [*at.markdown, *at.text, *at.code, *at.caption])
     if page == "context":
         assert SCRIPT[1]["content"] in shown
+    if page == "replay":
+        assert "Rebuilt from its OpenTelemetry trace" in shown and "Verified" in " ".join(
+            str(s.value) for s in at.success
+        )
     if page == "traceback":
         assert "Analyst" in shown or any("Analyst" in str(c.proto) for c in at.get("plotly_chart"))
 

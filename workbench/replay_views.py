@@ -32,6 +32,7 @@ from replay import (
     RerunResult,
     ToolModes,
     Turn,
+    built_as,
     counted,
     diff_outputs,
     injected_results,
@@ -225,7 +226,8 @@ def source_line(found: Materialized) -> str:
         if found.sent_from
         else f"context {short_id(found.context_id)} before message #{found.index}, {len(found.messages)} messages"
     )
-    return f"Built as {found.source} sends it ({what}) from {where}."
+    built = built_as(found.source)
+    return f"{built[0].upper()}{built[1:]} ({what}) from {where}."
 
 
 REQUEST_HEAD, REQUEST_TAIL = 3, 50

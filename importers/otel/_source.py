@@ -23,6 +23,7 @@ _NOT_PARAMETERS = ("model", "messages", "tools")
 
 class OTelSource:
     name = "otel"
+    built = "rebuilt from its OpenTelemetry trace"
 
     def claims(self, session: Session) -> bool:
         return session.state_data.get(SOURCE_KEY) == SOURCE
