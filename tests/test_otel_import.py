@@ -8,17 +8,22 @@ bodies the scripted server recorded. The replay and the re-run go to the local m
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from importers import ImporterError
 from importers.otel import Telemetry, import_otel, model_calls, read_otlp
 from local_model import LocalModelServer
 from replay import Overrides, ToolModes, materialize, replay, rerun, verify_session
-from soap_core import Session, Store
+from soap_core import Session, SoapError, Store
 from soap_core.runtime import LLMEndpoint, invocation_chains, read_invocations
 from soapwb.cli import main
 from tests.apptest import PAGES, open_app_page
@@ -357,3 +362,70 @@ def test_a_trace_of_the_local_model_imports_and_replays(tmp_path: Path, llm_serv
     [run] = replay(store, session, found[1], LLMEndpoint(llm_server.base_url), Overrides(max_tokens=12))
     assert run.ok, run.error
     assert run.request["messages"] == proxy.bodies[1]["messages"]
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "role",
+                    "content",
+                    "tool_calls",
+                    "function",
+                    "id",
+                    "name",
+                    "arguments",
+                    "type",
+                    "parts",
+                    "tool_call_id",
+                    "x",
+                ]
+            ),
+            inner,
+            max_size=4,
+        )
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(messages=JSON, output=JSON, parts=JSON)
+def test_spans_shaped_wrongly_are_left_out_with_a_reason_never_a_traceback(
+    written: Written, latest: Written, messages: Any, output: Any, parts: Any
+) -> None:
+    """Any JSON where the messages, the answer or the GenAI parts should be: the import
+    ends in a report (the span left out and named) or an ImporterError, and every call it
+    recorded materializes or says why not."""
+    documents = []
+    for trace, name in ((written, "input.value"), (latest, "gen_ai.input.messages")):
+        [line] = (trace.directory / "trace.jsonl").read_text().splitlines()[:1]
+        document = json.loads(line)
+        for scope in document["resourceSpans"][0]["scopeSpans"]:
+            for span in scope["spans"]:
+                for attribute in span["attributes"]:
+                    value = attribute["value"]
+                    if attribute["key"] == name == "input.value":
+                        value["stringValue"] = json.dumps({"model": "m", "messages": messages})
+                    elif attribute["key"] == "output.value":
+                        value["stringValue"] = json.dumps({"choices": [{"message": output}]})
+                    elif attribute["key"] == name:
+                        value["stringValue"] = json.dumps(parts)
+        documents.append(json.dumps(document))
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "trace.jsonl"
+        path.write_text("\n".join(documents) + "\n")
+        try:
+            report = import_otel([path], Path(folder) / "store")
+        except ImporterError:
+            return
+        assert all("left out" in n for n in report.notices if n.startswith("span "))
+        store = Store(Path(folder) / "store")
+        for made in report.sessions:
+            session = store.load_session(made.uuid, require_active=False)
+            for call in session.calls():
+                with contextlib.suppress(SoapError):  # an error that names the message is fine
+                    materialize(session, call.context_id, call.message_index)

@@ -78,8 +78,10 @@ class Call:
         return tools
 
 
-def model_calls(telemetry: Telemetry) -> list[Call]:
-    """Every model call of ``telemetry``, by start time."""
+def model_calls(telemetry: Telemetry, problems: list[str] | None = None) -> list[Call]:
+    """Every model call of ``telemetry``, by start time. A span whose request or answer
+    is not shaped as a Chat Completions call is left out, and ``problems`` (if given)
+    says which and why."""
     logs: dict[tuple[str, str], list[LogRecord]] = {}
     for record in telemetry.logs:
         logs.setdefault((record.trace_id, record.span_id), []).append(record)
@@ -87,14 +89,44 @@ def model_calls(telemetry: Telemetry) -> list[Call]:
     calls = []
     for span in sorted(telemetry.spans, key=lambda s: (s.start_ns, s.span_id)):
         attributes = span.attributes
-        if attributes.get("openinference.span.kind") == "LLM":
-            calls.append(_openinference(span))
-        elif attributes.get("gen_ai.operation.name") in ("chat", "text_completion"):
-            if "gen_ai.input.messages" in attributes:
-                calls.append(_genai_latest(span))
-            else:
-                calls.append(_genai_events(span, logs.get((span.trace_id, span.span_id), []), choices))
+        try:
+            if attributes.get("openinference.span.kind") == "LLM":
+                calls.append(_checked(_openinference(span)))
+            elif attributes.get("gen_ai.operation.name") in ("chat", "text_completion"):
+                if "gen_ai.input.messages" in attributes:
+                    calls.append(_checked(_genai_latest(span)))
+                else:
+                    records = logs.get((span.trace_id, span.span_id), [])
+                    calls.append(_checked(_genai_events(span, records, choices)))
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            if problems is not None:
+                problems.append(
+                    f"span {span.name!r} ({span.trace_id}/{span.span_id}): left out, not a model call "
+                    f"this importer can read ({type(exc).__name__}: {exc})"
+                )
     return calls
+
+
+def _is_message(value: Any) -> bool:
+    calls = value.get("tool_calls") if isinstance(value, dict) else None
+    return (
+        isinstance(value, dict)
+        and isinstance(value.get("role", ""), str)
+        and (calls is None or (isinstance(calls, list) and all(isinstance(c, dict) for c in calls)))
+    )
+
+
+def _checked(call: Call) -> Call:
+    """``call`` when its messages, tools and answer are shaped as Chat Completions has them."""
+    if not all(_is_message(m) for m in call.messages):
+        raise ValueError("a message of the request is not a chat message")
+    if call.tools is not None and not (
+        isinstance(call.tools, list) and all(isinstance(t, dict) for t in call.tools)
+    ):
+        raise ValueError("the request's tools are not a list of tool definitions")
+    if call.output is not None and not _is_message(call.output):
+        raise ValueError("the answer is not a chat message")
+    return call
 
 
 # -- OpenInference ------------------------------------------------------------------------

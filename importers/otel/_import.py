@@ -196,7 +196,7 @@ def _role(agents: Sequence[Span], spans: Sequence[Span]) -> str:
         if first is not None
         else str(spans[0].resource.get("service.name") or "otel")
     )
-    return _ROLE_CHARACTERS.sub("_", name).strip("._") or "otel"
+    return _ROLE_CHARACTERS.sub("_", name).strip("._")[:64] or "otel"
 
 
 # -- laying calls over contexts ------------------------------------------------------------
@@ -542,7 +542,8 @@ def import_otel(paths: Sequence[Path | str], store_dir: Path | str) -> ImportRep
     telemetry = _telemetry(files)
     store = open_store(store_dir)
     trace = _Trace(telemetry)
-    calls = model_calls(telemetry)
+    notices: list[str] = []
+    calls = model_calls(telemetry, notices)
     by_session: dict[str, _Spans] = {}
     for call in calls:
         by_session.setdefault(trace.session_of(call.span), _Spans()).calls.append(call)
@@ -556,7 +557,6 @@ def import_otel(paths: Sequence[Path | str], store_dir: Path | str) -> ImportRep
         report, made = _import_session(store, trace, key, spans_of)
         reports.append(report)
         records.extend(made)
-    notices = []
     if not telemetry.spans:
         notices.append("no spans in the file(s): nothing to import")
     elif not calls:

@@ -47,12 +47,11 @@ def message_of(wire: Mapping[str, Any], *, first: bool = False) -> Message:
     if role == "assistant":
         calls = [
             ToolUsePart(
-                str(c.get("id", "")),
-                str(c.get("function", {}).get("name", "")),
-                str(c.get("function", {}).get("arguments", "")),
+                str(c.get("id", "")), str(function.get("name", "")), str(function.get("arguments", ""))
             )
             for c in wire.get("tool_calls") or []
             if isinstance(c, dict)
+            for function in [c["function"] if isinstance(c.get("function"), dict) else {}]
         ]
         return Message("assistant", [*_texts(wire.get("content")), *calls])
     if role == "tool":
@@ -65,12 +64,13 @@ def message_of(wire: Mapping[str, Any], *, first: bool = False) -> Message:
 def tools_message(tools: Sequence[Mapping[str, Any]]) -> Message:
     parts = []
     for tool in tools:
-        function = tool.get("function", {}) if isinstance(tool, dict) else {}
+        function = tool.get("function") if isinstance(tool, dict) else None
+        function = function if isinstance(function, dict) else {}
         parts.append(
             ToolPart(
                 str(function.get("name", "")),
                 str(function.get("description") or ""),
-                dict(function.get("parameters") or {}),
+                parameters if isinstance(parameters := function.get("parameters"), dict) else {},
             )
         )
     return Message.tool_definitions_message(parts)
