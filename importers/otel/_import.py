@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import takewhile
@@ -77,6 +77,12 @@ def stable_id(*parts: object) -> str:
 
 def utc_text(ns: int) -> str:
     return datetime.fromtimestamp(ns / 1e9, UTC).isoformat()
+
+
+def span_record_id(span: Span) -> str:
+    """The id of the record a span becomes (a call or an invocation): its trace and span
+    ids name it wherever it is imported."""
+    return record_id(span.start_ns, span.trace_id, span.span_id)
 
 
 def record_id(ns: int, *key: object) -> str:
@@ -185,6 +191,13 @@ class _Trace:
 
     def agent_of(self, span: Span) -> Span | None:
         return next((a for a in self.ancestors(span) if is_agent(a)), None)
+
+
+def _agent_id(span: Span) -> str:
+    """The agent object a span ran: ``gen_ai.agent.id``, else its name, else the span's."""
+    return str(
+        span.attributes.get("gen_ai.agent.id") or span.attributes.get("gen_ai.agent.name") or span.name
+    )
 
 
 def _role(agents: Sequence[Span], spans: Sequence[Span]) -> str:
@@ -407,7 +420,7 @@ def _call_record(
 ) -> CallRecord:
     span = call.span
     return CallRecord(
-        id=record_id(span.start_ns, session.uuid, span.trace_id, span.span_id),
+        id=span_record_id(span),
         session=session.uuid,
         role=session.role,
         context_id=context.id,
@@ -426,44 +439,56 @@ def _call_record(
 
 
 def _invocations(
-    trace: _Trace, session: Session, agents: list[Span], records: dict[str, list[str]]
-) -> list[InvocationRecord]:
-    def invocation_id(span: Span) -> str:
-        return record_id(span.start_ns, session.uuid, span.trace_id, span.span_id)
-
+    trace: _Trace, owners: Mapping[str, _Owner], agents: list[Span], records: dict[str, list[str]]
+) -> list[tuple[InvocationRecord, list[Path]]]:
+    """An invocation record per agent span, in its session's folder and, when another
+    session's agent called it, in that one's too (as the runtime writes them)."""
     found = []
     for span in agents:
+        owner = owners[trace.session_of(span)]
         parent = trace.agent_of(span)
-        name = str(span.attributes.get("gen_ai.agent.name") or span.name)
-        caller = None
-        if parent is not None:
-            caller = Party(
-                session.role, str(parent.attributes.get("gen_ai.agent.name") or parent.name), session.uuid
-            )
+        caller = owners[trace.session_of(parent)] if parent is not None else None
         prompt = span.attributes.get("input.value")
         error = span.status == 2
-        found.append(
-            InvocationRecord(
-                id=invocation_id(span),
-                callee=Party(session.role, name, session.uuid),
-                caller=caller,
-                prompt=prompt if isinstance(prompt, str) else "",
-                thread=None,
-                started_at=utc_text(span.start_ns),
-                parent_invocation_id=invocation_id(parent) if parent is not None else None,
-                ended_at=utc_text(span.end_ns),
-                outcome="error" if error else "ok",
-                result=span.attributes.get("output.value"),
-                error=(span.status_message or "the span ended in error") if error else None,
-                calls=records.get(span.span_id, []),
-            )
+        record = InvocationRecord(
+            id=span_record_id(span),
+            callee=Party(owner.role, _agent_id(span), owner.uuid),
+            caller=Party(caller.role, _agent_id(parent), caller.uuid) if caller and parent else None,
+            prompt=prompt if isinstance(prompt, str) else "",
+            thread=None,
+            started_at=utc_text(span.start_ns),
+            parent_invocation_id=span_record_id(parent) if parent is not None else None,
+            ended_at=utc_text(span.end_ns),
+            outcome="error" if error else "ok",
+            result=span.attributes.get("output.value"),
+            error=(span.status_message or "the span ended in error") if error else None,
+            calls=records.get(span_record_id(span), []),
         )
+        folders = [owner.directory] + ([caller.directory] if caller and caller is not owner else [])
+        found.append((record, folders))
     return found
 
 
 def _existing(store: Store, role: str, session_uuid: str) -> Session | None:
     stored = (store.session_dir(role, session_uuid) / SESSION_FILE).is_file()
     return store.load_session(session_uuid, require_active=False) if stored else None
+
+
+@dataclass(frozen=True)
+class _Owner:
+    """The session a session key's spans go into."""
+
+    uuid: str
+    role: str
+    directory: Path
+
+
+def _owner(store: Store, key: str, spans_of: _Spans) -> _Owner:
+    spans = [c.span for c in spans_of.calls] or spans_of.agents or spans_of.tools
+    first = min(s.start_ns for s in spans)
+    session_uuid = f"{datetime.fromtimestamp(first / 1e9, UTC):%Y%m%d}-{stable_id('session', key)}"
+    role = _role(spans_of.agents, spans)
+    return _Owner(session_uuid, role, store.session_dir(role, session_uuid))
 
 
 @dataclass
@@ -476,19 +501,16 @@ class _Spans:
 
 
 def _import_session(
-    store: Store, trace: _Trace, key: str, spans_of: _Spans
-) -> tuple[SessionReport, list[tuple[InvocationRecord, list[Path]]]]:
-    calls, agents = spans_of.calls, spans_of.agents
-    spans = [c.span for c in calls] or agents or spans_of.tools
-    first = min(s.start_ns for s in spans)
-    session_uuid = f"{datetime.fromtimestamp(first / 1e9, UTC):%Y%m%d}-{stable_id('session', key)}"
-    role = _role(agents, spans)
+    store: Store, trace: _Trace, key: str, owner: _Owner, spans_of: _Spans, by_agent: dict[str, list[str]]
+) -> SessionReport:
+    """Write the session of ``key``; ``by_agent`` gains the calls each agent made (by its
+    invocation id)."""
+    calls, session_uuid, role = spans_of.calls, owner.uuid, owner.role
     existing = _existing(store, role, session_uuid)
     session = existing or Session(role, session_uuid)
     known = {c.id for c in session.calls()} if existing is not None else set()
     placer = _Placer(session)
     new: list[CallRecord] = []
-    by_agent: dict[str, list[str]] = {}
     tools = iter(spans_of.tools)
     tool = next(tools, None)
     tool_results = 0
@@ -497,10 +519,10 @@ def _import_session(
             tool_results += placer.tool_result(tool)
             tool = next(tools, None)
         agent = trace.agent_of(call.span)
-        invocation = record_id(agent.start_ns, session_uuid, agent.trace_id, agent.span_id) if agent else None
-        call_id = record_id(call.span.start_ns, session_uuid, call.span.trace_id, call.span.span_id)
+        invocation = span_record_id(agent) if agent else None
+        call_id = span_record_id(call.span)
         if agent is not None:
-            by_agent.setdefault(agent.span_id, []).append(call_id)
+            by_agent.setdefault(span_record_id(agent), []).append(call_id)
         if call_id in known:
             continue
         context, index = placer.place(call)
@@ -526,8 +548,7 @@ def _import_session(
             str(p.relative_to(store.root)) if p.is_relative_to(store.root) else str(p) for p in written
         ],
     )
-    records = [(r, [directory]) for r in _invocations(trace, session, agents, by_agent)]
-    return report, records
+    return report
 
 
 def _telemetry(paths: Sequence[Path]) -> Telemetry:
@@ -552,11 +573,14 @@ def import_otel(paths: Sequence[Path | str], store_dir: Path | str) -> ImportRep
             by_session.setdefault(trace.session_of(span), _Spans()).agents.append(span)
         elif is_tool(span):
             by_session.setdefault(trace.session_of(span), _Spans()).tools.append(span)
-    reports, records = [], []
-    for key, spans_of in by_session.items():
-        report, made = _import_session(store, trace, key, spans_of)
-        reports.append(report)
-        records.extend(made)
+    owners = {key: _owner(store, key, spans_of) for key, spans_of in by_session.items()}
+    by_agent: dict[str, list[str]] = {}
+    reports = [
+        _import_session(store, trace, key, owners[key], spans_of, by_agent)
+        for key, spans_of in by_session.items()
+    ]
+    agents = [span for spans_of in by_session.values() for span in spans_of.agents]
+    records = _invocations(trace, owners, agents, by_agent)
     if not telemetry.spans:
         notices.append("no spans in the file(s): nothing to import")
     elif not calls:
