@@ -36,6 +36,7 @@ COMMAND_MODULES = {
     "ui": "ui_commands",
     "demo": "demo_commands",
     "import": "import_commands",
+    "export": "export_commands",
     "gen-store": "gen_commands",
 }
 """Which module registers each command: a command imports only its own module, so
