@@ -68,6 +68,12 @@ from soap_core import (
 from soap_core.runtime import InvocationChain, TraceFrame, invocation_chains
 
 SCOPE = "soapwb.export"
+PROVIDER = "openai"
+"""The API every request source speaks (``llm.provider``, ``gen_ai.provider.name``)."""
+INVOCATION_ID = "soapwb.invocation.id"
+CALL_ID = "soapwb.call.id"
+"""Where an AGENT span's invocation and an LLM span's call came from: the record's id (for
+a call rebuilt without a record, ``ROLE/SESSION/CONTEXT/MESSAGE``)."""
 INTERNAL, CLIENT = Span.SPAN_KIND_INTERNAL, Span.SPAN_KIND_CLIENT
 _FAILED = ("error", "refused", "interrupted")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -155,6 +161,17 @@ def _key_values(attributes: Mapping[str, Any]) -> list[KeyValue]:
     return [KeyValue(key=k, value=_any(v)) for k, v in attributes.items() if v is not None]
 
 
+def _mime_type(text: str | None) -> str | None:
+    """``application/json`` for the text of a JSON object or array (as Phoenix guesses it
+    on its own), ``text/plain`` for other text."""
+    if text is None:
+        return None
+    try:
+        return "application/json" if isinstance(json.loads(text), (dict, list)) else "text/plain"
+    except ValueError:
+        return "text/plain"
+
+
 # -- messages in both vocabularies --------------------------------------------------------
 
 
@@ -163,7 +180,7 @@ def _openinference_message(prefix: str, message: Mapping[str, Any]) -> dict[str,
     found: dict[str, Any] = {f"{prefix}.message.role": message.get("role")}
     content = message.get("content")
     if isinstance(content, str):
-        found[f"{prefix}.message.content"] = content
+        found[f"{prefix}.message.content"] = content or None  # as OpenInference: no empty content
     elif isinstance(content, list):
         for k, part in enumerate(p for p in content if isinstance(p, dict)):
             at = f"{prefix}.message.contents.{k}.message_content"
@@ -349,17 +366,14 @@ def _span(
 
 
 def _agent_attributes(role: str, session: str, prompt: str | None, result: Any) -> dict[str, Any]:
+    output = result if isinstance(result, str) or result is None else _json(result)
     return {
         "openinference.span.kind": "AGENT",
         "session.id": session,
         "input.value": prompt,
-        "input.mime_type": "text/plain" if prompt is not None else None,
-        "output.value": result if isinstance(result, str) or result is None else _json(result),
-        "output.mime_type": None
-        if result is None
-        else "text/plain"
-        if isinstance(result, str)
-        else "application/json",
+        "input.mime_type": _mime_type(prompt),
+        "output.value": output,
+        "output.mime_type": _mime_type(output),
         "gen_ai.operation.name": "invoke_agent",
         "gen_ai.agent.name": role,
         "gen_ai.conversation.id": session,
@@ -386,13 +400,16 @@ def _llm_attributes(call: _Call, session: str) -> dict[str, Any]:
         "output.value": _json(response or answer) if (response or answer) else None,
         "output.mime_type": "application/json" if (response or answer) else None,
         "llm.model_name": model,
+        "llm.provider": PROVIDER,
+        "llm.system": PROVIDER,
+        "llm.finish_reason": finish,
         "llm.invocation_parameters": _json(parameters),
         "llm.token_count.prompt": usage.get("prompt_tokens"),
         "llm.token_count.completion": usage.get("completion_tokens"),
         "llm.token_count.total": usage.get("total_tokens"),
         **_messages_attributes(request, answer if isinstance(answer, dict) else None, finish),
         "gen_ai.operation.name": "chat",
-        "gen_ai.provider.name": "openai",
+        "gen_ai.provider.name": PROVIDER,
         "gen_ai.conversation.id": session,
         "gen_ai.request.model": request.get("model"),
         **_genai_parameters(parameters),
@@ -416,20 +433,23 @@ def _tool_spans(trace: bytes, parent: bytes, call: _Call, session: str) -> Itera
     for position, use in enumerate(messages[call.answer].tool_uses()):
         result, message = results.get(use.call_id, (None, None))
         end = time_ns(message.creation_timestamp) if message is not None else None
+        output = result if isinstance(result, str) or result is None else _json(result)
         attributes = {
             "openinference.span.kind": "TOOL",
             "session.id": session,
             "tool.name": use.name,
+            "tool.id": use.call_id,
             "tool.parameters": use.arguments,
             "input.value": use.arguments,
             "input.mime_type": "application/json",
-            "output.value": result if isinstance(result, str) or result is None else _json(result),
+            "output.value": output,
+            "output.mime_type": _mime_type(output),
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": use.name,
             "gen_ai.tool.call.id": use.call_id,
             "gen_ai.tool.type": "function",
             "gen_ai.tool.call.arguments": use.arguments,
-            "gen_ai.tool.call.result": result if isinstance(result, str) or result is None else _json(result),
+            "gen_ai.tool.call.result": output,
         }
         span_id = _id(8, "tool", call.key, use.call_id, str(position))
         times = (call.end_ns, max(end or call.end_ns, call.end_ns))
@@ -440,7 +460,8 @@ def _call_spans(trace: bytes, parent: bytes, call: _Call, session: str) -> Itera
     span_id = _id(8, "llm", call.key)
     name = f"chat {call.request.get('model') or ''}".strip()
     times = (call.start_ns, call.end_ns)
-    yield _span(trace, span_id, parent, name, CLIENT, times, _llm_attributes(call, session), call.error)
+    attributes = _llm_attributes(call, session) | {CALL_ID: call.key}
+    yield _span(trace, span_id, parent, name, CLIENT, times, attributes, call.error)
     yield from _tool_spans(trace, parent, call, session)
 
 
@@ -487,7 +508,7 @@ class _Exporter:
             attributes = _agent_attributes(
                 frame.role, frame.session, frame.prompt, record.result if record else None
             )
-            attributes["gen_ai.agent.id"] = frame.object_id
+            attributes |= {"gen_ai.agent.id": frame.object_id, INVOCATION_ID: frame.invocation_id}
             start = time_ns(frame.started_at) or 0
             times = (start, time_ns(frame.ended_at) or start)
             error = (frame.error or frame.outcome) if frame.outcome in _FAILED else None
