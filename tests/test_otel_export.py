@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from importers.otel import Span, import_otel, read_otlp
+from importers.openpoke import import_openpoke
+from importers.otel import Span, export_otel, import_otel, read_otlp
 from local_model import free_port
 from replay import materialize
 from soap_core import CallRecord, InvocationRecord, Store, canonical_json, read_calls, read_invocations
@@ -217,6 +218,22 @@ def test_a_peteos_session_gets_an_llm_span_per_answer_with_its_rebuilt_request(t
         assert span.start_ns == span.end_ns == ns(context.messages[index].creation_timestamp or "")
         assert span.parent_id == agent.span_id
     assert (agent.start_ns, agent.end_ns) == (min(s.start_ns for s in llm), max(s.end_ns for s in llm))
+
+
+def test_an_openpoke_import_exports_its_turns_and_says_why_its_replies_have_no_llm_span(
+    tmp_path: Path,
+) -> None:
+    """OpenPoke's source rebuilds a turn's request at the entry that started it, never at
+    a reply (a reply is a tool's output): the turns are AGENT spans, and one note says why
+    the replies have no LLM span."""
+    import_openpoke(SOAP_FIXTURE.parent / "openpoke" / "short", tmp_path / "store")
+    invocations, _ = records(tmp_path / "store")
+    report = export_otel(Store(tmp_path / "store"), path=tmp_path / "poke.jsonl")
+    spans = list(read_otlp(tmp_path / "poke.jsonl").spans)
+    assert len(of_kind(spans, "AGENT")) == len(invocations) == report.spans["AGENT"] > 0
+    assert not of_kind(spans, "LLM")
+    [note] = report.notes
+    assert "without an LLM span" in note and "a poke_reply: only user_message and agent_message" in note
 
 
 # -- the command line ---------------------------------------------------------------------

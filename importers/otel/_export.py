@@ -324,17 +324,23 @@ def _rebuilt(session: Session, context: Context, index: int) -> _Call:
 
 
 def _session_calls(session: Session, known: set[str], notes: list[str]) -> dict[str | None, list[_Call]]:
+    """The session's calls by invocation; one note for the answers whose request its
+    source cannot rebuild (OpenPoke rebuilds a turn at its incoming entry, not at a reply)."""
     log = session_calls(session)
     found: dict[str | None, list[_Call]] = {}
+    failed: list[str] = []
     for context, index, record in llm_calls(session, log):
         try:
             call = _recorded(context, record, known) if record else _rebuilt(session, context, index)
         except SoapError as exc:
-            notes.append(
-                f"{session.role}/{session.uuid}: message {index} of context {context.id} left out: {exc}"
-            )
+            failed.append(str(exc))
             continue
         found.setdefault(call.invocation, []).append(call)
+    if failed:
+        notes.append(
+            f"{session.role}/{session.uuid}: {len(failed)} model answer(s) without an LLM span, their "
+            f"request not rebuilt; the first: {failed[0]}"
+        )
     return found
 
 
