@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from replay import CallLog, materialize, origin_of, sent_prefix
+from replay import CallLog, llm_calls, materialize, sent_prefix, session_calls
 from soap_core import (
     CallRecord,
     Context,
@@ -31,7 +31,6 @@ from soap_core import (
     ToolPart,
     ToolResultPart,
     ToolUsePart,
-    is_marked,
 )
 from soap_core.runtime import invocation_chains
 
@@ -125,34 +124,6 @@ class CallBudget:
         data = asdict(self)
         data["compactions_before"] = [e.as_dict() for e in self.compactions_before]
         return data
-
-
-def _reconstructed_calls(session: Session, log: CallLog) -> list[tuple[Context, int]]:
-    """(context, index) of every assistant message, in the context it was produced in."""
-    found: dict[tuple[str, int], tuple[Context, int]] = {}
-    for context in session.contexts.values():
-        if is_marked(context):
-            continue
-        for index, message in enumerate(context.messages):
-            if message.role == "assistant":
-                origin, at = origin_of(session, context, index, calls=log)
-                found.setdefault((origin.id, at), (origin, at))
-    return sorted(found.values(), key=lambda item: item[0].messages[item[1]].creation_timestamp or "")
-
-
-def llm_calls(session: Session, log: CallLog) -> list[tuple[Context, int, CallRecord | None]]:
-    """(context, message index, call record) per call, oldest first: the recorded ones
-    (``log``, replays left out), else reconstructed from the contexts (record None)."""
-    if not log:
-        return [(context, index, None) for context, index in _reconstructed_calls(session, log)]
-    return [
-        (session.contexts[c.context_id], c.message_index, c) for c in log if c.context_id in session.contexts
-    ]
-
-
-def session_calls(session: Session, calls: Sequence[CallRecord] | None = None) -> CallLog:
-    """The session's call log without replays (read from its folder unless given)."""
-    return CallLog([c for c in (calls if calls is not None else session.calls()) if not c.replay])
 
 
 class _RunningTotals:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from analysis._budget import llm_calls, session_calls
+from replay import llm_calls, session_calls
 from soap_core import CallRecord, Context, Message, Session, ThinkingPart
 from soap_core._compaction_specs import DEFAULTS, GRAMMAR, CompactionSpec, parse_spec
 

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
-from analysis._budget import session_calls
 from analysis._lab import History
+from replay import session_calls
 from soap_core import CallRecord, Session
 from soap_core._compaction_specs import parse_spec, recorded_spec, spec_text
 

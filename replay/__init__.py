@@ -32,10 +32,12 @@ from replay._materialize import (
     MaterializeError,
     PromptAtCall,
     call_site,
+    llm_calls,
     materialize,
     origin_of,
     resolve_index,
     sent_prefix,
+    session_calls,
     system_prompt_history,
 )
 from replay._names import (
@@ -134,6 +136,7 @@ __all__ = [
     "find_context",
     "injected_results",
     "inline_call",
+    "llm_calls",
     "marked_runs",
     "marked_words",
     "materialize",
@@ -167,6 +170,7 @@ __all__ = [
     "saved_reruns",
     "saved_runs",
     "sent_prefix",
+    "session_calls",
     "session_names",
     "short_id",
     "sources",

@@ -24,7 +24,7 @@ from typing import Any, cast, overload
 
 from replay._request import CallSite, Materialized, SentPrefix
 from replay._sources import DescribingSource, source_for
-from soap_core import CallRecord, Context, Session, SoapError
+from soap_core import CallRecord, Context, Session, SoapError, is_marked
 
 
 class MaterializeError(SoapError):
@@ -283,3 +283,34 @@ def system_prompt_history(session: Session, context: Context) -> list[PromptAtCa
     if not history and context.system_prompt is not None:
         history.append(PromptAtCall(context.message_count, context.system_prompt.text(), False))
     return history
+
+
+# -- a session's model calls ---------------------------------------------------------------
+
+
+def _reconstructed_calls(session: Session, log: CallLog) -> list[tuple[Context, int]]:
+    """(context, index) of every assistant message, in the context it was produced in."""
+    found: dict[tuple[str, int], tuple[Context, int]] = {}
+    for context in session.contexts.values():
+        if is_marked(context):
+            continue
+        for index, message in enumerate(context.messages):
+            if message.role == "assistant":
+                origin, at = origin_of(session, context, index, calls=log)
+                found.setdefault((origin.id, at), (origin, at))
+    return sorted(found.values(), key=lambda item: item[0].messages[item[1]].creation_timestamp or "")
+
+
+def llm_calls(session: Session, log: CallLog) -> list[tuple[Context, int, CallRecord | None]]:
+    """(context, message index, call record) per call, oldest first: the recorded ones
+    (``log``, replays left out), else reconstructed from the contexts (record None)."""
+    if not log:
+        return [(context, index, None) for context, index in _reconstructed_calls(session, log)]
+    return [
+        (session.contexts[c.context_id], c.message_index, c) for c in log if c.context_id in session.contexts
+    ]
+
+
+def session_calls(session: Session, calls: Sequence[CallRecord] | None = None) -> CallLog:
+    """The session's call log without replays (read from its folder unless given)."""
+    return CallLog([c for c in (calls if calls is not None else session.calls()) if not c.replay])

@@ -4,64 +4,76 @@ endpoint (Phoenix, Langfuse, a collector) or written as OTLP/JSON."""
 from __future__ import annotations
 
 import argparse
-import sys
+import os
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
-from importers.otel import export_sessions, send_otlp, traces_url, write_otlp
-from soap_core import Session, SoapError
-from soapwb.common import SESSION_HELP, emit_json, open_store, store_command
+from importers.otel import ExportReport, export_otel
+from soapwb.common import Progress, add_progress_option, emit_json, open_store, store_command
+
+HEADERS_VARIABLE = "OTEL_EXPORTER_OTLP_HEADERS"
+SESSION_NOTE = "each with every invocation chain through it"
 
 
 def register(commands: Any) -> None:
-    parser = commands.add_parser("export", help="send a store's sessions to other tools")
-    targets = parser.add_subparsers(dest="target", metavar="TARGET", required=True)
+    parser = commands.add_parser("export", help="export a store's sessions to another tool")
+    targets = parser.add_subparsers(dest="target", metavar="FORMAT", required=True)
     otel = targets.add_parser(
         "otel",
-        help="OpenTelemetry traces (OpenInference and GenAI attributes) for Phoenix, Langfuse, a collector",
+        help="as OpenTelemetry traces (OpenInference and GenAI attributes): to Phoenix, Langfuse, "
+        "a collector, or an OTLP/JSON file",
     )
-    otel.add_argument("sessions", metavar="SESSION", nargs="*", help=f"{SESSION_HELP}; none: every session")
+    otel.add_argument(
+        "sessions", metavar="SESSION", nargs="*", help="sessions to export (default: all); " + SESSION_NOTE
+    )
     where = otel.add_mutually_exclusive_group(required=True)
     where.add_argument(
         "--endpoint",
         metavar="URL",
-        help="an OTLP/HTTP endpoint, sent as protobuf (http://127.0.0.1:6006 for Phoenix: /v1/traces is added)",
+        help="OTLP/HTTP traces URL, e.g. http://127.0.0.1:6006/v1/traces (a URL without a path gets /v1/traces)",
     )
-    where.add_argument(
-        "--file", metavar="PATH", type=Path, help="write OTLP/JSON (one export request a line)"
+    where.add_argument("--file", metavar="PATH", type=Path, help="write OTLP/JSON, one export request a line")
+    otel.add_argument(
+        "--header",
+        metavar="NAME=VALUE",
+        action="append",
+        default=[],
+        help=f"an HTTP header for the endpoint, e.g. Authorization=Basic ... (also read from ${HEADERS_VARIABLE})",
     )
+    add_progress_option(otel)
     store_command(otel, cmd_export_otel)
 
 
-def _sessions(args: argparse.Namespace, notices: list[str]) -> list[Session]:
-    store = open_store(args)
-    if args.sessions:  # named: each must load
-        return [store.load_session(ref, require_active=False) for ref in args.sessions]
-    found = []
-    for summary in store.sessions():
-        try:
-            found.append(store.load_session(summary.ref, require_active=False))
-        except SoapError as exc:
-            notices.append(f"left out: {exc}")
+def headers_of(given: list[str]) -> dict[str, str]:
+    """``NAME=VALUE`` pairs: ``$OTEL_EXPORTER_OTLP_HEADERS`` (comma-separated, values
+    URL-encoded, as the OpenTelemetry exporters read it), then ``--header``."""
+    pairs = [p for p in os.environ.get(HEADERS_VARIABLE, "").split(",") if p.strip()]
+    found = {k.strip(): unquote(v.strip()) for k, _, v in (p.partition("=") for p in pairs)}
+    found.update({k.strip(): v.strip() for k, _, v in (p.partition("=") for p in given)})
     return found
 
 
+def report_lines(report: ExportReport) -> list[str]:
+    kinds = ", ".join(f"{count} {kind}" for kind, count in sorted(report.spans.items())) or "no"
+    lines = [f"exported {report.traces} traces ({kinds} spans) to {report.target}"]
+    lines.extend(f"note: {note}" for note in report.notes)
+    return lines
+
+
 def cmd_export_otel(args: argparse.Namespace) -> int:
-    notices: list[str] = []
-    exported = export_sessions(_sessions(args, notices))
-    exported.notices[:0] = notices
-    if args.file is not None:
-        write_otlp(exported, args.file)
-        where = str(args.file)
-    else:
-        send_otlp(exported, args.endpoint)
-        where = traces_url(args.endpoint)
-    summary = {**exported.as_dict(), "to": where}
+    store = open_store(args)
+    progress = Progress(args)
+    report = export_otel(
+        store,
+        args.sessions,
+        endpoint=args.endpoint,
+        path=args.file,
+        headers=headers_of(args.header),
+        progress=lambda done, total: progress.bar(done, total, "traces sent"),
+    )
     if args.json:
-        emit_json(summary)
-        return 0
-    kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(exported.kinds.items())) or "no spans"
-    print(f"{len(exported.sessions)} sessions, {exported.traces} traces, {kinds} -> {where}")
-    for notice in exported.notices:
-        print(f"note: {notice}", file=sys.stderr)
+        emit_json(report.as_dict())
+    else:
+        print("\n".join(report_lines(report)))
     return 0
