@@ -331,8 +331,7 @@ def test_what_phoenix_gives_back_imports_as_the_trace_it_was_sent(
     sent = read_otlp(written.directory / "trace.pb").spans
     assert phoenix.send_traces((written.directory / "trace.pb").read_bytes()) == 200
     answer = tmp_path / "phoenix.json"
-    document = phoenix.spans(wanted=len(sent))
-    document["data"] = [s for s in document["data"] if s["trace_id"] == sent[0].trace_id]
+    document = phoenix.spans({sent[0].trace_id}, wanted=len(sent))
     answer.write_text(json.dumps(document))
     report = import_otel([answer], tmp_path / "store")
     [made] = report.sessions
@@ -429,3 +428,12 @@ def test_spans_shaped_wrongly_are_left_out_with_a_reason_never_a_traceback(
             for call in session.calls():
                 with contextlib.suppress(SoapError):  # an error that names the message is fine
                     materialize(session, call.context_id, call.message_index)
+
+
+def test_a_span_in_two_files_is_imported_once(events: Written, tmp_path: Path) -> None:
+    """Overlapping files (a span, or a log record, given twice) make each call once."""
+    files = [events.directory / "trace.pb", events.directory / "logs.pb"]
+    report = import_otel([*files, *files, events.directory / "trace.jsonl"], tmp_path / "store")
+    assert (report.calls, report.spans, report.logs) == (2, 4, 8)
+    session = Store(tmp_path / "store").load_session(report.sessions[0].uuid, require_active=False)
+    assert [f.request["messages"] for f in rebuilt(session)] == [b["messages"] for b in events.bodies]

@@ -41,7 +41,7 @@ from importers.otel._messages import (
     tools_message,
     was_sent,
 )
-from importers.otel._otlp import Span, Telemetry, read_otlp
+from importers.otel._otlp import LogRecord, Span, Telemetry, read_otlp
 from soap_core import (
     DEFAULT_ANCHORS,
     MESSAGES_ANCHOR,
@@ -552,8 +552,23 @@ def _import_session(
 
 
 def _telemetry(paths: Sequence[Path]) -> Telemetry:
-    read = [read_otlp(Path(p).expanduser()) for p in paths]
-    return Telemetry(tuple(s for t in read for s in t.spans), tuple(r for t in read for r in t.logs))
+    """The spans and logs of ``paths``, each given twice (overlapping files) once."""
+    spans: dict[tuple[str, str], Span] = {}
+    logs: dict[tuple[object, ...], LogRecord] = {}
+    for path in paths:
+        read = read_otlp(Path(path).expanduser())
+        for span in read.spans:
+            spans.setdefault((span.trace_id, span.span_id), span)
+        for record in read.logs:
+            key = (
+                record.trace_id,
+                record.span_id,
+                record.time_ns,
+                record.event_name,
+                canonical_json(record.body),
+            )
+            logs.setdefault(key, record)
+    return Telemetry(tuple(spans.values()), tuple(logs.values()))
 
 
 def import_otel(paths: Sequence[Path | str], store_dir: Path | str) -> ImportReport:

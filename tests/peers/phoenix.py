@@ -13,8 +13,9 @@ import json
 import os
 import subprocess
 import time
+import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,15 +41,26 @@ class Phoenix:
         with urllib.request.urlopen(request, timeout=30) as answer:
             return int(answer.status)
 
-    def spans(self, project: str = "default", *, wanted: int, timeout: float = 30) -> dict[str, Any]:
-        """The span API's answer once it holds ``wanted`` spans (ingestion is asynchronous)."""
+    def spans(
+        self, traces: Collection[str], *, wanted: int, project: str = "default", timeout: float = 120
+    ) -> dict[str, Any]:
+        """The span API's answer, holding only the spans of ``traces``, once it has
+        ``wanted`` of them: ingestion is asynchronous, and other tests send their own
+        traces to the same Phoenix (counting every span returned too early)."""
         deadline = time.monotonic() + timeout
         while True:
-            url = f"{self.url}/v1/projects/{project}/spans/otlpv1?limit=1000"
-            with urllib.request.urlopen(url, timeout=30) as answer:
-                document: dict[str, Any] = json.loads(answer.read())
-            if len(document.get("data", [])) >= wanted or time.monotonic() > deadline:
-                return document
+            found: list[dict[str, Any]] = []
+            cursor = ""
+            while True:  # every page
+                url = f"{self.url}/v1/projects/{project}/spans/otlpv1?limit=1000{cursor}"
+                with urllib.request.urlopen(url, timeout=30) as answer:
+                    document: dict[str, Any] = json.loads(answer.read())
+                found += [s for s in document.get("data", []) if s.get("trace_id") in traces]
+                if not document.get("next_cursor"):
+                    break
+                cursor = f"&cursor={urllib.parse.quote(str(document['next_cursor']))}"
+            if len(found) >= wanted or time.monotonic() > deadline:
+                return {"data": found, "next_cursor": None}
             time.sleep(0.2)
 
 
