@@ -158,39 +158,65 @@ class ImportReport:
 
 
 class _Trace:
-    """The spans of a telemetry, by id, and the session each span belongs to."""
+    """The spans of a telemetry, by id, and the session and agent each span belongs to.
+    Each answer is kept, so a walk up stops where an earlier one went: linear in the spans
+    however deep they nest."""
 
     def __init__(self, telemetry: Telemetry) -> None:
         self.spans = {(s.trace_id, s.span_id): s for s in telemetry.spans}
         self._trace_session: dict[str, str] = {}
         for span in telemetry.spans:
-            named = next((span.attributes[k] for k in _SESSION_KEYS if span.attributes.get(k)), None)
+            named = _named_session(span)
             if named is not None:
-                self._trace_session.setdefault(span.trace_id, str(named))
+                self._trace_session.setdefault(span.trace_id, named)
+        self._session: dict[tuple[str, str], str | None] = {}
+        self._agent: dict[tuple[str, str], Span | None] = {}
 
     def parent(self, span: Span) -> Span | None:
         return self.spans.get((span.trace_id, span.parent_id)) if span.parent_id else None
 
-    def ancestors(self, span: Span) -> list[Span]:
-        found, seen = [], {span.span_id}
-        parent = self.parent(span)
-        while parent is not None and parent.span_id not in seen:  # a loop of parents ends the walk
-            found.append(parent)
-            seen.add(parent.span_id)
-            parent = self.parent(parent)
+    def _up(self, span: Span, known: dict[tuple[str, str], Any], own: Any) -> Any:
+        """The first ``own(s)`` that is not None for ``span`` and then its ancestors (a
+        loop of parents ends the walk), kept for every span walked."""
+        walked: list[tuple[str, str]] = []
+        current: Span | None = span
+        found = None
+        while current is not None:
+            key = (current.trace_id, current.span_id)
+            if key in known:
+                found = known[key]
+                break
+            if key in walked:
+                break
+            walked.append(key)
+            found = own(current)
+            if found is not None:
+                break
+            current = self.parent(current)
+        for key in walked:
+            known[key] = found
         return found
 
     def session_of(self, span: Span) -> str:
-        for candidate in (span, *self.ancestors(span)):
-            named = next(
-                (candidate.attributes[k] for k in _SESSION_KEYS if candidate.attributes.get(k)), None
-            )
-            if named is not None:
-                return str(named)
-        return self._trace_session.get(span.trace_id, f"trace {span.trace_id}")
+        named = self._up(span, self._session, _named_session)
+        return (
+            str(named)
+            if named is not None
+            else self._trace_session.get(span.trace_id, f"trace {span.trace_id}")
+        )
 
     def agent_of(self, span: Span) -> Span | None:
-        return next((a for a in self.ancestors(span) if is_agent(a)), None)
+        """The nearest agent span above ``span`` (not ``span`` itself)."""
+        parent = self.parent(span)
+        if parent is None:
+            return None
+        found: Span | None = self._up(parent, self._agent, lambda s: s if is_agent(s) else None)
+        return found
+
+
+def _named_session(span: Span) -> str | None:
+    named = next((span.attributes[k] for k in _SESSION_KEYS if span.attributes.get(k)), None)
+    return None if named is None else str(named)
 
 
 def _agent_id(span: Span) -> str:
