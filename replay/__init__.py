@@ -65,7 +65,15 @@ from replay._phrases import (
 from replay._ranges import MessageRangeError, message_ranges_text, parse_message_ranges
 from replay._refs import Reference, find_context, resolve_reference
 from replay._request import Materialized
-from replay._rerun import RerunResult, continue_branch, diff_rerun, rerun, rerun_noise_band
+from replay._rerun import (
+    FRAMEWORK_CODE_KEY,
+    FrameworkRun,
+    RerunResult,
+    continue_branch,
+    diff_rerun,
+    rerun,
+    rerun_noise_band,
+)
 from replay._run import Endpoint, Overrides, ReplayRun, replay, replay_messages, unchanged_band
 from replay._runtime_source import RUNTIME_SOURCE, request_messages
 from replay._saved import (
@@ -86,6 +94,7 @@ from soap_core import REPLAY_KEY
 __all__ = [
     "EMPTY_OUTPUTS",
     "ENTRY_POINT_GROUP",
+    "FRAMEWORK_CODE_KEY",
     "INTERRUPTED_RUN",
     "NOISE_LABEL",
     "ORIGINAL_AND_RUN",
@@ -99,6 +108,7 @@ __all__ = [
     "ContextDiff",
     "Endpoint",
     "ForkRun",
+    "FrameworkRun",
     "MaterializeError",
     "Materialized",
     "MessageRangeError",

@@ -20,7 +20,11 @@ Tools run in one of three modes, per tool or for all (:mod:`replay._tool_modes`)
 An object a live tool invokes runs its turn in a copy of its own active context (the
 runtime's branch mode while a re-run runs), so no session's files change. Sessions whose
 code is not here (peteos stores, OpenPoke imports) re-run through their request source
-with recorded and injected tools only.
+with recorded and injected tools only. A source whose framework can run here (the OpenAI
+Agents SDK, LangGraph) re-runs with the app's code given (``code``, ``MODULE:ATTR``, or
+the one its import recorded under :data:`FRAMEWORK_CODE_KEY`): the source's
+``rerun_with_code(run)`` runs the framework's own loop on a copy of its state, and the
+messages it adds land on the fork (:class:`FrameworkRun`).
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from soap_core import (
     Store,
     TextPart,
     ToolResultPart,
+    ToolUsePart,
     is_marked,
     read_invocation,
     set_mark,
@@ -69,6 +74,8 @@ from soap_core.runtime import (
 )
 
 RERUN_KIND = "rerun"
+FRAMEWORK_CODE_KEY = "_soapwb_framework_code"
+"""Session state: the app's code (``MODULE:ATTR``) an import was given, for re-runs."""
 RECORDED_LOOP_LIMIT = 8
 """Model calls a re-run without the framework's code may make (OpenPoke's
 ``MAX_TOOL_ITERATIONS``; peteos records no limit)."""
@@ -115,6 +122,63 @@ class RerunResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "ok": self.ok, "problem": self.problem}
+
+
+@dataclass
+class FrameworkRun:
+    """A re-run a source runs with its framework's own loop (``rerun_with_code``).
+
+    The source rebuilds the framework's state from the messages of :attr:`fork` (the
+    messages before the re-run message, with the replay's edits), runs the app's code
+    (:attr:`code`) with its model calls routed to :attr:`endpoint` (the
+    ``importers._capture`` seam) and its tools answered by :attr:`serve`, appends each
+    new message to :attr:`fork` and records each model call with :meth:`record`; it sets
+    ``result.answer`` or ``result.error``. The framework's own files are never written."""
+
+    store: Store
+    session: Session
+    found: Materialized
+    origin: Context
+    fork: Context
+    endpoint: Endpoint
+    model: str
+    parameters: dict[str, Any]
+    code: str
+    serve: Callable[[ToolUsePart], str | None]
+    """A tool call's result as the tool modes give it; None: run the app's own tool."""
+    mark: dict[str, Any]
+    result: RerunResult
+
+    def complete(self, request: dict[str, Any]) -> tuple[dict[str, Any], float | None]:
+        """Send ``request`` (the framework's own body) to the endpoint: its response and latency."""
+        completion = self.endpoint.complete(request)
+        return completion.response, completion.latency_s
+
+    def record(
+        self,
+        request: dict[str, Any],
+        answer: Message | None,
+        response: dict[str, Any] | None,
+        latency_s: float | None,
+        *,
+        error: str | None = None,
+        started_at: str | None = None,
+    ) -> CallRecord:
+        """Append ``answer`` (the framework's message for one model call, not yet on
+        :attr:`fork`) and write the record of the call: its request as the framework
+        sent it, the response, or the ``error`` it ended with (``answer`` None)."""
+        directory = self.session.directory or self.store.session_dir(self.session.role, self.session.uuid)
+        call = open_call(
+            self.session, self.fork, request, self.endpoint.base_url, started_at=started_at, replay=self.mark
+        )
+        if answer is not None:
+            self.fork.append(answer).record_token_count()
+            close_call(call, answer, response or {}, latency_s)
+        call.error = error
+        call.ended_at = utc_now()
+        write_call(directory, call)
+        self.result.calls.append(call.id)
+        return call
 
 
 class _Steps:
@@ -232,11 +296,13 @@ def rerun(
     tools: ToolModes | None = None,
     label: str | None = None,
     on_step: Callable[[int], None] | None = None,
+    code: str | None = None,
 ) -> RerunResult:
     """Re-run the agent of ``session`` from the model output at ``at`` of ``context``.
 
     ``on_step(n)`` is called after each model call (the objects a live tool invokes
-    included), for a progress display."""
+    included), for a progress display. ``code`` (``MODULE:ATTR``): the app's agent or
+    graph, for a session another framework wrote whose source can run it."""
     overrides, tools = overrides or Overrides(), tools or ToolModes()
     found = materialize(session, context, at)
     if found.message_id is None:
@@ -247,6 +313,9 @@ def rerun(
     if on_step is not None:
         endpoint = _Steps(endpoint, on_step)
     if found.source != RUNTIME_SOURCE.name:
+        code = code or session.state_data.get(FRAMEWORK_CODE_KEY)
+        if code:
+            return _rerun_with_code(store, session, found, endpoint, overrides, tools, label, str(code))
         return _rerun_from_records(store, session, found, endpoint, overrides, tools, label)
     call, record = _invocation_of(session, found)
     cls = load_class(record.callee_class)
@@ -288,6 +357,54 @@ def rerun(
     branch = [fork.id, *(cid for cid in session.contexts if cid not in before)]
     result.branch_id = branch[-1]
     result.calls = [c.id for c in session.calls() if c.context_id in branch and c.id not in recorded_calls]
+    return result
+
+
+def _rerun_with_code(
+    store: Store,
+    session: Session,
+    found: Materialized,
+    endpoint: Endpoint,
+    overrides: Overrides,
+    tools: ToolModes,
+    label: str | None,
+    code: str,
+) -> RerunResult:
+    """A re-run by the framework's own loop, run by the session's source with the app's code."""
+    source = source_named(found.source)
+    run_with = getattr(source, "rerun_with_code", None)
+    if not callable(run_with):
+        raise RerunError(
+            f"session {session.uuid} was written by {found.source}, which cannot run an app's code: "
+            "re-run it without --code (recorded or injected tools)"
+        )
+    model, parameters = replay_parameters(found, overrides, endpoint)
+    about = _rerun_mark(found, overrides, tools, label)
+    fork = _fork(session, found, overrides, about)
+    store.save_session(session)
+    origin = session.contexts[found.context_id]
+    log = ToolLog()
+    result = RerunResult(fork.id, fork.id, found.context_id, found.index)
+    run = FrameworkRun(
+        store,
+        session,
+        found,
+        origin,
+        fork,
+        endpoint,
+        model,
+        parameters,
+        code,
+        tool_server(tools, recorded_results(origin, found.index), log),
+        about.as_dict(),
+        result,
+    )
+    try:
+        run_with(run)
+    except RerunStopped as exc:
+        result.error = f"RerunStopped: {exc}"
+    store.save_session(session)
+    result.tools = log.served
     return result
 
 
