@@ -4,14 +4,16 @@ write and the bodies the scripted server receives (the ground truth), not our fi
 
 ``tests/peers/agents_driver.py`` runs the OpenAI Agents SDK (0.24.0: a triage agent with a
 tool and a handoff, ``SQLiteSession``), ``tests/peers/langgraph_driver.py`` LangGraph (1.2.24
-with ``SqliteSaver``: a tool loop, then a fork by ``update_state``), each in its side venv.
-A venv that cannot be built skips with the reason, never passes."""
+with ``SqliteSaver``: a tool loop, then a fork by ``update_state``), each in a process of its
+own with the project's interpreter (the ``frameworks`` extra: their dependencies do not
+clash with ours)."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,6 @@ from typing import Any
 import pytest
 
 from tests.peers.openai_stub import OpenAIStub
-from tests.peers.venvs import PeerUnavailable, ensure_peer
 
 PEERS = Path(__file__).resolve().parent / "peers"
 TOOL_CALL = {"tool_calls": [{"id": "call_1", "name": "count_errors", "arguments": '{"pattern": "ERROR"}'}]}
@@ -32,14 +33,10 @@ class Written:
     bodies: list[Any]
 
 
-def write(venv: str, driver: str, script: list[dict[str, Any]], db: Path) -> Written:
-    try:
-        env = ensure_peer(venv)
-    except PeerUnavailable as exc:
-        pytest.skip(f"the {venv} side venv cannot be built here: {exc}")
+def write(driver: str, script: list[dict[str, Any]], db: Path) -> Written:
     with OpenAIStub(script) as stub:
         done = subprocess.run(
-            [str(env.python), str(PEERS / driver), stub.base_url, str(db)],
+            [sys.executable, str(PEERS / driver), stub.base_url, str(db)],
             capture_output=True,
             text=True,
             timeout=300,
@@ -57,13 +54,13 @@ def agents(tmp_path_factory: pytest.TempPathFactory) -> Written:
         {"tool_calls": [{"id": "call_2", "name": "transfer_to_billing", "arguments": "{}"}]},
         {"content": "Your invoice is paid."},
     ]
-    return write("openai-agents", "agents_driver.py", script, tmp_path_factory.mktemp("agents") / "s.db")
+    return write("agents_driver.py", script, tmp_path_factory.mktemp("agents") / "s.db")
 
 
 @pytest.fixture(scope="module")
 def graph(tmp_path_factory: pytest.TempPathFactory) -> Written:
     script = [TOOL_CALL, {"content": "There are 3 errors."}, {"content": "There are 2 warnings."}]
-    return write("langgraph", "langgraph_driver.py", script, tmp_path_factory.mktemp("graph") / "c.db")
+    return write("langgraph_driver.py", script, tmp_path_factory.mktemp("graph") / "c.db")
 
 
 def rows(db: Path, query: str) -> list[tuple[Any, ...]]:

@@ -1,7 +1,6 @@
 """Writes an OpenAI Agents SDK ``SQLiteSession`` database as the real SDK writes it.
 
-``python agents_driver.py BASE_URL DB``, run in the ``openai-agents`` side venv
-(``venvs.py``) against the scripted server (``openai_stub.py``): a triage agent with a
+``python agents_driver.py BASE_URL DB``, run with the project's interpreter against the scripted server (``openai_stub.py``): a triage agent with a
 tool and a handoff to a billing agent, on ``OpenAIChatCompletionsModel``, two turns in one
 session (``s1``): a tool call and its answer, then a handoff and the billing agent's
 answer. Prints ``{"session": ..., "last_agent": ...}``. Only the SDK is imported here.

@@ -1,7 +1,7 @@
 """Writes a LangGraph ``SqliteSaver`` checkpoint database as the real packages write it.
 
-``python langgraph_driver.py BASE_URL DB``, run in the ``langgraph`` side venv
-(``venvs.py``) against the scripted server (``openai_stub.py``): a ChatOpenAI model with a
+``python langgraph_driver.py BASE_URL DB``, run with the project's interpreter
+against the scripted server (``openai_stub.py``): a ChatOpenAI model with a
 bound tool in a graph with a tool node, thread ``t1``: a question, the tool call, its
 result, the answer; then a fork (``update_state`` on the checkpoint before the first model
 call, replacing the question) run to its own answer. Prints ``{"thread": ...}``. Only the

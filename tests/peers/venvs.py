@@ -93,15 +93,6 @@ PEERS: dict[str, PeerSpec] = {
     # Arize Phoenix, started on 127.0.0.1 by the tests (tests/peers/phoenix.py): about 50
     # direct dependencies (825 MB, 73 s to install here), so a venv of its own.
     "phoenix": PeerSpec("phoenix", ("arize-phoenix==20.26.1",), (3, 11), ((3, 12), (3, 11))),
-    # The two agent frameworks whose SQLite stores issue 26 imports, at the versions its facts
-    # were measured with.
-    "openai-agents": PeerSpec("openai-agents", ("openai-agents==0.24.0",), (3, 10), ((3, 11), (3, 12))),
-    "langgraph": PeerSpec(
-        "langgraph",
-        ("langgraph==1.2.24", "langgraph-checkpoint-sqlite==3.1.2", "langchain-openai==1.8.1"),
-        (3, 10),
-        ((3, 11), (3, 12)),
-    ),
 }
 
 
