@@ -86,7 +86,14 @@ from replay._saved import (
     saved_reruns,
     saved_runs,
 )
-from replay._sources import ENTRY_POINT_GROUP, RequestSource, built_as, register_source, sources
+from replay._sources import (
+    ENTRY_POINT_GROUP,
+    RequestSource,
+    built_as,
+    register_source,
+    runs_code,
+    sources,
+)
 from replay._tool_modes import RerunError, ToolModes, injected_results
 from replay._verify import request_differences, verify_session, verify_store
 from soap_core import REPLAY_KEY
@@ -177,6 +184,7 @@ __all__ = [
     "row_changes",
     "run_batch",
     "run_output",
+    "runs_code",
     "saved_reruns",
     "saved_runs",
     "sent_prefix",

@@ -41,7 +41,7 @@ from replay._materialize import MaterializeError, materialize
 from replay._request import Materialized
 from replay._run import Endpoint, Overrides, branch_fork, replay_messages, replay_parameters
 from replay._runtime_source import RUNTIME_SOURCE, tool_listing
-from replay._sources import source_named
+from replay._sources import runs_code, source_named
 from replay._tool_modes import RerunError, ToolLog, ToolModes, recorded_results, tool_server
 from soap_core import (
     BranchMark,
@@ -302,7 +302,8 @@ def rerun(
 
     ``on_step(n)`` is called after each model call (the objects a live tool invokes
     included), for a progress display. ``code`` (``MODULE:ATTR``): the app's agent or
-    graph, for a session another framework wrote whose source can run it."""
+    graph, for a session another framework wrote whose source can run it; None: the code
+    its import was given, if any; "": none (the loop runs here on the record)."""
     overrides, tools = overrides or Overrides(), tools or ToolModes()
     found = materialize(session, context, at)
     if found.message_id is None:
@@ -313,7 +314,8 @@ def rerun(
     if on_step is not None:
         endpoint = _Steps(endpoint, on_step)
     if found.source != RUNTIME_SOURCE.name:
-        code = code or session.state_data.get(FRAMEWORK_CODE_KEY)
+        if code is None:
+            code = session.state_data.get(FRAMEWORK_CODE_KEY)
         if code:
             return _rerun_with_code(store, session, found, endpoint, overrides, tools, label, str(code))
         return _rerun_from_records(store, session, found, endpoint, overrides, tools, label)
@@ -371,9 +373,7 @@ def _rerun_with_code(
     code: str,
 ) -> RerunResult:
     """A re-run by the framework's own loop, run by the session's source with the app's code."""
-    source = source_named(found.source)
-    run_with = getattr(source, "rerun_with_code", None)
-    if not callable(run_with):
+    if not runs_code(found.source):
         raise RerunError(
             f"session {session.uuid} was written by {found.source}, which cannot run an app's code: "
             "re-run it without --code (recorded or injected tools)"
@@ -400,7 +400,7 @@ def _rerun_with_code(
         result,
     )
     try:
-        run_with(run)
+        source_named(found.source).rerun_with_code(run)  # type: ignore[attr-defined]
     except RerunStopped as exc:
         result.error = f"RerunStopped: {exc}"
     store.save_session(session)
@@ -420,12 +420,13 @@ def _rerun_from_records(
     """A re-run of a session whose code is not here (peteos, an OpenPoke import): the
     loop of model calls and tool calls, each request built by the session's source as its
     framework builds it, every tool answered from the record or by injection."""
+    source = source_named(found.source)
     if tools.default == "live" or "live" in tools.per_tool.values() or tools.unserved == "live":
         raise RerunError(
             f"session {session.uuid} was written by {found.source}, whose code is not here to run: "
             "its tools cannot run live; re-run with recorded or injected tools"
+            + (", or give the app's code (--code MODULE:ATTR)" if runs_code(found.source) else "")
         )
-    source = source_named(found.source)
     model, parameters = replay_parameters(found, overrides, endpoint)
     about = _rerun_mark(found, overrides, tools, label)
     fork = _fork(session, found, overrides, about)
@@ -577,6 +578,7 @@ def rerun_noise_band(
     tools: ToolModes | None = None,
     samples: int = 3,
     on_step: Callable[[int, int], None] | None = None,
+    code: str | None = None,
 ) -> tuple[NoiseBand, list[RerunResult]]:
     """``samples`` unchanged re-runs from the same message (same tool modes) and how much
     their branches differ from each other: an edited re-run whose distance from the
@@ -597,6 +599,7 @@ def rerun_noise_band(
                 tools=tools,
                 label="noise",
                 on_step=steps,
+                code=code,
             )
         )
     reloaded = store.load_session(ref)

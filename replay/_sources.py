@@ -104,6 +104,15 @@ def source_named(name: str) -> RequestSource:
     raise KeyError(f"no request source named {name!r} (known: {', '.join(s.name for s in sources())})")
 
 
+def runs_code(name: str) -> bool:
+    """Whether the source ``name`` can re-run its sessions with the app's own code (its
+    framework's loop: ``rerun_with_code``)."""
+    try:
+        return callable(getattr(source_named(name), "rerun_with_code", None))
+    except KeyError:
+        return False
+
+
 def built_as(name: str) -> str:
     """How the source ``name`` makes its requests, in words: a source's own ``built``
     where it has one ("rebuilt from its OpenTelemetry trace"), else "built as NAME sends it"."""

@@ -58,6 +58,15 @@ def register(commands: Any) -> None:
     )
     run.add_argument("--samples", type=int, default=1, metavar="K", help="how many re-runs (default 1)")
     run.add_argument(
+        "--code",
+        metavar="MODULE:ATTR",
+        help=(
+            "for a session another framework wrote (the OpenAI Agents SDK, LangGraph): the app's "
+            "starting agent or compiled graph, so the framework's own loop re-runs it and its "
+            "tools can run live (default: the code given at import, if any)"
+        ),
+    )
+    run.add_argument(
         "--noise",
         type=int,
         default=0,
@@ -155,6 +164,7 @@ def cmd_rerun(args: argparse.Namespace) -> int:
                 overrides=overrides,
                 tools=modes,
                 on_step=functools.partial(_count_step, progress, f"re-run {number}/{args.samples}"),
+                code=args.code,
             )
             results.append(result)
             progress.status(f"re-run {number}/{args.samples}: done", last=True)
@@ -169,6 +179,7 @@ def cmd_rerun(args: argparse.Namespace) -> int:
                 tools=modes,
                 samples=args.noise,
                 on_step=lambda k, n: progress.status(f"unchanged re-run {k}/{args.noise}: {n} model calls"),
+                code=args.code,
             )
             progress.status(f"{args.noise} unchanged re-runs: done", last=True)
     reloaded = store.load_session(args.session, require_active=False)

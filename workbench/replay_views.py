@@ -43,6 +43,7 @@ from replay import (
     request_differences,
     row_changes,
     run_output,
+    runs_code,
     short_id,
 )
 from soap_core import Context, Message, Session, SoapError, canonical_json, time_text
@@ -644,6 +645,8 @@ def can_rerun(found: Materialized) -> str | None:
     """None when the agent can be re-run from this message, else why not (for the page)."""
     if found.message_id is None:
         return "Re-runs start from a model output; this index is past the last message."
+    if runs_code(found.source):
+        return None  # the framework's loop with the app's code, or the loop here on the record
     if found.call is None or found.call.invocation_id is None:
         return (
             "Re-running the agent needs a session our runtime wrote (an invocation record to "

@@ -34,6 +34,7 @@ import streamlit as st
 
 from replay import (
     EMPTY_OUTPUTS,
+    FRAMEWORK_CODE_KEY,
     ORIGINAL_AND_RUN,
     Batch,
     BranchDiff,
@@ -63,6 +64,7 @@ from replay import (
     rerun,
     resolve_reference,
     run_output,
+    runs_code,
     saved_reruns,
     saved_runs,
     session_names,
@@ -427,15 +429,30 @@ class RerunChoice:
     unserved: str = "stop"
     injections: str = ""
     clicked: bool = False
+    code: str = ""
+    """The app's agent or graph (``MODULE:ATTR``) for a framework's session; empty: none."""
 
 
-def rerun_settings(found: Materialized, prefix: str) -> RerunChoice:
-    """Tool modes of the re-run; all disabled, with the reason, when it cannot run."""
+def rerun_settings(found: Materialized, prefix: str, stored_code: str) -> RerunChoice:
+    """Tool modes of the re-run; all disabled, with the reason, when it cannot run. A
+    session another framework wrote takes the app's code (its import's by default)."""
     st.markdown("**Re-run the agent from here** (its whole loop to the end of the turn, as a branch)")
     why_not = can_rerun(found)
     if why_not is not None:
         st.caption(escape_markdown(why_not))
     off = why_not is not None
+    code = ""
+    if runs_code(found.source):
+        code = st.text_input(
+            "App code (MODULE:ATTR)",
+            value=stored_code,
+            key=f"{prefix}:code",
+            placeholder="myapp.agents:triage",
+            help=(
+                f"The app's starting agent or compiled graph: {found.source}'s own loop re-runs it "
+                "and its tools can run live. Empty: the loop runs here, tools recorded or injected."
+            ),
+        ).strip()
     default = st.radio(
         "Tools answer", ["recorded", "live"], horizontal=True, key=f"{prefix}:tools", disabled=off
     )
@@ -454,10 +471,12 @@ def rerun_settings(found: Materialized, prefix: str) -> RerunChoice:
         disabled=off,
         height=68,
     )
-    return RerunChoice(why_not, str(default), str(unserved), injections)
+    return RerunChoice(why_not, str(default), str(unserved), injections, code=code)
 
 
-def replay_form(found: Materialized) -> tuple[bool, Overrides, RunSettings, RerunChoice]:
+def replay_form(
+    found: Materialized, stored_code: str = ""
+) -> tuple[bool, Overrides, RunSettings, RerunChoice]:
     """The settings, then the edits and parameters; which button was clicked."""
     prefix = f"{found.context_id}:{found.index}"
     texts: dict[int, str] = {}
@@ -472,7 +491,7 @@ def replay_form(found: Materialized) -> tuple[bool, Overrides, RunSettings, Reru
     with replay_column, st.container(border=True):
         settings = replace(run_inputs(), base_url=base_url.strip())
     with rerun_column, st.container(border=True):
-        again = rerun_settings(found, prefix)
+        again = rerun_settings(found, prefix, stored_code)
     states = setting_states(settings.samples, bool(settings.unchanged), settings.base_url)
     window = edit_window_input(prefix, len(found.messages))
     drop_spec = ""
@@ -697,7 +716,9 @@ def show_replay(scope: Scope) -> None:
     kept = saved_line(len(batches_from_saved(runs)), len(reruns))
     if kept:
         st.caption(kept)
-    clicked, overrides, settings, again = replay_form(found)
+    clicked, overrides, settings, again = replay_form(
+        found, str(session.state_data.get(FRAMEWORK_CODE_KEY) or "")
+    )
     fresh: dict[str, RerunResult] = st.session_state.setdefault(RERUNS_KEY, {})
     if again.clicked:
         if not settings.base_url:
@@ -746,6 +767,7 @@ def run_rerun(
             overrides=overrides,
             tools=modes,
             on_step=step,
+            code=again.code,
         )
         bar.progress(1.0, text=f"Re-ran the agent: {len(result.calls)} model calls")
         return result
