@@ -23,7 +23,7 @@ import json5
 import orjson
 
 from soap_core._errors import FormatError, StoreError
-from soap_core._tempfiles import in_flight, sweep_leftovers, temp_prefix
+from soap_core._tempfiles import in_flight, sweep_after_write, temp_prefix
 
 _BOM = b"\xef\xbb\xbf"
 _DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
@@ -262,8 +262,9 @@ def write_text_atomic(path: Path, text: str) -> None:
     """Replace ``path`` with ``text``: temp file in the same folder, fsync, rename.
 
     The temp file's name says which process wrote it, so that a writer killed before the
-    rename leaves a file the next write into this folder removes
-    (:mod:`soap_core._tempfiles`); a link at ``path`` is replaced, never written through.
+    rename leaves a file that the next writing process's first write into this folder (or
+    a listing) removes (:mod:`soap_core._tempfiles`); a link at ``path`` is replaced, never
+    written through.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp_name = os.path.join(path.parent, f"{temp_prefix(path)}{secrets.token_hex(4)}.tmp")
@@ -289,4 +290,4 @@ def write_text_atomic(path: Path, text: str) -> None:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
-    sweep_leftovers(path.parent)
+    sweep_after_write(path.parent)

@@ -128,6 +128,35 @@ def sweep_leftovers(folder: Path | str) -> int:
     return sweep_names(folder, names) if names else 0
 
 
+SWEEP_EVERY_S = 5.0
+"""A writing process sweeps a folder at its first write there, then at most this often."""
+
+_swept: dict[str, float] = {}
+_swept_pid = os.getpid()
+_swept_lock = threading.Lock()
+
+
+def sweep_after_write(folder: Path | str) -> int:
+    """:func:`sweep_leftovers` for a folder this process has just written into: at the
+    process's first write there, then at most every :data:`SWEEP_EVERY_S`. A listing per
+    write made N writes into one folder (an import's call records) cost N listings of a
+    growing folder, quadratic; a killed writer's leftover is still gone at the next
+    writing process's first write and at every listing."""
+    global _swept_pid
+    key, now = os.fspath(folder), time.monotonic()
+    with _swept_lock:
+        if _swept_pid != os.getpid():  # a forked child: its parent's sweeps are not its own
+            _swept.clear()
+            _swept_pid = os.getpid()
+        last = _swept.get(key)
+        if last is not None and now - last < SWEEP_EVERY_S:
+            return 0
+        if len(_swept) > 10_000:
+            _swept.clear()
+        _swept[key] = now
+    return sweep_leftovers(folder)
+
+
 def _fsync_folder(folder: Path | str) -> None:
     with contextlib.suppress(OSError):  # not every file system lets a folder be fsynced
         fd = os.open(folder, os.O_RDONLY)

@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 
+import soap_core._tempfiles as tempfiles
 from soap_core import Store, count_text, write_call, write_text_atomic
 from soap_core._tempfiles import HOST_TAG, STALE_AFTER_S, is_leftover
 from soap_core.runtime import AgenticObject, LLMEndpoint, ModelSettings, Runtime, read_invocations, tool
@@ -204,6 +205,42 @@ def test_old_temp_files_of_any_writer_go_and_fresh_ones_of_live_processes_stay(t
     assert is_leftover(str(old_style)) and not is_leftover(str(live_pid))
     write_text_atomic(folder / "c.json", "{}")
     assert not old_style.exists() and live_pid.exists()
+
+
+def test_a_process_writing_many_files_into_a_folder_sweeps_it_once_and_a_new_writer_at_its_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sweep lists the folder: one per write made an import's N call records into one
+    folder N listings of a growing folder (4,000 records: 7.0 s, 2.5 s once per process)."""
+    folder = tmp_path / "calls"
+    folder.mkdir()
+    gone = multiprocessing.get_context("fork").Process(target=time.sleep, args=(0,))
+    gone.start()
+    gone.join()
+    real_sweep, swept = tempfiles.sweep_leftovers, []
+
+    def counted(path: Path | str) -> int:
+        swept.append(path)
+        return real_sweep(path)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(tempfiles, "sweep_leftovers", counted)
+        for number in range(50):
+            write_text_atomic(folder / f"{number}.json", "{}")
+        assert len(swept) == 1
+        leftover = folder / f".late.json.{HOST_TAG}-{gone.pid}.abcd1234.tmp"
+        leftover.write_text("{")  # a writer killed after this process's sweep
+        write_text_atomic(folder / "more.json", "{}")
+        assert leftover.exists() and len(swept) == 1  # not listed again so soon
+        writer = multiprocessing.get_context("fork").Process(
+            target=write_text_atomic, args=(folder / "other.json", "{}")
+        )
+        writer.start()
+        writer.join(30)
+        assert writer.exitcode == 0 and not leftover.exists()  # the next writer's first write
+        patch.setattr(tempfiles, "SWEEP_EVERY_S", 0.0)
+        write_text_atomic(folder / "later.json", "{}")
+        assert len(swept) == 2  # and this one's own, once the interval has passed
 
 
 def test_a_new_session_lists_no_folder_but_its_own_and_listings_sweep_what_killed_writers_left(
