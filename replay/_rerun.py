@@ -362,6 +362,31 @@ def rerun(
     return result
 
 
+def _branch_run(
+    store: Store,
+    session: Session,
+    found: Materialized,
+    endpoint: Endpoint,
+    overrides: Overrides,
+    tools: ToolModes,
+    label: str | None,
+    code: str,
+) -> tuple[FrameworkRun, ToolLog]:
+    """The fork at the message (saved) and what a loop needs to run the branch on it."""
+    model, parameters = replay_parameters(found, overrides, endpoint)
+    about = _rerun_mark(found, overrides, tools, label)
+    fork = _fork(session, found, overrides, about)
+    store.save_session(session)
+    origin = session.contexts[found.context_id]
+    log = ToolLog()
+    result = RerunResult(fork.id, fork.id, found.context_id, found.index)
+    serve = tool_server(tools, recorded_results(origin, found.index), log)
+    run = FrameworkRun(
+        store, session, found, origin, fork, endpoint, model, parameters, code, serve, about.as_dict(), result
+    )
+    return run, log
+
+
 def _rerun_with_code(
     store: Store,
     session: Session,
@@ -378,34 +403,14 @@ def _rerun_with_code(
             f"session {session.uuid} was written by {found.source}, which cannot run an app's code: "
             "re-run it without --code (recorded or injected tools)"
         )
-    model, parameters = replay_parameters(found, overrides, endpoint)
-    about = _rerun_mark(found, overrides, tools, label)
-    fork = _fork(session, found, overrides, about)
-    store.save_session(session)
-    origin = session.contexts[found.context_id]
-    log = ToolLog()
-    result = RerunResult(fork.id, fork.id, found.context_id, found.index)
-    run = FrameworkRun(
-        store,
-        session,
-        found,
-        origin,
-        fork,
-        endpoint,
-        model,
-        parameters,
-        code,
-        tool_server(tools, recorded_results(origin, found.index), log),
-        about.as_dict(),
-        result,
-    )
+    run, log = _branch_run(store, session, found, endpoint, overrides, tools, label, code)
     try:
         source_named(found.source).rerun_with_code(run)  # type: ignore[attr-defined]
     except RerunStopped as exc:
-        result.error = f"RerunStopped: {exc}"
+        run.result.error = f"RerunStopped: {exc}"
     store.save_session(session)
-    result.tools = log.served
-    return result
+    run.result.tools = log.served
+    return run.result
 
 
 def _rerun_from_records(
@@ -427,41 +432,30 @@ def _rerun_from_records(
             "its tools cannot run live; re-run with recorded or injected tools"
             + (", or give the app's code (--code MODULE:ATTR)" if runs_code(found.source) else "")
         )
-    model, parameters = replay_parameters(found, overrides, endpoint)
-    about = _rerun_mark(found, overrides, tools, label)
-    fork = _fork(session, found, overrides, about)
-    store.save_session(session)
-    origin = session.contexts[found.context_id]
-    log = ToolLog()
-    serve = tool_server(tools, recorded_results(origin, found.index), log)
-    result = RerunResult(fork.id, fork.id, found.context_id, found.index)
-    directory = session.directory or store.session_dir(session.role, session.uuid)
+    run, log = _branch_run(store, session, found, endpoint, overrides, tools, label, "")
+    result, fork = run.result, run.fork
     for _ in range(RECORDED_LOOP_LIMIT):
-        request = source.build_request(fork.messages, model=model, parameters=parameters)
-        call = open_call(session, fork, request, endpoint.base_url, replay=about.as_dict())
-        result.calls.append(call.id)
-        answer = None
+        request = source.build_request(fork.messages, model=run.model, parameters=run.parameters)
+        started = utc_now()
         try:
-            completion = endpoint.complete(request)
-            answer = assistant_message(completion.response)
+            response, latency = run.complete(request)
+            answer = assistant_message(response)
         except LLMError as exc:
-            call.error = result.error = f"{type(exc).__name__}: {exc}"
+            result.error = f"{type(exc).__name__}: {exc}"
         except (KeyError, IndexError, TypeError, AttributeError) as exc:
-            call.error = result.error = f"malformed response: {type(exc).__name__}: {exc}"
-        else:
-            fork.append(answer).record_token_count()
-            close_call(call, answer, completion.response, completion.latency_s)
-        call.ended_at = utc_now()
-        write_call(directory, call)
-        store.save_session(session)
-        if answer is None:
+            result.error = f"malformed response: {type(exc).__name__}: {exc}"
+        if result.error is not None:
+            run.record(request, None, None, None, error=result.error, started_at=started)
+            store.save_session(session)
             break
+        run.record(request, answer, response, latency, started_at=started)
+        store.save_session(session)
         uses = answer.tool_uses()
         if not uses:
             result.answer = answer.text()
             break
         try:
-            results = [ToolResultPart(use.call_id, serve(use) or "") for use in uses]
+            results = [ToolResultPart(use.call_id, run.serve(use) or "") for use in uses]
         except RerunStopped as exc:
             result.error = f"RerunStopped: {exc}"
             break
