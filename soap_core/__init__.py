@@ -84,7 +84,7 @@ from soap_core._records import (
 from soap_core._saves import SAVE_LOCKS_DIR, SaveConflictError
 from soap_core._session import OBJECT_KEY, SOURCE_KEY, THREAD_ID_KEY, Session
 from soap_core._store import SESSION_FILE, SessionSummary, Store
-from soap_core._times import NO_TIME, age_text, time_text
+from soap_core._times import NO_TIME, age_text, parse_stamp, time_text
 from soap_core._tokens import count_text, get_encoding
 from soap_core._tree import ContextNode, describe_node, fork_tree
 
@@ -165,6 +165,7 @@ __all__ = [
     "mark_of",
     "message_rows",
     "new_record_id",
+    "parse_stamp",
     "part_from_dict",
     "part_to_dict",
     "preview",

@@ -15,6 +15,18 @@ NO_TIME = "—"
 """What a missing time is shown as (never the word None)."""
 
 
+def parse_stamp(stamp: str | None) -> datetime | None:
+    """An ISO stamp as an aware time: one without a zone is in this machine's (what peteos
+    and our runtime meant by it); None for none or for text that is not a time."""
+    if not stamp:
+        return None
+    try:
+        moment = datetime.fromisoformat(stamp)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else moment.astimezone()
+
+
 def age_text(seconds: float) -> str:
     """How long ago, in the largest whole unit: ``just now``, ``42 s ago``, ``5 min ago``,
     ``3 h ago``, ``2 days ago``; a moment ahead of now says ``in the future``."""

@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 from hypothesis import given
 from hypothesis import strategies as st
 
-from soap_core import NO_TIME, age_text, time_text
+from soap_core import NO_TIME, age_text, parse_stamp, time_text
 
 NOW = datetime(2026, 12, 3, 22, 0, 0, tzinfo=UTC)
 
@@ -44,3 +44,11 @@ def test_the_shown_time_is_the_stamp_to_the_second(seconds: int) -> None:
     moment = NOW - timedelta(seconds=seconds, microseconds=654_321)
     shown = time_text(moment.isoformat(), UTC, NOW, age=False)
     assert shown == moment.strftime("%Y-%m-%d %H:%M:%S UTC") and "." not in shown
+
+
+def test_a_stamp_is_read_in_its_own_zone_or_else_in_this_machine_s() -> None:
+    aware = parse_stamp("2026-12-03T21:04:09.123456+02:00")
+    assert aware is not None and aware.utcoffset() == timedelta(hours=2) and aware.microsecond == 123456
+    naive = parse_stamp("2026-12-03T21:04:09")
+    assert naive == datetime(2026, 12, 3, 21, 4, 9).astimezone()  # local, as peteos meant it
+    assert [parse_stamp(x) for x in (None, "", "yesterday")] == [None, None, None]

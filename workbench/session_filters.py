@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from soap_core import SessionOverview
+from soap_core import SessionOverview, parse_stamp
 
 STATES = ("readable", "broken", "active")
 """``readable``: its files read; ``broken``: one of them did not (the error column says
@@ -76,13 +76,8 @@ def states_of(overview: SessionOverview) -> list[str]:
 def _moment(stamp: str | None) -> datetime | None:
     """A listing timestamp as a naive local time (how peteos and our runtime write them);
     one with an offset is turned into local time; None when it is not a time."""
-    if not stamp:
-        return None
-    try:
-        moment = datetime.fromisoformat(stamp)
-    except ValueError:
-        return None
-    return moment.astimezone().replace(tzinfo=None) if moment.tzinfo else moment
+    moment = parse_stamp(stamp)
+    return None if moment is None else moment.astimezone().replace(tzinfo=None)
 
 
 def narrowed(

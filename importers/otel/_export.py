@@ -62,6 +62,7 @@ from soap_core import (
     SoapError,
     Store,
     chat_message,
+    parse_stamp,
     read_invocations,
     write_text_atomic,
 )
@@ -114,14 +115,8 @@ def _id(size: int, *parts: str) -> bytes:
 def time_ns(stamp: str | None) -> int | None:
     """Nanoseconds since the epoch of an ISO stamp; a stamp without a zone in this
     machine's (what peteos and the runtime meant by it); None for none."""
-    if not stamp:
-        return None
-    try:
-        moment = datetime.fromisoformat(stamp)
-    except ValueError:
-        return None
-    moment = moment if moment.tzinfo is not None else moment.astimezone()
-    return (moment - _EPOCH) // timedelta(microseconds=1) * 1000
+    moment = parse_stamp(stamp)
+    return None if moment is None else (moment - _EPOCH) // timedelta(microseconds=1) * 1000
 
 
 # -- attribute values ---------------------------------------------------------------------
