@@ -1,0 +1,29 @@
+"""The app's graph, named as code (``MODULE:ATTR``): imported the way our runtime
+rebuilds an agentic object from its class path."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from importers._errors import ImporterError
+
+
+def load_graph(code: str) -> Any:
+    """The compiled graph named by ``MODULE:ATTR``."""
+    module_name, _, attr = code.partition(":")
+    if not module_name or not attr:
+        raise ImporterError(code, "the graph is named MODULE:ATTR (a module-level compiled graph)")
+    try:
+        importlib.import_module("langgraph")
+    except ImportError:
+        raise ImporterError(code, "LangGraph is not installed here: the graph cannot be run") from None
+    try:
+        found: Any = importlib.import_module(module_name)
+        for name in attr.split("."):
+            found = getattr(found, name)
+    except (ImportError, AttributeError) as exc:
+        raise ImporterError(code, f"cannot import the graph: {exc}") from None
+    if not (callable(getattr(found, "invoke", None)) and callable(getattr(found, "copy", None))):
+        raise ImporterError(code, f"{type(found).__name__} is not a compiled LangGraph graph")
+    return found

@@ -1,0 +1,116 @@
+"""LangGraph sessions as a request source for replay (found through the
+``soapwb.request_sources`` entry point, so replay never imports the importer).
+
+From the file alone a call is rebuilt as ChatOpenAI builds it (:mod:`._messages`): every
+message the state held, exactly; the file does not hold the system prompt (added at call
+time), the bound tools, the model's parameters, nor the model asked for (the answer
+names the one that answered), and the notes say so. With the app's graph (``--graph``,
+kept in the session as :data:`replay.FRAMEWORK_CODE_KEY`), LangGraph runs the graph from
+the checkpoint before the call on a copy of the database and the body its model node
+builds is captured: the whole body, exact. Re-runs with the graph run LangGraph's own
+loop (:func:`importers.langgraph._graph.rerun_with_graph`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from importers.langgraph._import import SOURCE, STATE_KEY, file_request
+from importers.langgraph._messages import META_KEY, sent_form
+from replay import FRAMEWORK_CODE_KEY, FrameworkRun, Materialized, MaterializeError, call_site
+from soap_core import SOURCE_KEY, CallRecord, Context, Message, Session
+
+MISSING = "the system prompt, the bound tools, the model's parameters and the model asked for"
+_HEAD = "_langgraph_head"
+"""A parameter (never sent) holding the messages the graph sends before the state's."""
+
+
+def _checkpoint_before(message: Message | None) -> str | None:
+    meta = (message.metadata or {}).get(META_KEY) if message is not None else None
+    before = meta.get("before") if isinstance(meta, dict) else None
+    return str(before) if before else None
+
+
+def _where(session: Session) -> tuple[Path, str]:
+    state = session.state_data.get(STATE_KEY)
+    if not isinstance(state, dict) or "db" not in state or "thread" not in state:
+        raise MaterializeError(f"session {session.uuid} does not say which LangGraph database it came from")
+    return Path(state["db"]), str(state["thread"])
+
+
+class LangGraphSource:
+    name = "langgraph"
+    built = "built as ChatOpenAI sends it (a LangGraph thread)"
+
+    def claims(self, session: Session) -> bool:
+        return session.state_data.get(SOURCE_KEY) == SOURCE
+
+    def materialize(
+        self, session: Session, context: Context, index: int, calls: Sequence[CallRecord]
+    ) -> Materialized:
+        site = call_site(session, context, index, calls)
+        if site.call is None and site.index < len(site.context.messages):
+            raise MaterializeError(
+                f"message {index} of context {context.id} was not produced by a model call "
+                "(only a model node's answer has one)"
+            )
+        messages = site.context.messages[: site.index]
+        recorded = site.call.request if site.call is not None else {}
+        model = recorded.get("model")
+        code = session.state_data.get(FRAMEWORK_CODE_KEY)
+        answer = site.context.messages[site.index] if site.index < len(site.context.messages) else None
+        before = _checkpoint_before(answer)
+        if code and before is not None:
+            from importers.langgraph._graph import captured_body
+
+            db, thread = _where(session)
+            body = captured_body(str(code), db, thread, before)
+            if body is not None:
+                chat = [w for m in messages if not m.is_special for w in sent_form(m)]
+                sent = body.get("messages", [])
+                head = sent[: len(sent) - len(chat)] if sent[len(sent) - len(chat) :] == chat else None
+                if head is None:
+                    site.notes.append(
+                        "the graph sends the state's messages otherwise than ChatOpenAI: sent as it does"
+                    )
+                parameters = {k: v for k, v in body.items() if k != "messages"}
+                parameters[_HEAD] = head if head is not None else []
+                site.notes.append(f"built by the app's graph {code} from checkpoint {before}")
+                return site.materialized(session, body, list(messages), parameters, self.name)
+            site.notes.append(f"the graph {code} made no model call from checkpoint {before}")
+        parameters = {"model": model} if model else {}
+        request = file_request(messages, model)
+        site.notes.append(f"rebuilt from the checkpoints; the file does not hold {MISSING}")
+        return site.materialized(session, request, list(messages), parameters, self.name)
+
+    def build_request(
+        self, messages: Sequence[Message], *, model: str | None, parameters: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """The body for ``messages`` (a replay's edited ones): ChatOpenAI's messages, after
+        the system messages the graph sent (when it was given) and with its tools and
+        parameters."""
+        head = parameters.get(_HEAD) or []
+        body: dict[str, Any] = {} if model is None else {"model": model}
+        body.update({k: v for k, v in parameters.items() if k not in ("model", "messages", "tools", _HEAD)})
+        body["messages"] = [*head, *(w for m in messages if not m.is_special for w in sent_form(m))]
+        if parameters.get("tools"):
+            body["tools"] = parameters["tools"]
+        return body
+
+    def rerun_with_code(self, run: FrameworkRun) -> None:
+        """Re-run the thread from the re-run message with LangGraph and the app's graph."""
+        from importers.langgraph._graph import rerun_with_graph
+
+        db, thread = _where(run.session)
+        answer = run.origin.messages[run.found.index] if run.found.index < len(run.origin.messages) else None
+        before = _checkpoint_before(answer)
+        if before is None:
+            raise MaterializeError(
+                f"message {run.found.index} of {run.origin.id} has no checkpoint before it to re-run from"
+            )
+        rerun_with_graph(run, db, thread, before)
+
+
+REQUEST_SOURCE = LangGraphSource()
