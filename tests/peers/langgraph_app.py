@@ -1,0 +1,53 @@
+"""A small LangGraph app, importable as code (``tests.peers.langgraph_app:graph``): a
+ChatOpenAI model with one bound tool and a tool node, looping until the model answers.
+
+The model's base URL comes from ``LANGGRAPH_APP_BASE_URL`` (the driver sets it; the
+workbench routes the calls anyway), its API key is a placeholder. ``graph`` is compiled
+without a checkpointer, as an app module would export it; the driver compiles ``builder``
+with its ``SqliteSaver``, and the workbench copies ``graph`` onto a copy of the database.
+``TOOL_CALLS`` lists the patterns the tool was really called with (a live tool's trace).
+"""
+
+from __future__ import annotations
+
+import os
+
+from langchain_core.messages import SystemMessage
+from langchain_core.tools import tool
+from langchain_openai import ChatOpenAI
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+
+SYSTEM_PROMPT = "You analyse logs."
+TOOL_CALLS: list[str] = []
+
+
+@tool
+def count_errors(pattern: str) -> str:
+    """Count the lines of the log matching a pattern."""
+    TOOL_CALLS.append(pattern)
+    return "3"
+
+
+llm = ChatOpenAI(
+    model=os.environ.get("LANGGRAPH_APP_MODEL", "smollm2"),
+    base_url=os.environ.get("LANGGRAPH_APP_BASE_URL", "http://127.0.0.1:9/v1"),
+    api_key="not-a-key",
+    max_retries=0,
+    temperature=float(os.environ["LANGGRAPH_APP_TEMPERATURE"])
+    if os.environ.get("LANGGRAPH_APP_TEMPERATURE")
+    else None,
+).bind_tools([count_errors])
+
+
+def model(state: MessagesState) -> dict[str, list[object]]:
+    return {"messages": [llm.invoke([SystemMessage(SYSTEM_PROMPT), *state["messages"]])]}
+
+
+builder = StateGraph(MessagesState)
+builder.add_node("model", model)
+builder.add_node("tools", ToolNode([count_errors]))
+builder.add_edge(START, "model")
+builder.add_conditional_edges("model", tools_condition)
+builder.add_edge("tools", "model")
+graph = builder.compile()

@@ -1,0 +1,230 @@
+"""LangGraph checkpoints in (issue 26), checked against the real thing: the databases are
+written by LangGraph 1.2 itself (``tests/peers/langgraph_driver.py`` running the app
+``tests/peers/langgraph_app.py``) against the scripted server, whose recorded bodies are
+the ground truth; the re-runs run LangGraph again, on a copy of the database."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import sqlite3
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from importers import ImporterError
+from importers.langgraph import import_langgraph, read_threads
+from replay import materialize
+from soap_core import Session, Store, canonical_json, fork_tree
+from tests.peers import langgraph_app
+from tests.peers.openai_stub import OpenAIStub
+
+PEERS = Path(__file__).resolve().parent / "peers"
+GRAPH = "tests.peers.langgraph_app:graph"
+TOOL_CALL = {"tool_calls": [{"id": "call_1", "name": "count_errors", "arguments": '{"pattern": "ERROR"}'}]}
+SCRIPT = [
+    TOOL_CALL,
+    {"content": "There are 3 errors."},
+    {"content": "There are 2 warnings."},
+    {"content": "There are 5 errors."},
+]
+
+
+@dataclass(frozen=True)
+class Written:
+    db: Path
+    bodies: list[dict[str, Any]]
+
+
+def drive(db: Path, base_url: str, scenario: str) -> None:
+    done = subprocess.run(
+        [sys.executable, str(PEERS / "langgraph_driver.py"), base_url, str(db), scenario],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, f"the driver failed:\n{done.stdout}\n{done.stderr}"
+
+
+def write(db: Path, script: list[dict[str, Any]], scenario: str) -> Written:
+    with OpenAIStub(script) as stub:
+        drive(db, stub.base_url, scenario)
+        assert stub.snapshot()["exhausted"] == 0
+        return Written(db, stub.bodies)
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory) -> Written:
+    """A thread with a tool loop, a fork replacing the question and a fork replacing the
+    tool's result (sharing the first call)."""
+    return write(tmp_path_factory.mktemp("graph") / "c.db", SCRIPT, "two-forks")
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def imported(tmp_path: Path, written: Written, **options: Any) -> tuple[Store, Session]:
+    report = import_langgraph(written.db, tmp_path / "store", **options)
+    assert report.notices == [] and len(report.sessions) == 1
+    store = Store(tmp_path / "store")
+    return store, store.load_session(report.sessions[0].uuid)
+
+
+def requests(session: Session) -> list[dict[str, Any]]:
+    return [materialize(session, c.context_id, c.message_index).request for c in session.calls()]
+
+
+def as_set(values: list[Any]) -> list[str]:
+    return sorted(canonical_json(v) for v in values)
+
+
+# -- import ------------------------------------------------------------------------------
+
+
+def test_every_call_rematerializes_its_messages_exactly_from_the_file_alone_on_every_branch(
+    tmp_path: Path, written: Written
+) -> None:
+    _, session = imported(tmp_path, written)
+    built = requests(session)
+    assert len(built) == len(written.bodies) == 4
+    # everything after the system prompt, which the file does not hold
+    assert as_set([b["messages"] for b in built]) == as_set([b["messages"][1:] for b in written.bodies])
+    assert all(b["model"] == "smollm2" for b in built)
+    found = materialize(session, session.calls()[0].context_id, session.calls()[0].message_index)
+    assert found.source == "langgraph" and any("system prompt, the bound tools" in n for n in found.notes)
+
+
+def test_the_whole_body_is_exact_with_the_apps_graph_and_the_database_is_not_written(
+    tmp_path: Path, written: Written
+) -> None:
+    before = digest(written.db)
+    _, session = imported(tmp_path, written, graph=GRAPH)
+    assert as_set(requests(session)) == as_set(written.bodies)
+    assert digest(written.db) == before
+    assert langgraph_app.TOOL_CALLS == []  # building a body runs no tool
+
+
+def test_the_update_forks_show_in_the_fork_tree_with_the_shared_call_once(
+    tmp_path: Path, written: Written
+) -> None:
+    _, session = imported(tmp_path, written)
+    nodes = fork_tree(session)
+    assert [n.kind for n in nodes] == ["root", "fork", "fork"]
+    main = session.contexts[nodes[0].id]
+    question, tool_result = (session.contexts[n.id] for n in nodes[1:])
+    assert [m.role for m in main.messages] == ["user", "assistant", "tool_result", "assistant"]
+    assert question.messages[0].text() == "How many warnings?" and len(question.messages) == 2
+    # the tool-result fork shares the question and the first call's answer (same ids)
+    assert [m.id for m in tool_result.messages[:2]] == [m.id for m in main.messages[:2]]
+    assert tool_result.messages[2].tool_results()[0].content == "5"
+    assert tool_result.messages[3].text() == "There are 5 errors."
+    by_context: dict[str, int] = {}
+    for call in session.calls():
+        by_context[call.context_id] = by_context.get(call.context_id, 0) + 1
+    assert by_context == {main.id: 2, question.id: 1, tool_result.id: 1}  # the shared call once
+
+
+def test_both_decoders_read_the_same_messages_from_the_real_database(written: Written) -> None:
+    notices: list[str] = []
+    by_langgraph = read_threads(written.db, notices, "langgraph")
+    by_msgpack = read_threads(written.db, notices, "msgpack")
+    assert notices == []
+    pairs = list(zip(by_langgraph[0].checkpoints, by_msgpack[0].checkpoints, strict=True))
+    assert len(pairs) == 9  # input, 4 of the loop, 2 of each fork
+    assert all(a.messages == b.messages and a.metadata == b.metadata for a, b in pairs)
+    assert sum(len(a.messages or []) for a, _ in pairs) == 20
+
+
+def test_an_import_with_either_decoder_writes_the_same_store(tmp_path: Path, written: Written) -> None:
+    import_langgraph(written.db, tmp_path / "a", decoder="langgraph")
+    import_langgraph(written.db, tmp_path / "b", decoder="msgpack")
+    files_a = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*.json"))
+    files_b = sorted(p.relative_to(tmp_path / "b") for p in (tmp_path / "b").rglob("*.json"))
+    assert files_a == files_b and len(files_a) >= 8
+    different = [
+        str(f)
+        for f in files_a
+        if f.name == "session.json" or (tmp_path / "a" / f).read_bytes() != (tmp_path / "b" / f).read_bytes()
+    ]
+    assert [Path(f).name for f in different] == ["session.json"]  # only the decoder's name differs
+
+
+def test_a_second_import_writes_nothing(tmp_path: Path, written: Written) -> None:
+    first = import_langgraph(written.db, tmp_path / "store")
+    second = import_langgraph(written.db, tmp_path / "store")
+    assert first.changed and first.sessions[0].calls_added == 4
+    assert not second.changed and second.sessions[0].status == "unchanged"
+
+
+def test_a_grown_database_appends_only_its_new_messages_and_calls(tmp_path: Path, written: Written) -> None:
+    db = tmp_path / "grown.db"
+    shutil.copyfile(written.db, db)
+    store_dir = tmp_path / "store"
+    first = import_langgraph(db, store_dir)
+    session_dir = store_dir / "agents" / "langgraph" / first.sessions[0].uuid
+    old = {p: p.read_bytes() for p in (session_dir / "calls").rglob("*.json")}
+    assert len(old) == 4
+    before = Store(store_dir).load_session(first.sessions[0].uuid)
+    known = {c.id for c in before.calls()}
+    with OpenAIStub([{"content": "There are 4 warnings."}]) as stub:
+        drive(db, stub.base_url, "grow")
+        grown_body = stub.bodies[0]
+    second = import_langgraph(db, store_dir)
+    report = second.sessions[0]
+    assert (report.calls_added, report.messages_added) == (1, 2)
+    after = Store(store_dir).load_session(first.sessions[0].uuid)
+    for context_id, context in before.contexts.items():
+        assert [m.id for m in after.contexts[context_id].messages[: len(context.messages)]] == [
+            m.id for m in context.messages
+        ]
+    assert all(path.read_bytes() == data for path, data in old.items())
+    new = [c for c in after.calls() if c.id not in known]
+    assert len(new) == 1
+    assert (
+        materialize(after, new[0].context_id, new[0].message_index).request["messages"]
+        == grown_body["messages"][1:]
+    )
+
+
+def test_a_malformed_blob_is_a_notice_naming_the_file_thread_and_checkpoint(
+    tmp_path: Path, written: Written
+) -> None:
+    db = tmp_path / "broken.db"
+    shutil.copyfile(written.db, db)
+    with sqlite3.connect(db) as connection:
+        [(checkpoint_id,)] = connection.execute(
+            "SELECT checkpoint_id FROM checkpoints ORDER BY checkpoint_id DESC LIMIT 1"
+        )
+        connection.execute(
+            "UPDATE checkpoints SET checkpoint = ? WHERE checkpoint_id = ?",
+            (b"\xc1\xff not msgpack", checkpoint_id),
+        )
+    for decoder in ("langgraph", "msgpack"):
+        report = import_langgraph(db, tmp_path / f"store-{decoder}", decoder=decoder)  # type: ignore[arg-type]
+        [notice] = report.notices
+        assert str(db) in notice and "thread t1" in notice and checkpoint_id in notice
+        assert report.sessions[0].calls == 3  # the rest imported
+
+
+def test_a_database_that_is_not_langgraphs_is_refused_naming_the_file(tmp_path: Path) -> None:
+    db = tmp_path / "other.db"
+    with sqlite3.connect(db) as connection:
+        connection.execute("CREATE TABLE agent_messages (id INTEGER)")
+    with pytest.raises(ImporterError, match="not a LangGraph checkpoint database") as raised:
+        import_langgraph(db, tmp_path / "store")
+    assert raised.value.path == db
+    (tmp_path / "junk.db").write_bytes(b"not sqlite at all" * 100)
+    with pytest.raises(ImporterError) as junk:
+        import_langgraph(tmp_path / "junk.db", tmp_path / "store")
+    assert junk.value.path == tmp_path / "junk.db"
+
+
+def test_a_graph_that_cannot_be_imported_is_a_clear_error(tmp_path: Path, written: Written) -> None:
+    with pytest.raises(ImporterError, match="cannot import the graph"):
+        import_langgraph(written.db, tmp_path / "store", graph="tests.peers.no_such_app:graph")
