@@ -18,8 +18,9 @@ import pytest
 
 from importers import ImporterError
 from importers.langgraph import import_langgraph, read_threads
-from replay import materialize
+from replay import Overrides, ToolModes, materialize, rerun
 from soap_core import Session, Store, canonical_json, fork_tree
+from soap_core.runtime import LLMEndpoint
 from tests.peers import langgraph_app
 from tests.peers.openai_stub import OpenAIStub
 
@@ -228,3 +229,95 @@ def test_a_database_that_is_not_langgraphs_is_refused_naming_the_file(tmp_path: 
 def test_a_graph_that_cannot_be_imported_is_a_clear_error(tmp_path: Path, written: Written) -> None:
     with pytest.raises(ImporterError, match="cannot import the graph"):
         import_langgraph(written.db, tmp_path / "store", graph="tests.peers.no_such_app:graph")
+
+
+# -- re-runs with LangGraph itself ---------------------------------------------------------
+
+
+def rerun_on_stub(
+    store: Store, session: Session, script: list[dict[str, Any]], **options: Any
+) -> tuple[Any, list[dict[str, Any]], Session]:
+    """Re-run from the main line's first answer against a stub playing ``script``."""
+    main = fork_tree(session)[0].id
+    with OpenAIStub(script) as stub:
+        result = rerun(store, session, main, 1, LLMEndpoint(stub.base_url, max_retries=0), **options)
+        bodies = stub.bodies
+    return result, bodies, store.load_session(session.uuid)
+
+
+def test_a_rerun_with_the_graph_and_recorded_tools_sends_the_original_bodies_again(
+    tmp_path: Path, written: Written
+) -> None:
+    before = digest(written.db)
+    calls_before = list(langgraph_app.TOOL_CALLS)
+    store, session = imported(tmp_path, written, graph=GRAPH)
+    result, bodies, reloaded = rerun_on_stub(store, session, SCRIPT[:2])
+    assert result.ok and result.answer == "There are 3 errors."
+    assert bodies == written.bodies[:2]  # LangGraph built the same two requests again
+    assert [t["how"] for t in result.tools] == ["recorded"] and calls_before == langgraph_app.TOOL_CALLS
+    branch = reloaded.contexts[result.branch_id]
+    assert [m.role for m in branch.messages] == ["user", "assistant", "tool_result", "assistant"]
+    assert branch.messages[2].tool_results()[0].content == "3"
+    recorded = {c.id: c for c in reloaded.calls()}
+    assert [recorded[c].request for c in result.calls] == written.bodies[:2]
+    assert digest(written.db) == before  # the user's database is never written
+    # the branch's calls rematerialize (from the file's form of its messages)
+    last = recorded[result.calls[-1]]
+    assert (
+        materialize(reloaded, last.context_id, last.message_index).request["messages"]
+        == bodies[1]["messages"][1:]
+    )
+
+
+def test_an_injected_tool_result_reaches_the_model_in_the_rerun(tmp_path: Path, written: Written) -> None:
+    store, session = imported(tmp_path, written, graph=GRAPH)
+    tools = ToolModes(injected={"count_errors": "7"})
+    result, bodies, reloaded = rerun_on_stub(store, session, SCRIPT[:2], tools=tools)
+    assert result.ok and [t["how"] for t in result.tools] == ["injected"]
+    assert bodies[1]["messages"][-1] == {"content": "7", "role": "tool", "tool_call_id": "call_1"}
+    assert reloaded.contexts[result.branch_id].messages[2].tool_results()[0].content == "7"
+
+
+def test_a_live_tool_rerun_calls_the_apps_own_function(tmp_path: Path, written: Written) -> None:
+    store, session = imported(tmp_path, written, graph=GRAPH)
+    calls_before = len(langgraph_app.TOOL_CALLS)
+    result, bodies, _ = rerun_on_stub(store, session, SCRIPT[:2], tools=ToolModes(default="live"))
+    assert result.ok and [t["how"] for t in result.tools] == ["live"]
+    assert langgraph_app.TOOL_CALLS[calls_before:] == ["ERROR"]
+    assert bodies[1]["messages"][-1]["content"] == "3"
+
+
+def test_an_edited_rerun_runs_the_graph_from_a_state_holding_the_edit(
+    tmp_path: Path, written: Written
+) -> None:
+    before = digest(written.db)
+    store, session = imported(tmp_path, written, graph=GRAPH)
+    edit = Overrides(edits={0: "How many criticals?"})
+    result, bodies, reloaded = rerun_on_stub(store, session, [{"content": "None."}], overrides=edit)
+    assert result.ok and result.answer == "None."
+    assert bodies[0]["messages"][:2] == [
+        {"content": "You analyse logs.", "role": "system"},
+        {"content": "How many criticals?", "role": "user"},
+    ]
+    assert [m.text() for m in reloaded.contexts[result.branch_id].messages] == [
+        "How many criticals?",
+        "None.",
+    ]
+    assert digest(written.db) == before
+
+
+def test_a_recorded_rerun_stops_at_a_tool_call_the_original_never_made(
+    tmp_path: Path, written: Written
+) -> None:
+    store, session = imported(tmp_path, written, graph=GRAPH)
+    calls_before = len(langgraph_app.TOOL_CALLS)
+    other = {"tool_calls": [{"id": "call_9", "name": "count_errors", "arguments": '{"pattern": "WARN"}'}]}
+    result, bodies, reloaded = rerun_on_stub(store, session, [other, {"content": "unused"}])
+    assert (
+        result.error is not None
+        and result.error.startswith("RerunStopped")
+        and "count_errors" in result.error
+    )
+    assert len(bodies) == 1 and len(langgraph_app.TOOL_CALLS) == calls_before
+    branch = reloaded.contexts[result.branch_id]
+    assert [m.role for m in branch.messages] == ["user", "assistant"]  # the call that asked, recorded

@@ -168,22 +168,25 @@ def rerun_with_graph(run: FrameworkRun, db: Path, thread: str, before: str) -> N
             raise
         return call.response
 
+    stop: RerunStopped | None = None
     with graph_on_copy(run.code, db) as app:
         config = _start(app, thread, before, wanted)
         try:
             with routed(answer), served_tools(run.serve):
                 app.invoke(None, config)
-        except RerunStopped:
-            raise
         except Exception as exc:
-            stopped = _stopped(exc)
-            if stopped is not None:
-                raise stopped from None
-            run.result.error = f"{type(exc).__name__}: {exc}"
-        finally:
-            final = app.get_state(_config(thread))
-            added = [_dumped(m) for m in final.values.get("messages", [])]
+            stop = _stopped(exc)
+            if stop is None:
+                run.result.error = f"{type(exc).__name__}: {exc}"
+        final = app.get_state(_config(thread))
+        added = [_dumped(m) for m in final.values.get("messages", [])]
+    if added[: len(wanted)] != wanted and run.result.error is None:
+        run.result.error = (
+            "the graph's state after the run does not start with the fork's messages: nothing landed"
+        )
     _land(run, added[len(wanted) :] if added[: len(wanted)] == wanted else [], calls)
+    if stop is not None:  # the seam reports it, after the branch so far has landed
+        raise stop
 
 
 def _stopped(exc: BaseException) -> RerunStopped | None:
