@@ -6,11 +6,16 @@ the ground truth; the re-runs run LangGraph again, on a copy of the database."""
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import sqlite3
 import subprocess
 import sys
+import threading
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +23,12 @@ import pytest
 
 from importers import ImporterError
 from importers.langgraph import import_langgraph, read_threads
+from local_model import LocalModelServer
 from replay import Overrides, ToolModes, materialize, rerun
 from soap_core import Session, Store, canonical_json, fork_tree
 from soap_core.runtime import LLMEndpoint
 from tests.peers import langgraph_app
-from tests.peers.openai_stub import OpenAIStub
+from tests.peers.openai_stub import OpenAIStub, completion
 
 PEERS = Path(__file__).resolve().parent / "peers"
 GRAPH = "tests.peers.langgraph_app:graph"
@@ -321,3 +327,113 @@ def test_a_recorded_rerun_stops_at_a_tool_call_the_original_never_made(
     assert len(bodies) == 1 and len(langgraph_app.TOOL_CALLS) == calls_before
     branch = reloaded.contexts[result.branch_id]
     assert [m.role for m in branch.messages] == ["user", "assistant"]  # the call that asked, recorded
+
+
+# -- on the deterministic local model ---------------------------------------------------------
+
+
+def for_llama_cpp(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` as llama-cpp-python's server takes it: its schema refuses the ``content:
+    null`` ChatOpenAI sends on an assistant's tool-call message (a string is required)."""
+    messages = [
+        {**m, "content": ""} if m.get("role") == "assistant" and m.get("content") is None else m
+        for m in body["messages"]
+    ]
+    return {**body, "messages": messages}
+
+
+class ToolCallThenModel:
+    """A loopback endpoint that answers a request ending with the user's question with the
+    scripted tool call (the small model's own tool calls are unreliable) and passes every
+    other request to the local model (:func:`for_llama_cpp`), keeping each body as sent."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.bodies: list[dict[str, Any]] = []
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                raw = self.rfile.read(int(self.headers.get("content-length") or 0))
+                body = json.loads(raw)
+                owner.bodies.append(body)
+                status = 200
+                if body["messages"][-1]["role"] == "user":
+                    data = json.dumps(completion(TOOL_CALL, body["model"], len(owner.bodies))).encode()
+                else:
+                    request = urllib.request.Request(
+                        owner.upstream + "/chat/completions",
+                        data=json.dumps(for_llama_cpp(body)).encode(),
+                        headers={"Content-Type": "application/json"},
+                    )
+                    try:
+                        with urllib.request.urlopen(request, timeout=300) as answer:
+                            data = answer.read()
+                    except urllib.error.HTTPError as exc:  # passed on as the model answered
+                        status, data = exc.code, exc.read()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> ToolCallThenModel:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def test_a_rerun_on_the_local_model_repeats_the_answer_with_recorded_tools_and_diverges_with_an_injected_one(
+    tmp_path: Path, llm_server: LocalModelServer
+) -> None:
+    db = tmp_path / "local.db"
+    with ToolCallThenModel(llm_server.base_url) as endpoint:
+        drive(db, endpoint.base_url, "local")
+        original_bodies = list(endpoint.bodies)
+        assert len(original_bodies) == 2 and original_bodies[1]["temperature"] == 0.0
+        before = digest(db)
+        report = import_langgraph(
+            db, tmp_path / "store", graph="tests.peers.langgraph_app:deterministic_graph"
+        )
+        store = Store(tmp_path / "store")
+        session = store.load_session(report.sessions[0].uuid)
+        main = fork_tree(session)[0].id
+        original = session.contexts[main].messages[3].text()
+        assert original.strip()  # the local model's own words
+        assert requests(session) == original_bodies  # the whole body, built by the graph
+        recorded = rerun(store, session, main, 1, LLMEndpoint(endpoint.base_url, timeout=300))
+        injected = rerun(
+            store,
+            store.load_session(session.uuid),
+            main,
+            1,
+            LLMEndpoint(endpoint.base_url, timeout=300),
+            tools=ToolModes(
+                injected={"count_errors": "The log file could not be opened: permission denied."}
+            ),
+        )
+        bodies = endpoint.bodies[2:]
+    assert recorded.ok and recorded.answer == original  # the same answer again
+    assert bodies[:2] == original_bodies  # LangGraph built the very same requests
+    assert injected.ok and injected.answer != original  # the model saw another result
+    assert "permission denied" in bodies[3]["messages"][-1]["content"]
+    reloaded = store.load_session(session.uuid)
+    diverged = reloaded.contexts[injected.branch_id].messages
+    assert [m.role for m in diverged] == ["user", "assistant", "tool_result", "assistant"]
+    assert (
+        diverged[1].tool_uses()[0].arguments == '{"pattern": "ERROR"}'
+        and diverged[3].text() == injected.answer
+    )
+    assert digest(db) == before

@@ -2,7 +2,8 @@
 ChatOpenAI model with one bound tool and a tool node, looping until the model answers.
 
 The model's base URL comes from ``LANGGRAPH_APP_BASE_URL`` (the driver sets it; the
-workbench routes the calls anyway), its API key is a placeholder. ``graph`` is compiled
+workbench routes the calls anyway), its API key is a placeholder.
+``deterministic_graph`` is the same app at temperature 0, for the local model. ``graph`` is compiled
 without a checkpointer, as an app module would export it; the driver compiles ``builder``
 with its ``SqliteSaver``, and the workbench copies ``graph`` onto a copy of the database.
 ``TOOL_CALLS`` lists the patterns the tool was really called with (a live tool's trace).
@@ -29,25 +30,31 @@ def count_errors(pattern: str) -> str:
     return "3"
 
 
-llm = ChatOpenAI(
-    model=os.environ.get("LANGGRAPH_APP_MODEL", "smollm2"),
-    base_url=os.environ.get("LANGGRAPH_APP_BASE_URL", "http://127.0.0.1:9/v1"),
-    api_key="not-a-key",
-    max_retries=0,
-    temperature=float(os.environ["LANGGRAPH_APP_TEMPERATURE"])
-    if os.environ.get("LANGGRAPH_APP_TEMPERATURE")
-    else None,
-).bind_tools([count_errors])
+def build(temperature: float | None = None) -> StateGraph[MessagesState]:
+    """The app's graph, not compiled: a model node (ChatOpenAI with the tool bound) and a
+    tool node, looping until the model answers."""
+    llm = ChatOpenAI(
+        model=os.environ.get("LANGGRAPH_APP_MODEL", "smollm2"),
+        base_url=os.environ.get("LANGGRAPH_APP_BASE_URL", "http://127.0.0.1:9/v1"),
+        api_key="not-a-key",
+        max_retries=0,
+        temperature=temperature,
+    ).bind_tools([count_errors])
+
+    def model(state: MessagesState) -> dict[str, list[object]]:
+        return {"messages": [llm.invoke([SystemMessage(SYSTEM_PROMPT), *state["messages"]])]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("model", model)
+    builder.add_node("tools", ToolNode([count_errors]))
+    builder.add_edge(START, "model")
+    builder.add_conditional_edges("model", tools_condition)
+    builder.add_edge("tools", "model")
+    return builder
 
 
-def model(state: MessagesState) -> dict[str, list[object]]:
-    return {"messages": [llm.invoke([SystemMessage(SYSTEM_PROMPT), *state["messages"]])]}
-
-
-builder = StateGraph(MessagesState)
-builder.add_node("model", model)
-builder.add_node("tools", ToolNode([count_errors]))
-builder.add_edge(START, "model")
-builder.add_conditional_edges("model", tools_condition)
-builder.add_edge("tools", "model")
+builder = build()
 graph = builder.compile()
+deterministic_builder = build(temperature=0.0)
+"""The same app at temperature 0 (for the deterministic local model)."""
+deterministic_graph = deterministic_builder.compile()

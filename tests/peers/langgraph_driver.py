@@ -11,7 +11,8 @@ here with a ``SqliteSaver`` on DB as the app would; thread ``t1``. Scenarios:
 * ``two-forks``: the same, then a second fork from the checkpoint after the tool ran,
   its result replaced (``5``), run to its answer: a branch that shares the first call;
 * ``grow``: one more question on the thread as it stands (a database that grew);
-* ``once``: the question and its tool loop only.
+* ``local``: the question and its tool loop only, the app at temperature 0 (for the
+  deterministic local model).
 
 Prints ``{"thread": ...}``. Only the peer's packages are imported here.
 """
@@ -32,8 +33,10 @@ def main(base_url: str, db: str, scenario: str = "fork") -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from langchain_core.messages import HumanMessage, ToolMessage
     from langgraph.checkpoint.sqlite import SqliteSaver
-    from langgraph_app import builder
+    from langgraph_app import builder, deterministic_builder
 
+    if scenario == "local":  # the question and its tool loop, at temperature 0
+        builder = deterministic_builder
     graph = builder.compile(checkpointer=SqliteSaver(sqlite3.connect(db, check_same_thread=False)))
     config = {"configurable": {"thread_id": THREAD}}
     if scenario == "grow":
