@@ -267,12 +267,9 @@ def test_a_rerun_with_the_graph_and_recorded_tools_sends_the_original_bodies_aga
     recorded = {c.id: c for c in reloaded.calls()}
     assert [recorded[c].request for c in result.calls] == written.bodies[:2]
     assert digest(written.db) == before  # the user's database is never written
-    # the branch's calls rematerialize (from the file's form of its messages)
+    # the branch's calls rematerialize: the whole body, its messages from the branch
     last = recorded[result.calls[-1]]
-    assert (
-        materialize(reloaded, last.context_id, last.message_index).request["messages"]
-        == bodies[1]["messages"][1:]
-    )
+    assert materialize(reloaded, last.context_id, last.message_index).request == bodies[1]
 
 
 def test_an_injected_tool_result_reaches_the_model_in_the_rerun(tmp_path: Path, written: Written) -> None:
@@ -437,3 +434,18 @@ def test_a_rerun_on_the_local_model_repeats_the_answer_with_recorded_tools_and_d
         and diverged[3].text() == injected.answer
     )
     assert digest(db) == before
+
+
+def test_every_recorded_call_verifies_against_its_rematerialization_with_and_without_the_graph(
+    tmp_path: Path, written: Written
+) -> None:
+    from replay import verify_store
+
+    for name, options in (("alone", {}), ("graph", {"graph": GRAPH})):
+        store, session = imported(tmp_path / name, written, **options)
+        if name == "graph":
+            result, _, session = rerun_on_stub(store, session, SCRIPT[:2])
+            assert result.ok
+        results = verify_store(store)
+        assert len(results) == (4 if name == "alone" else 6)
+        assert all(r.match for r in results), [r for r in results if not r.match]

@@ -1,9 +1,11 @@
-"""The app's graph, named as code (``MODULE:ATTR``): imported the way our runtime
-rebuilds an agentic object from its class path."""
+"""The app's graph, named as code (``MODULE:ATTR``), imported the way our runtime
+rebuilds an agentic object from its class path; and the copy of the database it runs on."""
 
 from __future__ import annotations
 
 import importlib
+import shutil
+from pathlib import Path
 from typing import Any
 
 from importers._errors import ImporterError
@@ -27,3 +29,15 @@ def load_graph(code: str) -> Any:
     if not (callable(getattr(found, "invoke", None)) and callable(getattr(found, "copy", None))):
         raise ImporterError(code, f"{type(found).__name__} is not a compiled LangGraph graph")
     return found
+
+
+def copy_of(db: Path, target: Path) -> Path:
+    """A copy of the database (with its ``-wal`` beside it, when it has one) at ``target``."""
+    try:
+        shutil.copyfile(db, target)
+        wal = db.with_name(db.name + "-wal")
+        if wal.is_file():
+            shutil.copyfile(wal, target.with_name(target.name + "-wal"))
+    except OSError as exc:
+        raise ImporterError(db, f"cannot copy the database: {exc.strerror}") from None
+    return target

@@ -1,6 +1,7 @@
 """The app's compiled graph, run by LangGraph itself on a copy of the checkpoint
-database: to build a call's whole body (:func:`captured_body`) and to re-run a thread
-from a message (:func:`rerun_with_graph`). Only this module imports LangGraph."""
+database: to build each call's whole body at import (:class:`BodyBuilder`) and to
+re-run a thread from a message (:func:`rerun_with_graph`). Only this module imports
+LangGraph (inside its functions: importing it costs nothing without LangGraph)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 import sqlite3
 import tempfile
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,9 +17,8 @@ from typing import Any
 
 from importers._capture import capture_one, routed
 from importers.langgraph._checkpoints import LcMessage
-from importers.langgraph._code import load_graph
-from importers.langgraph._import import append_message, copy_of
-from importers.langgraph._messages import lc_of, message_of
+from importers.langgraph._code import copy_of, load_graph
+from importers.langgraph._messages import append_message, lc_of, message_of
 from replay import FrameworkRun
 from soap_core import ToolUsePart, utc_now
 from soap_core.runtime import RerunStopped
@@ -80,15 +80,27 @@ def _start(app: Any, thread: str, before: str, messages: list[LcMessage] | None)
     return dict(app.update_state(config, {"messages": update}))
 
 
-def captured_body(
-    code: str, db: Path, thread: str, before: str, messages: list[LcMessage] | None = None
-) -> dict[str, Any] | None:
-    """The body the app's graph sends for its next model call from checkpoint ``before``
-    (with ``messages`` as the state's messages when given): built by the graph itself,
-    the call stopped there. None when the graph ends without calling a model."""
-    with graph_on_copy(code, db) as app:
-        config = _start(app, thread, before, messages)
-        return capture_one(lambda: app.invoke(None, config))
+class BodyBuilder:
+    """Whole bodies built by the app's graph, for one import: the graph is put on one
+    copy of the database the first time a body is asked for."""
+
+    def __init__(self, code: str, db: Path) -> None:
+        self.code, self.db = code, db
+        self._stack = ExitStack()
+        self._app: Any = None
+
+    def body(self, thread: str, before: str) -> dict[str, Any] | None:
+        """The body the graph sends for its next model call from checkpoint ``before``."""
+        if self._app is None:
+            self._app = self._stack.enter_context(graph_on_copy(self.code, self.db))
+        app = self._app
+        return capture_one(lambda: app.invoke(None, _config(thread, before)))
+
+    def __enter__(self) -> BodyBuilder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
 
 
 # -- tools ------------------------------------------------------------------------------

@@ -19,15 +19,14 @@ checkpoint lineage as contexts, a recorded call per model answer.
 
 from __future__ import annotations
 
-import shutil
 import uuid
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from importers._errors import ImporterError
 from importers._store import open_store
 from importers.langgraph._checkpoints import (
     Checkpoint,
@@ -38,14 +37,13 @@ from importers.langgraph._checkpoints import (
     read_threads,
 )
 from importers.langgraph._code import load_graph
-from importers.langgraph._messages import META_KEY, message_of, sent_form
+from importers.langgraph._graph import BodyBuilder
+from importers.langgraph._messages import META_KEY, append_message, message_of, sent_form
 from replay import FRAMEWORK_CODE_KEY
 from soap_core import (
     DEFAULT_ANCHORS,
-    MESSAGES_ANCHOR,
     SESSION_FILE,
     SOURCE_KEY,
-    TOOL_RESULT_SUFFIX,
     CallRecord,
     Context,
     Message,
@@ -197,24 +195,6 @@ def _new_context(context_id: str) -> Context:
     return context
 
 
-def append_message(context: Context, message: Message) -> Message:
-    """Append ``message`` where the runtime would: a tool result under the assistant
-    message that called it (its ``<id>:tool_result`` anchor), anything else at the end."""
-    results = message.tool_results()
-    owner = next((m for m in reversed(context.messages) if m.role != "tool_result"), None)
-    anchor = MESSAGES_ANCHOR
-    if (
-        message.role == "tool_result"
-        and results
-        and owner is not None
-        and any(use.call_id == results[0].call_id for use in owner.tool_uses())
-    ):
-        anchor = owner.id + TOOL_RESULT_SUFFIX
-        if all(name != anchor for name, _ in context.anchor_points):
-            context.add_anchor(anchor, context.anchor_index(MESSAGES_ANCHOR), after_existing=False)
-    return context.append(message, anchor)
-
-
 def _soap_message(plan: _Plan, position: int, lc: LcMessage) -> Message:
     checkpoint = plan.appeared[position - plan.shared]
     message = message_of(lc)
@@ -329,13 +309,38 @@ def _calls(session: Session, plan: _Plan, context: Context, thread: Thread) -> l
     return records
 
 
+def _with_bodies(
+    records: list[CallRecord],
+    context_of: dict[str, Context],
+    thread: Thread,
+    bodies: BodyBuilder,
+    notices: list[str],
+) -> None:
+    """Each record's request made the whole body the app's graph builds for it (from the
+    checkpoint before the call), where the graph's messages end with the file's."""
+    for record in records:
+        answer = context_of[record.context_id].messages[record.message_index]
+        meta = (answer.metadata or {}).get(META_KEY) or {}
+        before = meta.get("before") if isinstance(meta, dict) else None
+        body = bodies.body(thread.thread_id, str(before)) if before else None
+        sent = body.get("messages", []) if body is not None else []
+        chat = record.request["messages"]
+        if body is None or sent[len(sent) - len(chat) :] != chat:
+            notices.append(
+                f"thread {thread.thread_id}: the graph {bodies.code} did not rebuild call {record.id} "
+                "(no model call from its checkpoint, or other messages): the messages alone are kept"
+            )
+            continue
+        record.request, record.request_hash = body, request_hash(body)
+
+
 def _existing(store: Store, session_uuid: str) -> Session | None:
     stored = (store.session_dir(ROLE, session_uuid) / SESSION_FILE).is_file()
     return store.load_session(session_uuid, require_active=False) if stored else None
 
 
 def _import_thread(
-    store: Store, db: Path, thread: Thread, graph: str | None, decoder: str, notices: list[str]
+    store: Store, db: Path, thread: Thread, bodies: BodyBuilder | None, decoder: str, notices: list[str]
 ) -> SessionReport | None:
     if not thread.checkpoints:
         return None
@@ -348,19 +353,23 @@ def _import_thread(
     added = 0
     new: list[CallRecord] = []
     total = 0
+    context_of: dict[str, Context] = {}
     for plan in plans:
         context, grown = _fill(session, plan, notices, where)
+        context_of[context.id] = context
         added += grown
         calls = _calls(session, plan, context, thread)
         total += len(calls)
         new.extend(c for c in calls if c.id not in known)
+    if bodies is not None:
+        _with_bodies(new, context_of, thread, bodies, notices)
     main = session.contexts[plans[0].id]
     if session.active_context_id is None:
         session.active_context_id = main.id
     state = {"db": str(db), "thread": thread.thread_id, "decoder": decoder}
     session.state_data = {**session.state_data, SOURCE_KEY: SOURCE, STATE_KEY: state}
-    if graph:
-        session.state_data[FRAMEWORK_CODE_KEY] = graph
+    if bodies is not None:
+        session.state_data[FRAMEWORK_CODE_KEY] = bodies.code
     written = store.save_session(session)
     directory = session.directory or store.session_dir(ROLE, session_uuid)
     for record in new:
@@ -399,20 +408,10 @@ def import_langgraph(
         notices.append(f"{path}: no checkpoints: nothing to import")
     store = open_store(store_dir)
     reports = []
-    for thread in threads:
-        report = _import_thread(store, path, thread, graph, used, notices)
-        if report is not None:
-            reports.append(report)
+    with ExitStack() as stack:
+        bodies = stack.enter_context(BodyBuilder(graph, path)) if graph is not None else None
+        for thread in threads:
+            report = _import_thread(store, path, thread, bodies, used, notices)
+            if report is not None:
+                reports.append(report)
     return ImportReport(str(path), used, graph, reports, notices)
-
-
-def copy_of(db: Path, target: Path) -> Path:
-    """A copy of the database (with its ``-wal`` beside it, when it has one) at ``target``."""
-    try:
-        shutil.copyfile(db, target)
-        wal = db.with_name(db.name + "-wal")
-        if wal.is_file():
-            shutil.copyfile(wal, target.with_name(target.name + "-wal"))
-    except OSError as exc:
-        raise ImporterError(db, f"cannot copy the database: {exc.strerror}") from None
-    return target

@@ -18,7 +18,15 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from importers.langgraph._checkpoints import LcMessage
-from soap_core import Message, TextPart, ToolResultPart, ToolUsePart
+from soap_core import (
+    MESSAGES_ANCHOR,
+    TOOL_RESULT_SUFFIX,
+    Context,
+    Message,
+    TextPart,
+    ToolResultPart,
+    ToolUsePart,
+)
 
 ChatMessage = dict[str, Any]
 META_KEY = "langgraph"
@@ -217,3 +225,21 @@ def sent_form(message: Message) -> list[ChatMessage]:
     if message.role == "tool_result" and len(message.tool_results()) > 1 and kept(message) is None:
         return [chat_openai_form(built_lc(Message("tool_result", [r]))) for r in message.tool_results()]
     return [chat_openai_form(lc_of(message))]
+
+
+def append_message(context: Context, message: Message) -> Message:
+    """Append ``message`` where the runtime would: a tool result under the assistant
+    message that called it (its ``<id>:tool_result`` anchor), anything else at the end."""
+    results = message.tool_results()
+    owner = next((m for m in reversed(context.messages) if m.role != "tool_result"), None)
+    anchor = MESSAGES_ANCHOR
+    if (
+        message.role == "tool_result"
+        and results
+        and owner is not None
+        and any(use.call_id == results[0].call_id for use in owner.tool_uses())
+    ):
+        anchor = owner.id + TOOL_RESULT_SUFFIX
+        if all(name != anchor for name, _ in context.anchor_points):
+            context.add_anchor(anchor, context.anchor_index(MESSAGES_ANCHOR), after_existing=False)
+    return context.append(message, anchor)

@@ -4,11 +4,13 @@
 From the file alone a call is rebuilt as ChatOpenAI builds it (:mod:`._messages`): every
 message the state held, exactly; the file does not hold the system prompt (added at call
 time), the bound tools, the model's parameters, nor the model asked for (the answer
-names the one that answered), and the notes say so. With the app's graph (``--graph``,
-kept in the session as :data:`replay.FRAMEWORK_CODE_KEY`), LangGraph runs the graph from
-the checkpoint before the call on a copy of the database and the body its model node
-builds is captured: the whole body, exact. Re-runs with the graph run LangGraph's own
-loop (:func:`importers.langgraph._graph.rerun_with_graph`).
+names the one that answered), and the notes say so. With the app's graph (``--graph``),
+the import let LangGraph build each call's whole body (:class:`._graph.BodyBuilder`) and
+recorded it: the messages the graph sends before the state's (the system prompt), its
+tools and parameters come from that record, the state's messages from the context, so
+an edited replay is built the same way. Re-runs with the graph (kept in the session as
+:data:`replay.FRAMEWORK_CODE_KEY`) run LangGraph's own loop
+(:func:`importers.langgraph._graph.rerun_with_graph`).
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from importers.langgraph._import import SOURCE, STATE_KEY, file_request
+from importers.langgraph._import import SOURCE, STATE_KEY
 from importers.langgraph._messages import META_KEY, sent_form
-from replay import FRAMEWORK_CODE_KEY, FrameworkRun, Materialized, MaterializeError, call_site
+from replay import FrameworkRun, Materialized, MaterializeError, call_site
 from soap_core import SOURCE_KEY, CallRecord, Context, Message, Session
 
 MISSING = "the system prompt, the bound tools, the model's parameters and the model asked for"
@@ -27,7 +29,7 @@ _HEAD = "_langgraph_head"
 """A parameter (never sent) holding the messages the graph sends before the state's."""
 
 
-def _checkpoint_before(message: Message | None) -> str | None:
+def checkpoint_before(message: Message | None) -> str | None:
     meta = (message.metadata or {}).get(META_KEY) if message is not None else None
     before = meta.get("before") if isinstance(meta, dict) else None
     return str(before) if before else None
@@ -58,31 +60,22 @@ class LangGraphSource:
             )
         messages = site.context.messages[: site.index]
         recorded = site.call.request if site.call is not None else {}
-        model = recorded.get("model")
-        code = session.state_data.get(FRAMEWORK_CODE_KEY)
-        answer = site.context.messages[site.index] if site.index < len(site.context.messages) else None
-        before = _checkpoint_before(answer)
-        if code and before is not None:
-            from importers.langgraph._graph import captured_body
-
-            db, thread = _where(session)
-            body = captured_body(str(code), db, thread, before)
-            if body is not None:
-                chat = [w for m in messages if not m.is_special for w in sent_form(m)]
-                sent = body.get("messages", [])
-                head = sent[: len(sent) - len(chat)] if sent[len(sent) - len(chat) :] == chat else None
-                if head is None:
-                    site.notes.append(
-                        "the graph sends the state's messages otherwise than ChatOpenAI: sent as it does"
-                    )
-                parameters = {k: v for k, v in body.items() if k != "messages"}
-                parameters[_HEAD] = head if head is not None else []
-                site.notes.append(f"built by the app's graph {code} from checkpoint {before}")
-                return site.materialized(session, body, list(messages), parameters, self.name)
-            site.notes.append(f"the graph {code} made no model call from checkpoint {before}")
-        parameters = {"model": model} if model else {}
-        request = file_request(messages, model)
-        site.notes.append(f"rebuilt from the checkpoints; the file does not hold {MISSING}")
+        chat = [w for m in messages if not m.is_special for w in sent_form(m)]
+        sent = recorded.get("messages")
+        sent = sent if isinstance(sent, list) else chat
+        if sent[len(sent) - len(chat) :] != chat:
+            site.notes.append(
+                "the graph sent the state's messages otherwise than ChatOpenAI sends them "
+                "(trimmed or rewritten by the app): the recorded body is given"
+            )
+            return site.materialized(session, dict(recorded), list(messages), dict(recorded), self.name)
+        parameters = {k: v for k, v in recorded.items() if k != "messages"}
+        parameters[_HEAD] = sent[: len(sent) - len(chat)]
+        if parameters[_HEAD] or "tools" in recorded:
+            site.notes.append("the system prompt, tools and parameters as the app's graph built them")
+        else:
+            site.notes.append(f"rebuilt from the checkpoints; the file does not hold {MISSING}")
+        request = self.build_request(messages, model=recorded.get("model"), parameters=parameters)
         return site.materialized(session, request, list(messages), parameters, self.name)
 
     def build_request(
@@ -105,7 +98,7 @@ class LangGraphSource:
 
         db, thread = _where(run.session)
         answer = run.origin.messages[run.found.index] if run.found.index < len(run.origin.messages) else None
-        before = _checkpoint_before(answer)
+        before = checkpoint_before(answer)
         if before is None:
             raise MaterializeError(
                 f"message {run.found.index} of {run.origin.id} has no checkpoint before it to re-run from"
