@@ -154,12 +154,7 @@ def test_an_import_with_either_decoder_writes_the_same_store(tmp_path: Path, wri
     files_a = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*.json"))
     files_b = sorted(p.relative_to(tmp_path / "b") for p in (tmp_path / "b").rglob("*.json"))
     assert files_a == files_b and len(files_a) >= 8
-    different = [
-        str(f)
-        for f in files_a
-        if f.name == "session.json" or (tmp_path / "a" / f).read_bytes() != (tmp_path / "b" / f).read_bytes()
-    ]
-    assert [Path(f).name for f in different] == ["session.json"]  # only the decoder's name differs
+    assert all((tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes() for f in files_a)
 
 
 def test_a_second_import_writes_nothing(tmp_path: Path, written: Written) -> None:
@@ -449,3 +444,89 @@ def test_every_recorded_call_verifies_against_its_rematerialization_with_and_wit
         results = verify_store(store)
         assert len(results) == (4 if name == "alone" else 6)
         assert all(r.match for r in results), [r for r in results if not r.match]
+
+
+def test_without_the_code_a_rerun_rebuilds_each_request_from_the_graphs_records(
+    tmp_path: Path, written: Written
+) -> None:
+    """A session imported with the graph keeps each call's whole body: a re-run without
+    the code (recorded and injected tools, as for peteos) sends the original bodies."""
+    from replay import FRAMEWORK_CODE_KEY
+
+    store, session = imported(tmp_path, written, graph=GRAPH)
+    del session.state_data[FRAMEWORK_CODE_KEY]
+    store.save_session(session)
+    result, bodies, _ = rerun_on_stub(store, store.load_session(session.uuid), SCRIPT[:2])
+    assert result.ok and result.answer == "There are 3 errors."
+    assert bodies == written.bodies[:2]
+
+
+def test_the_file_alone_path_needs_neither_langchain_nor_langgraph(tmp_path: Path, written: Written) -> None:
+    """With LangGraph and langchain unimportable, the import reads the blobs with plain
+    msgpack and every call still rematerializes as ChatOpenAI sent it."""
+    script = f"""
+import importlib.abc, json, sys
+class Absent(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("langgraph", "langchain_core", "langchain_openai", "langchain"):
+            raise ImportError(f"{{name}} is not installed here")
+        return None
+sys.meta_path.insert(0, Absent())
+from importers.langgraph import import_langgraph
+from replay import materialize
+from soap_core import Store
+report = import_langgraph({str(written.db)!r}, {str(tmp_path / "store")!r})
+store = Store({str(tmp_path / "store")!r})
+session = store.load_session(report.sessions[0].uuid)
+built = [materialize(session, c.context_id, c.message_index).request for c in session.calls()]
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("langgraph", "langchain_core", "langchain_openai"))
+print(json.dumps({{"decoder": report.decoder, "built": built, "loaded": loaded}}))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["decoder"] == "msgpack" and out["loaded"] == []
+    assert as_set([b["messages"] for b in out["built"]]) == as_set(
+        [b["messages"][1:] for b in written.bodies]
+    )
+
+
+def test_a_subgraphs_checkpoints_are_noticed_not_silently_dropped(tmp_path: Path, written: Written) -> None:
+    db = tmp_path / "sub.db"
+    shutil.copyfile(written.db, db)
+    with sqlite3.connect(db) as connection:
+        connection.execute(
+            "INSERT INTO checkpoints SELECT thread_id, 'inner:1', checkpoint_id, parent_checkpoint_id, type, "
+            "checkpoint, metadata FROM checkpoints"
+        )
+    report = import_langgraph(db, tmp_path / "store")
+    [notice] = report.notices
+    assert "thread t1" in notice and "inner:1" in notice and "not imported" in notice
+    assert report.sessions[0].calls == 4
+
+
+def test_soapwb_import_langgraph_reports_the_thread_and_remembers_the_graph(
+    tmp_path: Path, written: Written, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from replay import FRAMEWORK_CODE_KEY
+    from soapwb.cli import main
+
+    store = tmp_path / "store"
+    assert (
+        main(["import", "langgraph", str(written.db), "--graph", GRAPH, "--store", str(store), "--json"]) == 0
+    )
+    report = json.loads(capsys.readouterr().out)
+    assert report["graph"] == GRAPH and report["changed"]
+    [session] = report["sessions"]
+    assert (session["thread"], session["contexts"], session["calls"]) == ("t1", 3, 4)
+    assert main(["import", "langgraph", str(written.db), "--store", str(store)]) == 0
+    text = capsys.readouterr().out
+    assert "unchanged" in text and "thread 't1'" in text and "nothing changed (already imported)" in text
+    assert Store(store).load_session(session["uuid"]).state_data[FRAMEWORK_CODE_KEY] == GRAPH

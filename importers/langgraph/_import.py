@@ -340,7 +340,7 @@ def _existing(store: Store, session_uuid: str) -> Session | None:
 
 
 def _import_thread(
-    store: Store, db: Path, thread: Thread, bodies: BodyBuilder | None, decoder: str, notices: list[str]
+    store: Store, db: Path, thread: Thread, bodies: BodyBuilder | None, notices: list[str]
 ) -> SessionReport | None:
     if not thread.checkpoints:
         return None
@@ -366,7 +366,7 @@ def _import_thread(
     main = session.contexts[plans[0].id]
     if session.active_context_id is None:
         session.active_context_id = main.id
-    state = {"db": str(db), "thread": thread.thread_id, "decoder": decoder}
+    state = {"db": str(db), "thread": thread.thread_id}
     session.state_data = {**session.state_data, SOURCE_KEY: SOURCE, STATE_KEY: state}
     if bodies is not None:
         session.state_data[FRAMEWORK_CODE_KEY] = bodies.code
@@ -411,7 +411,7 @@ def import_langgraph(
     with ExitStack() as stack:
         bodies = stack.enter_context(BodyBuilder(graph, path)) if graph is not None else None
         for thread in threads:
-            report = _import_thread(store, path, thread, bodies, used, notices)
+            report = _import_thread(store, path, thread, bodies, notices)
             if report is not None:
                 reports.append(report)
     return ImportReport(str(path), used, graph, reports, notices)
