@@ -530,3 +530,29 @@ def test_soapwb_import_langgraph_reports_the_thread_and_remembers_the_graph(
     text = capsys.readouterr().out
     assert "unchanged" in text and "thread 't1'" in text and "nothing changed (already imported)" in text
     assert Store(store).load_session(session["uuid"]).state_data[FRAMEWORK_CODE_KEY] == GRAPH
+
+
+# -- the pages on a LangGraph session ---------------------------------------------------------
+
+
+def test_the_pages_open_on_a_langgraph_session_and_the_fork_tree_draws_its_branches(
+    tmp_path: Path, written: Written
+) -> None:
+    from tests.apptest import open_app_page
+
+    store, session = imported(tmp_path, written, graph=GRAPH)
+    result, _, session = rerun_on_stub(store, session, SCRIPT[:2])
+    nodes = fork_tree(session)
+    assert [n.kind for n in nodes] == ["root", "fork", "fork", "replay"]  # the re-run hangs off main
+    assert nodes[3].parent_id == nodes[0].id and nodes[3].id == result.branch_id
+    at = open_app_page(store.root, "fork_tree", session=session.uuid)
+    [chart] = at.get("plotly_chart")
+    drawn = {
+        cid
+        for trace in json.loads(chart.proto.spec)["data"]
+        if trace.get("name") in ("root", "fork", "replay", "replay run")
+        for [cid] in trace["customdata"]
+    }
+    assert drawn == {n.id for n in nodes}
+    for page in ("context", "replay", "token_budget"):
+        open_app_page(store.root, page, session=session.uuid, context=nodes[0].id, message="3")
