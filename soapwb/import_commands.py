@@ -149,6 +149,7 @@ def langgraph_report_lines(report: langgraph.ImportReport) -> list[str]:
             f"  {session.status:<9} {session.role}/{session.uuid}  thread {session.thread!r}: "
             f"{session.checkpoints} checkpoints, {session.contexts} contexts, "
             f"{session.calls} calls ({session.calls_added} new, {session.messages_added} new messages)"
+            + (f", {session.calls_rebuilt} rebuilt by the graph" if session.calls_rebuilt else "")
         )
     lines.extend(f"note: {notice}" for notice in report.notices)
     if report.sessions and not report.changed:

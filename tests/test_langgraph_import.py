@@ -556,3 +556,30 @@ def test_the_pages_open_on_a_langgraph_session_and_the_fork_tree_draws_its_branc
     assert drawn == {n.id for n in nodes}
     for page in ("context", "replay", "token_budget"):
         open_app_page(store.root, page, session=session.uuid, context=nodes[0].id, message="3")
+
+
+def test_the_graph_given_at_a_later_import_rebuilds_the_calls_recorded_without_it(
+    tmp_path: Path, written: Written
+) -> None:
+    from replay import verify_store
+
+    store_dir = tmp_path / "store"
+    import_langgraph(written.db, store_dir)
+    later = import_langgraph(written.db, store_dir, graph=GRAPH)
+    assert (later.sessions[0].calls_rebuilt, later.sessions[0].calls_added) == (4, 0) and later.changed
+    session = Store(store_dir).load_session(later.sessions[0].uuid)
+    assert as_set(requests(session)) == as_set(written.bodies)
+    assert all(v.match for v in verify_store(Store(store_dir)))
+    again = import_langgraph(written.db, store_dir, graph=GRAPH)
+    assert not again.changed and again.sessions[0].calls_rebuilt == 0
+
+
+def test_each_answer_names_the_node_that_wrote_it(tmp_path: Path, written: Written) -> None:
+    _, session = imported(tmp_path, written)
+    main = session.contexts[fork_tree(session)[0].id]
+    assert [(m.metadata or {})["langgraph"].get("node") for m in main.messages] == [
+        "__start__",
+        "model",
+        "tools",
+        "model",
+    ]

@@ -160,6 +160,8 @@ class SessionReport:
     messages_added: int
     calls: int
     calls_added: int
+    calls_rebuilt: int = 0
+    """Calls recorded before with their messages alone, now with the graph's whole body."""
     files_written: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -176,7 +178,9 @@ class ImportReport:
 
     @property
     def changed(self) -> bool:
-        return any(s.files_written or s.calls_added or s.messages_added for s in self.sessions)
+        return any(
+            s.files_written or s.calls_added or s.calls_rebuilt or s.messages_added for s in self.sessions
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "sessions": [s.as_dict() for s in self.sessions], "changed": self.changed}
@@ -195,7 +199,7 @@ def _new_context(context_id: str) -> Context:
     return context
 
 
-def _soap_message(plan: _Plan, position: int, lc: LcMessage) -> Message:
+def _soap_message(plan: _Plan, position: int, lc: LcMessage, writers: dict[str, str]) -> Message:
     checkpoint = plan.appeared[position - plan.shared]
     message = message_of(lc)
     message.id = stable_id(plan.id, "message", position)
@@ -204,11 +208,15 @@ def _soap_message(plan: _Plan, position: int, lc: LcMessage) -> Message:
     meta["checkpoint"] = checkpoint.id
     if checkpoint.parent_id:
         meta["before"] = checkpoint.parent_id
+        if checkpoint.parent_id in writers:  # the node whose write made the checkpoint
+            meta["node"] = writers[checkpoint.parent_id]
     message.metadata = {META_KEY: meta}
     return message
 
 
-def _fill(session: Session, plan: _Plan, notices: list[str], where: str) -> tuple[Context, int]:
+def _fill(
+    session: Session, plan: _Plan, writers: dict[str, str], notices: list[str], where: str
+) -> tuple[Context, int]:
     """The context of ``plan`` in ``session`` (made if new), grown to the plan's
     messages; how many messages were added."""
     context = session.contexts.get(plan.id)
@@ -237,7 +245,7 @@ def _fill(session: Session, plan: _Plan, notices: list[str], where: str) -> tupl
     if have > len(plan.messages):
         notices.append(f"{where}: context {plan.id} has more messages in the store than the database holds")
     for position in range(have, len(plan.messages)):
-        append_message(context, _soap_message(plan, position, plan.messages[position]))
+        append_message(context, _soap_message(plan, position, plan.messages[position], writers))
     return context, max(0, len(plan.messages) - have)
 
 
@@ -347,22 +355,30 @@ def _import_thread(
     session_uuid = session_uuid_of(thread)
     existing = _existing(store, session_uuid)
     session = existing or Session(ROLE, session_uuid)
-    known = {c.id for c in session.calls()} if existing is not None else set()
+    known = {c.id: c for c in session.calls()} if existing is not None else {}
     plans = plan_contexts(thread, session_uuid)
     where = f"{db}: thread {thread.thread_id}"
     added = 0
     new: list[CallRecord] = []
+    alone: list[CallRecord] = []
+    """Calls recorded before with the messages alone (an import without the graph)."""
     total = 0
     context_of: dict[str, Context] = {}
     for plan in plans:
-        context, grown = _fill(session, plan, notices, where)
+        context, grown = _fill(session, plan, thread.writers, notices, where)
         context_of[context.id] = context
         added += grown
         calls = _calls(session, plan, context, thread)
         total += len(calls)
         new.extend(c for c in calls if c.id not in known)
+        alone.extend(c for c in calls if c.id in known and known[c.id].request == c.request)
+    rebuilt: list[CallRecord] = []
     if bodies is not None:
         _with_bodies(new, context_of, thread, bodies, notices)
+        for record in alone:  # the graph given now: their whole bodies
+            _with_bodies([record], context_of, thread, bodies, notices)
+            if record.request != known[record.id].request:
+                rebuilt.append(record)
     main = session.contexts[plans[0].id]
     if session.active_context_id is None:
         session.active_context_id = main.id
@@ -372,9 +388,9 @@ def _import_thread(
         session.state_data[FRAMEWORK_CODE_KEY] = bodies.code
     written = store.save_session(session)
     directory = session.directory or store.session_dir(ROLE, session_uuid)
-    for record in new:
+    for record in [*new, *rebuilt]:
         write_call(directory, record)
-    status = "created" if existing is None else "updated" if written or new else "unchanged"
+    status = "created" if existing is None else "updated" if written or new or rebuilt else "unchanged"
     return SessionReport(
         role=ROLE,
         uuid=session_uuid,
@@ -385,6 +401,7 @@ def _import_thread(
         messages_added=added,
         calls=total,
         calls_added=len(new),
+        calls_rebuilt=len(rebuilt),
         files_written=[
             str(p.relative_to(store.root)) if p.is_relative_to(store.root) else str(p) for p in written
         ],
