@@ -583,3 +583,17 @@ def test_each_answer_names_the_node_that_wrote_it(tmp_path: Path, written: Writt
         "tools",
         "model",
     ]
+
+
+def test_a_rerun_with_the_graph_sends_the_model_and_temperature_it_was_given(
+    tmp_path: Path, written: Written
+) -> None:
+    store, session = imported(tmp_path, written, graph=GRAPH)
+    changed = Overrides(model="other-model", temperature=0.25)
+    result, bodies, _ = rerun_on_stub(store, session, SCRIPT[:2], overrides=changed)
+    assert result.ok and len(bodies) == 2
+    for sent, original in zip(bodies, written.bodies[:2], strict=True):
+        assert (sent["model"], sent["temperature"]) == ("other-model", 0.25)
+        assert {k: v for k, v in sent.items() if k not in ("model", "temperature")} == {
+            k: v for k, v in original.items() if k != "model"
+        }

@@ -170,7 +170,8 @@ def rerun_with_graph(run: FrameworkRun, db: Path, thread: str, before: str) -> N
     wanted = [lc_of(m) for m in run.fork.messages if not m.is_special]
     calls: list[_Call] = []
 
-    def answer(body: dict[str, Any]) -> dict[str, Any]:
+    def answer(built: dict[str, Any]) -> dict[str, Any]:
+        body = with_overrides(run, built)
         call = _Call(body, None, None, utc_now())
         calls.append(call)
         try:
@@ -199,6 +200,22 @@ def rerun_with_graph(run: FrameworkRun, db: Path, thread: str, before: str) -> N
     _land(run, added[len(wanted) :] if added[: len(wanted)] == wanted else [], calls)
     if stop is not None:  # the seam reports it, after the branch so far has landed
         raise stop
+
+
+def with_overrides(run: FrameworkRun, body: dict[str, Any]) -> dict[str, Any]:
+    """The graph's body with the re-run's model and sampling overrides (those that differ
+    from the call's recorded ones); the rest as the graph built it."""
+    recorded = run.found.parameters
+    changed = dict(body)
+    if "model" in recorded and run.model != recorded["model"]:
+        changed["model"] = run.model
+    for key in ("temperature", "seed", "max_tokens"):
+        if key in run.parameters and run.parameters[key] != recorded.get(key):
+            sent_as = (
+                "max_completion_tokens" if key == "max_tokens" and "max_completion_tokens" in body else key
+            )
+            changed[sent_as] = run.parameters[key]
+    return changed
 
 
 def _stopped(exc: BaseException) -> RerunStopped | None:
