@@ -597,3 +597,24 @@ def test_a_rerun_with_the_graph_sends_the_model_and_temperature_it_was_given(
         assert {k: v for k, v in sent.items() if k not in ("model", "temperature")} == {
             k: v for k, v in original.items() if k != "model"
         }
+
+
+def test_a_rerun_with_the_graph_works_on_the_threads_forks_and_on_a_rerun_branch(
+    tmp_path: Path, written: Written
+) -> None:
+    store, session = imported(tmp_path, written, graph=GRAPH)
+    _, question, tool_result = (n.id for n in fork_tree(session))
+    by_body = {canonical_json(b): b for b in written.bodies}
+    for context, index, reply in ((question, 1, SCRIPT[2]), (tool_result, 3, SCRIPT[3])):
+        with OpenAIStub([reply]) as stub:
+            result = rerun(
+                store, store.load_session(session.uuid), context, index, LLMEndpoint(stub.base_url)
+            )
+            [body] = stub.bodies
+        assert result.ok and result.answer == reply["content"]
+        assert canonical_json(body) in by_body  # the fork's own call, built again
+    first, _, _ = rerun_on_stub(store, store.load_session(session.uuid), SCRIPT[:2])
+    with OpenAIStub([SCRIPT[1]]) as stub:  # from the re-run branch's last answer
+        again = rerun(store, store.load_session(session.uuid), first.branch_id, 3, LLMEndpoint(stub.base_url))
+        assert stub.bodies == [written.bodies[1]]
+    assert again.ok and again.answer == "There are 3 errors."

@@ -97,13 +97,33 @@ class LangGraphSource:
         from importers.langgraph._graph import rerun_with_graph
 
         db, thread = _where(run.session)
-        answer = run.origin.messages[run.found.index] if run.found.index < len(run.origin.messages) else None
-        before = checkpoint_before(answer)
+        before = _start_checkpoint(run.session, run.origin, run.found.index)
         if before is None:
             raise MaterializeError(
                 f"message {run.found.index} of {run.origin.id} has no checkpoint before it to re-run from"
             )
         rerun_with_graph(run, db, thread, before)
+
+
+def _start_checkpoint(session: Session, context: Context, index: int) -> str | None:
+    """The checkpoint to re-run message ``index`` of ``context`` from: the one before its
+    model call. For an answer a re-run made (no checkpoint of the thread holds it), the
+    one before the nearest imported answer, up the fork chain: LangGraph's next step
+    there is the model node too, and the fork's messages replace the state's
+    (``update_state``)."""
+    chain: list[list[Message]] = [context.messages[: index + 1]]
+    seen = {context.id}
+    parent = session.contexts.get(context.origin_context_id or "")
+    while parent is not None and parent.id not in seen:
+        seen.add(parent.id)
+        chain.append(parent.messages)
+        parent = session.contexts.get(parent.origin_context_id or "")
+    for messages in chain:
+        for message in reversed(messages):
+            before = checkpoint_before(message)
+            if before is not None and message.role == "assistant":
+                return before
+    return None
 
 
 REQUEST_SOURCE = LangGraphSource()
