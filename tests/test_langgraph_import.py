@@ -618,3 +618,19 @@ def test_a_rerun_with_the_graph_works_on_the_threads_forks_and_on_a_rerun_branch
         again = rerun(store, store.load_session(session.uuid), first.branch_id, 3, LLMEndpoint(stub.base_url))
         assert stub.bodies == [written.bodies[1]]
     assert again.ok and again.answer == "There are 3 errors."
+
+
+def test_a_tool_call_the_tool_node_refuses_is_a_tool_failure_of_the_rerun(
+    tmp_path: Path, written: Written
+) -> None:
+    store, session = imported(tmp_path, written, graph=GRAPH)
+    bad = {"tool_calls": [{"id": "call_7", "name": "count_errors", "arguments": "{}"}]}  # no pattern
+    result, bodies, _ = rerun_on_stub(
+        store, session, [bad, {"content": "Sorry."}], tools=ToolModes(default="live")
+    )
+    assert result.error is None and not result.ok and result.answer == "Sorry."
+    [failure] = result.tool_failures
+    assert (failure["tool"], failure["arguments"]) == ("count_errors", "{}") and "pattern" in failure[
+        "result"
+    ]
+    assert bodies[1]["messages"][-1]["tool_call_id"] == "call_7"

@@ -229,11 +229,24 @@ def _stopped(exc: BaseException) -> RerunStopped | None:
 
 def _land(run: FrameworkRun, added: list[LcMessage], calls: list[_Call]) -> None:
     """The run's new messages on the fork: each answer with its call's record, tool
-    results under the call that asked for them."""
+    results under the call that asked for them (a result the tool node marked as an
+    error also among the run's tool failures)."""
     pending = iter(calls)
     last: LcMessage | None = None
+    asked: dict[str, dict[str, Any]] = {}
     for lc in added:
         message = message_of(lc)
+        if lc.get("lc_class") == "ToolMessage" and lc.get("status") == "error":
+            call_ask = asked.get(str(lc.get("tool_call_id")), {})
+            run.result.tool_failures.append(
+                {
+                    "role": run.session.role,
+                    "tool": lc.get("name") or call_ask.get("name"),
+                    "arguments": json.dumps(call_ask.get("args", {}), ensure_ascii=False),
+                    "result": lc.get("content"),
+                }
+            )
+        asked.update({str(c.get("id")): c for c in lc.get("tool_calls") or []})
         if lc.get("lc_class") == "AIMessage":
             call = next(pending, None)
             if call is None:  # an answer no model call made (a node wrote it)
