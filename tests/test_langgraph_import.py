@@ -17,7 +17,7 @@ import urllib.request
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -634,3 +634,67 @@ def test_a_tool_call_the_tool_node_refuses_is_a_tool_failure_of_the_rerun(
         "result"
     ]
     assert bodies[1]["messages"][-1]["tool_call_id"] == "call_7"
+
+
+# -- the messages as ChatOpenAI sends them, without langchain -----------------------------------
+
+
+def test_the_messages_are_sent_as_langchain_openai_itself_converts_them() -> None:
+    """Our langchain-free conversion against ``_convert_message_to_dict`` (through
+    ``_get_request_payload``, as ChatOpenAI builds the body) on every kind of message."""
+    from langchain_core.messages import AIMessage, ChatMessage, HumanMessage, SystemMessage, ToolMessage
+    from langchain_openai import ChatOpenAI
+
+    from importers.langgraph._checkpoints import LcMessage
+    from importers.langgraph._messages import chat_openai_form, message_of, sent_form
+
+    messages = [
+        SystemMessage("Be brief.", id="s"),
+        HumanMessage("Hi ü", name="ann", id="h"),
+        HumanMessage(
+            [
+                {"type": "text", "text": "look"},
+                {"type": "image_url", "image_url": {"url": "https://x/y.png"}},
+            ],
+            id="m",
+        ),
+        AIMessage("", tool_calls=[{"name": "f", "args": {"q": "ü", "n": [1, 2]}, "id": "c1"}], id="a1"),
+        ToolMessage([{"type": "text", "text": "r", "extra": 1}], tool_call_id="c1", name="f", id="t1"),
+        AIMessage(
+            "Let me check.",
+            tool_calls=[{"name": "g", "args": {}, "id": "c2"}],
+            invalid_tool_calls=[{"name": "h", "args": "{bad", "id": "c3", "error": None}],
+            id="a2",
+        ),
+        ToolMessage("done", tool_call_id="c2", id="t2", status="error"),
+        AIMessage([{"type": "text", "text": "Fine."}, {"type": "reasoning_content", "text": "hm"}], id="a3"),
+        ChatMessage("odd", role="developer", id="d"),
+    ]
+    model = ChatOpenAI(model="m", api_key="not-a-key")
+    truth = model._get_request_payload(messages)["messages"]
+    dumped = [cast(LcMessage, {"lc_class": type(m).__name__, **m.model_dump()}) for m in messages]
+    assert [chat_openai_form(m) for m in dumped] == truth
+    assert [w for m in dumped for w in sent_form(message_of(m))] == truth  # through the sOAP messages
+
+
+def test_an_edited_message_is_sent_as_chatopenai_would_send_the_edited_langchain_message() -> None:
+    from langchain_core.messages import AIMessage, ToolMessage
+    from langchain_openai import ChatOpenAI
+
+    from importers.langgraph._checkpoints import LcMessage
+    from importers.langgraph._messages import message_of, sent_form
+    from soap_core import TextPart, ToolResultPart
+
+    call = AIMessage("", tool_calls=[{"name": "f", "args": {"q": "x"}, "id": "c1"}], id="a1")
+    result = ToolMessage("3", tool_call_id="c1", name="f", id="t1")
+    answer, tool = (
+        message_of(cast(LcMessage, {"lc_class": type(m).__name__, **m.model_dump()})) for m in (call, result)
+    )
+    answer.content = [TextPart("Counting."), *answer.tool_uses()]
+    tool.content = [ToolResultPart("c1", "7")]
+    edited = [
+        AIMessage("Counting.", tool_calls=[{"name": "f", "args": {"q": "x"}, "id": "c1"}], id="a1"),
+        ToolMessage("7", tool_call_id="c1", name="f", id="t1"),
+    ]
+    truth = ChatOpenAI(model="m", api_key="not-a-key")._get_request_payload(edited)["messages"]
+    assert [*sent_form(answer), *sent_form(tool)] == truth
