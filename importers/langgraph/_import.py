@@ -12,6 +12,9 @@ checkpoint lineage as contexts, a recorded call per model answer.
   by a node's model call: one call record each, its request the messages before it as
   ChatOpenAI sends them (what the file holds: no system prompt, no tools, the model as
   the answer named it), its answer, usage and times (the checkpoints' before and after).
+  With the app's graph, the request recorded is the whole body the graph builds from the
+  checkpoint before the call (:class:`importers.langgraph._graph.BodyBuilder`), for the
+  new calls and for those an import without the graph recorded with their messages alone.
 * **Idempotent.** Session, context, message and record ids come from the thread, its
   first checkpoint and positions; importing the same database again writes nothing, a
   grown one appends its new messages, contexts and calls.
