@@ -698,3 +698,18 @@ def test_an_edited_message_is_sent_as_chatopenai_would_send_the_edited_langchain
     ]
     truth = ChatOpenAI(model="m", api_key="not-a-key")._get_request_payload(edited)["messages"]
     assert [*sent_form(answer), *sent_form(tool)] == truth
+
+
+def test_a_graph_with_async_nodes_builds_the_bodies_and_reruns_through_ainvoke(
+    tmp_path: Path, written: Written
+) -> None:
+    store, session = imported(tmp_path, written, graph="tests.peers.langgraph_app:async_graph")
+    assert as_set(requests(session)) == as_set(written.bodies)
+    calls_before = len(langgraph_app.TOOL_CALLS)
+    result, bodies, _ = rerun_on_stub(store, session, SCRIPT[:2])
+    assert result.ok and bodies == written.bodies[:2] and [t["how"] for t in result.tools] == ["recorded"]
+    live, _, _ = rerun_on_stub(
+        store, store.load_session(session.uuid), SCRIPT[:2], tools=ToolModes(default="live")
+    )
+    assert live.ok and [t["how"] for t in live.tools] == ["live"]  # served once, then run
+    assert langgraph_app.TOOL_CALLS[calls_before:] == ["ERROR"]

@@ -5,6 +5,7 @@ LangGraph (inside its functions: importing it costs nothing without LangGraph)."
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 import tempfile
@@ -26,20 +27,77 @@ from soap_core.runtime import RerunStopped
 # -- the graph on a copy of the database ------------------------------------------------
 
 
-@contextmanager
-def graph_on_copy(code: str, db: Path) -> Iterator[Any]:
-    """The app's graph with a ``SqliteSaver`` on a temporary copy of ``db`` (the user's
-    file is only read), for as long as the block runs."""
-    from langgraph.checkpoint.sqlite import SqliteSaver
+class OnCopy:
+    """The app's graph checkpointing on the copy: LangGraph's sync API, or for a graph
+    with async nodes its async API run in an event loop of this copy's own (the routes
+    and tool modes of this context hold in both: LangGraph runs sync nodes in threads,
+    and tasks, with a copy of the context)."""
 
+    def __init__(self, app: Any, loop: asyncio.AbstractEventLoop | None) -> None:
+        self.app, self.loop = app, loop
+
+    def _run(self, sync: Callable[[], Any], coroutine: Callable[[], Any]) -> Any:
+        return sync() if self.loop is None else self.loop.run_until_complete(coroutine())
+
+    def get_state(self, config: dict[str, Any]) -> Any:
+        return self._run(lambda: self.app.get_state(config), lambda: self.app.aget_state(config))
+
+    def update_state(self, config: dict[str, Any], values: dict[str, Any]) -> Any:
+        return self._run(
+            lambda: self.app.update_state(config, values), lambda: self.app.aupdate_state(config, values)
+        )
+
+    def invoke(self, config: dict[str, Any]) -> Any:
+        return self._run(lambda: self.app.invoke(None, config), lambda: self.app.ainvoke(None, config))
+
+
+def _async_only(graph: Any) -> bool:
+    """Whether a node of ``graph`` has only an async function (``invoke`` refuses it)."""
+    for node in getattr(graph, "nodes", {}).values():
+        bound = getattr(node, "bound", None)
+        if (
+            bound is not None
+            and getattr(bound, "func", "") is None
+            and getattr(bound, "afunc", None) is not None
+        ):
+            return True
+    return False
+
+
+@contextmanager
+def graph_on_copy(code: str, db: Path) -> Iterator[OnCopy]:
+    """The app's graph with a ``SqliteSaver`` (``AsyncSqliteSaver`` for a graph with
+    async nodes) on a temporary copy of ``db`` (the user's file is only read), for as
+    long as the block runs."""
     graph = load_graph(code)
     with tempfile.TemporaryDirectory(prefix="soapwb-langgraph-") as folder:
         copy = copy_of(db, Path(folder) / "checkpoints.db")
-        connection = sqlite3.connect(copy, check_same_thread=False)
+        if not _async_only(graph):
+            from langgraph.checkpoint.sqlite import SqliteSaver
+
+            connection = sqlite3.connect(copy, check_same_thread=False)
+            try:
+                yield OnCopy(graph.copy(update={"checkpointer": SqliteSaver(connection)}), None)
+            finally:
+                connection.close()
+            return
+        import aiosqlite
+        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+        loop = asyncio.new_event_loop()
         try:
-            yield graph.copy(update={"checkpointer": SqliteSaver(connection)})
+            saver = loop.run_until_complete(_saver(aiosqlite, AsyncSqliteSaver, copy))
+            try:
+                yield OnCopy(graph.copy(update={"checkpointer": saver}), loop)
+            finally:
+                loop.run_until_complete(saver.conn.close())
         finally:
-            connection.close()
+            loop.close()
+
+
+async def _saver(aiosqlite: Any, saver: Any, path: Path) -> Any:
+    """An ``AsyncSqliteSaver`` on ``path``, made in the loop it will run in."""
+    return saver(await aiosqlite.connect(str(path)))
 
 
 def _config(thread: str, checkpoint: str | None = None) -> dict[str, Any]:
@@ -63,7 +121,7 @@ def _dumped(value: Any) -> LcMessage:
     return LcMessage(lc_class=type(value).__name__, **value.model_dump())  # type: ignore[typeddict-item]
 
 
-def _start(app: Any, thread: str, before: str, messages: list[LcMessage] | None) -> dict[str, Any]:
+def _start(app: OnCopy, thread: str, before: str, messages: list[LcMessage] | None) -> dict[str, Any]:
     """The config to run ``app`` from checkpoint ``before``; when ``messages`` differ
     from the checkpoint's, a new checkpoint holding them (``update_state``), as LangGraph
     forks a thread."""
@@ -87,14 +145,14 @@ class BodyBuilder:
     def __init__(self, code: str, db: Path) -> None:
         self.code, self.db = code, db
         self._stack = ExitStack()
-        self._app: Any = None
+        self._app: OnCopy | None = None
 
     def body(self, thread: str, before: str) -> dict[str, Any] | None:
         """The body the graph sends for its next model call from checkpoint ``before``."""
         if self._app is None:
             self._app = self._stack.enter_context(graph_on_copy(self.code, self.db))
         app = self._app
-        return capture_one(lambda: app.invoke(None, _config(thread, before)))
+        return capture_one(lambda: app.invoke(_config(thread, before)))
 
     def __enter__(self) -> BodyBuilder:
         return self
@@ -120,23 +178,39 @@ def _install_tool_route() -> None:
     from langchain_core.messages import ToolMessage
     from langchain_core.tools import BaseTool
 
-    original = BaseTool.invoke
+    original, original_async = BaseTool.invoke, BaseTool.ainvoke
 
-    def invoke(self: Any, input: Any, config: Any = None, **kwargs: Any) -> Any:
+    def served(tool: Any, input: Any) -> tuple[bool, Any]:
+        """(True, the tool's message) when the tool modes answer this call."""
         serve = _serve.get()
         if serve is None or not (isinstance(input, dict) and input.get("type") == "tool_call"):
-            return original(self, input, config, **kwargs)
+            return False, None
         use = ToolUsePart(
             str(input.get("id") or ""),
-            str(input.get("name") or self.name),
+            str(input.get("name") or tool.name),
             json.dumps(input.get("args", {}), ensure_ascii=False),
         )
         answer = serve(use)
         if answer is None:
-            return original(self, input, config, **kwargs)
-        return ToolMessage(content=answer, tool_call_id=use.call_id, name=use.name)
+            return False, None
+        return True, ToolMessage(content=answer, tool_call_id=use.call_id, name=use.name)
+
+    def invoke(self: Any, input: Any, config: Any = None, **kwargs: Any) -> Any:
+        done, message = served(self, input)
+        return message if done else original(self, input, config, **kwargs)
+
+    async def ainvoke(self: Any, input: Any, config: Any = None, **kwargs: Any) -> Any:
+        done, message = served(self, input)
+        if done:
+            return message
+        token = _serve.set(None)  # a sync tool's ainvoke calls its invoke: not served twice
+        try:
+            return await original_async(self, input, config, **kwargs)
+        finally:
+            _serve.reset(token)
 
     BaseTool.invoke = invoke  # type: ignore[method-assign]
+    BaseTool.ainvoke = ainvoke  # type: ignore[method-assign]
     _patched = True
 
 
@@ -186,7 +260,7 @@ def rerun_with_graph(run: FrameworkRun, db: Path, thread: str, before: str) -> N
         config = _start(app, thread, before, wanted)
         try:
             with routed(answer), served_tools(run.serve):
-                app.invoke(None, config)
+                app.invoke(config)
         except Exception as exc:
             stop = _stopped(exc)
             if stop is None:

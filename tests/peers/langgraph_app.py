@@ -3,7 +3,8 @@ ChatOpenAI model with one bound tool and a tool node, looping until the model an
 
 The model's base URL comes from ``LANGGRAPH_APP_BASE_URL`` (the driver sets it; the
 workbench routes the calls anyway), its API key is a placeholder.
-``deterministic_graph`` is the same app at temperature 0, for the local model. ``graph`` is compiled
+``deterministic_graph`` is the same app at temperature 0, for the local model;
+``async_graph`` the same with an async model node. ``graph`` is compiled
 without a checkpointer, as an app module would export it; the driver compiles ``builder``
 with its ``SqliteSaver``, and the workbench copies ``graph`` onto a copy of the database.
 ``TOOL_CALLS`` lists the patterns the tool was really called with (a live tool's trace).
@@ -30,7 +31,7 @@ def count_errors(pattern: str) -> str:
     return "3"
 
 
-def build(temperature: float | None = None) -> StateGraph[MessagesState]:
+def build(temperature: float | None = None, *, asynchronous: bool = False) -> StateGraph[MessagesState]:
     """The app's graph, not compiled: a model node (ChatOpenAI with the tool bound) and a
     tool node, looping until the model answers."""
     llm = ChatOpenAI(
@@ -44,8 +45,11 @@ def build(temperature: float | None = None) -> StateGraph[MessagesState]:
     def model(state: MessagesState) -> dict[str, list[object]]:
         return {"messages": [llm.invoke([SystemMessage(SYSTEM_PROMPT), *state["messages"]])]}
 
+    async def amodel(state: MessagesState) -> dict[str, list[object]]:
+        return {"messages": [await llm.ainvoke([SystemMessage(SYSTEM_PROMPT), *state["messages"]])]}
+
     builder = StateGraph(MessagesState)
-    builder.add_node("model", model)
+    builder.add_node("model", amodel if asynchronous else model)
     builder.add_node("tools", ToolNode([count_errors]))
     builder.add_edge(START, "model")
     builder.add_conditional_edges("model", tools_condition)
@@ -58,3 +62,5 @@ graph = builder.compile()
 deterministic_builder = build(temperature=0.0)
 """The same app at temperature 0 (for the deterministic local model)."""
 deterministic_graph = deterministic_builder.compile()
+async_graph = build(asynchronous=True).compile()
+"""The same app with an async model node (LangGraph runs it only through ``ainvoke``)."""
