@@ -4,7 +4,8 @@ rebuilds an agentic object from its class path; and the copy of the database it 
 from __future__ import annotations
 
 import importlib
-import shutil
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +33,15 @@ def load_graph(code: str) -> Any:
 
 
 def copy_of(db: Path, target: Path) -> Path:
-    """A copy of the database (with its ``-wal`` beside it, when it has one) at ``target``."""
+    """A copy of the database at ``target``, made by SQLite's backup from a read-only
+    connection: a consistent snapshot (what a write-ahead log holds included) even while
+    the app writes, and the user's file is only read."""
     try:
-        shutil.copyfile(db, target)
-        wal = db.with_name(db.name + "-wal")
-        if wal.is_file():
-            shutil.copyfile(wal, target.with_name(target.name + "-wal"))
-    except OSError as exc:
-        raise ImporterError(db, f"cannot copy the database: {exc.strerror}") from None
+        with (
+            closing(sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)) as source,
+            closing(sqlite3.connect(target)) as copy,
+        ):
+            source.backup(copy)
+    except sqlite3.Error as exc:
+        raise ImporterError(db, f"cannot copy the database: {exc}") from None
     return target
