@@ -1,4 +1,4 @@
-"""``soapwb import openpoke`` and ``soapwb import otel``: another framework's state into a
+"""``soapwb import openpoke``, ``soapwb import otel`` and ``soapwb import langgraph``: another framework's state into a
 store, idempotently."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from importers import otel
+from importers import langgraph, otel
 from importers.openpoke import ImportReport, import_openpoke
 from soapwb.common import UsageError, emit_json, store_command
 
@@ -42,6 +42,7 @@ def register(commands: Any) -> None:
         help="OTLP files; traces and logs of one run may be in separate files (give both)",
     )
     store_command(traces, cmd_import_otel)
+    register_langgraph(sources)
 
 
 def report_lines(report: ImportReport) -> list[str]:
@@ -118,4 +119,50 @@ def cmd_import_otel(args: argparse.Namespace) -> int:
         emit_json(report.as_dict())
     else:
         print("\n".join(otel_report_lines(report)))
+    return 0
+
+
+# -- soapwb import langgraph ----------------------------------------------------------------
+
+
+def register_langgraph(sources: Any) -> None:
+    parser = sources.add_parser(
+        "langgraph",
+        help="a LangGraph SqliteSaver checkpoint database: a session per thread, its forks as forks",
+    )
+    parser.add_argument("db", metavar="DB", type=Path, help="the checkpoint database (read only)")
+    parser.add_argument(
+        "--graph",
+        metavar="MODULE:ATTR",
+        help="the app's compiled graph: materialize then builds the whole body, and re-runs run "
+        "LangGraph itself (remembered)",
+    )
+    store_command(parser, cmd_import_langgraph)
+
+
+def langgraph_report_lines(report: langgraph.ImportReport) -> list[str]:
+    lines = [f"read {report.db} (decoded with {report.decoder})"]
+    if report.graph:
+        lines.append(f"  the app's graph: {report.graph}")
+    for session in report.sessions:
+        lines.append(
+            f"  {session.status:<9} {session.role}/{session.uuid}  thread {session.thread!r}: "
+            f"{session.checkpoints} checkpoints, {session.contexts} contexts, "
+            f"{session.calls} calls ({session.calls_added} new, {session.messages_added} new messages)"
+            + (f", {session.calls_rebuilt} rebuilt by the graph" if session.calls_rebuilt else "")
+        )
+    lines.extend(f"note: {notice}" for notice in report.notices)
+    if report.sessions and not report.changed:
+        lines.append("nothing changed (already imported)")
+    return lines
+
+
+def cmd_import_langgraph(args: argparse.Namespace) -> int:
+    if not args.store:
+        raise UsageError("no store given: pass --store DIR or set SOAPWB_STORE")
+    report = langgraph.import_langgraph(args.db, args.store, graph=args.graph)
+    if args.json:
+        emit_json(report.as_dict())
+    else:
+        print("\n".join(langgraph_report_lines(report)))
     return 0

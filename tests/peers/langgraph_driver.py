@@ -1,57 +1,61 @@
 """Writes a LangGraph ``SqliteSaver`` checkpoint database as the real packages write it.
 
-``python langgraph_driver.py BASE_URL DB``, run with the project's interpreter
-against the scripted server (``openai_stub.py``): a ChatOpenAI model with a
-bound tool in a graph with a tool node, thread ``t1``: a question, the tool call, its
-result, the answer; then a fork (``update_state`` on the checkpoint before the first model
-call, replacing the question) run to its own answer. Prints ``{"thread": ...}``. Only the
-peer's packages are imported here.
+``python langgraph_driver.py BASE_URL DB [SCENARIO]``, run with the project's interpreter
+against the scripted server (``openai_stub.py``) or any OpenAI-compatible endpoint. The
+app is ``langgraph_app.py`` (a ChatOpenAI model with a bound tool, a tool node), compiled
+here with a ``SqliteSaver`` on DB as the app would; thread ``t1``. Scenarios:
+
+* ``fork`` (the default): a question, the tool call, its result, the answer; then a fork
+  (``update_state`` on the checkpoint before the first model call, replacing the
+  question) run to its own answer;
+* ``two-forks``: the same, then a second fork from the checkpoint after the tool ran,
+  its result replaced (``5``), run to its answer: a branch that shares the first call;
+* ``grow``: one more question on the thread as it stands (a database that grew);
+* ``local``: the question and its tool loop only, the app at temperature 0 (for the
+  deterministic local model).
+
+Prints ``{"thread": ...}``. Only the peer's packages are imported here.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import sys
-
-from langchain_core.messages import HumanMessage, SystemMessage
-from langchain_core.tools import tool
-from langchain_openai import ChatOpenAI
-from langgraph.checkpoint.sqlite import SqliteSaver
-from langgraph.graph import START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode, tools_condition
+from pathlib import Path
 
 THREAD = "t1"
 
 
-@tool
-def count_errors(pattern: str) -> str:
-    """Count the lines of the log matching a pattern."""
-    return "3"
+def main(base_url: str, db: str, scenario: str = "fork") -> None:
+    os.environ["LANGGRAPH_APP_BASE_URL"] = base_url
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from langchain_core.messages import HumanMessage, ToolMessage
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph_app import builder, deterministic_builder
 
-
-def main(base_url: str, db: str) -> None:
-    llm = ChatOpenAI(model="smollm2", base_url=base_url, api_key="not-a-key", max_retries=0).bind_tools(
-        [count_errors]
-    )
-
-    def model(state: MessagesState) -> dict[str, list[object]]:
-        return {"messages": [llm.invoke([SystemMessage("You analyse logs."), *state["messages"]])]}
-
-    builder = StateGraph(MessagesState)
-    builder.add_node("model", model)
-    builder.add_node("tools", ToolNode([count_errors]))
-    builder.add_edge(START, "model")
-    builder.add_conditional_edges("model", tools_condition)
-    builder.add_edge("tools", "model")
+    if scenario == "local":  # the question and its tool loop, at temperature 0
+        builder = deterministic_builder
     graph = builder.compile(checkpointer=SqliteSaver(sqlite3.connect(db, check_same_thread=False)))
     config = {"configurable": {"thread_id": THREAD}}
+    if scenario == "grow":
+        graph.invoke({"messages": [HumanMessage("And how many warnings?", id="q2")]}, config)
+        print(json.dumps({"thread": THREAD}))
+        return
     graph.invoke({"messages": [HumanMessage("How many errors are in the log?", id="q1")]}, config)
-    first = [s for s in graph.get_state_history(config) if s.next == ("model",)][-1]  # before the first call
-    forked = graph.update_state(first.config, {"messages": [HumanMessage("How many warnings?", id="q1")]})
-    graph.invoke(None, forked)
+    history = list(graph.get_state_history(config))
+    if scenario in ("fork", "two-forks"):
+        first = [s for s in history if s.next == ("model",)][-1]  # before the first call
+        forked = graph.update_state(first.config, {"messages": [HumanMessage("How many warnings?", id="q1")]})
+        graph.invoke(None, forked)
+    if scenario == "two-forks":
+        after_tool = next(s for s in history if s.next == ("model",) and len(s.values["messages"]) == 3)
+        result = after_tool.values["messages"][2]
+        changed = ToolMessage("5", tool_call_id=result.tool_call_id, name=result.name, id=result.id)
+        graph.invoke(None, graph.update_state(after_tool.config, {"messages": [changed]}))
     print(json.dumps({"thread": THREAD}))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(*sys.argv[1:])
