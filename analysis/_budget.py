@@ -31,6 +31,7 @@ from soap_core import (
     ToolPart,
     ToolResultPart,
     ToolUsePart,
+    app_branch,
 )
 from soap_core.runtime import invocation_chains
 
@@ -208,7 +209,8 @@ class _Compactions:
             if parent is None:
                 break
             seen.add(parent.id)
-            events.append(CompactionEvent(parent.id, context.id, *self._sizes_of(parent, context)))
+            if app_branch(context) is None:  # a branch the app made (LangGraph's) compacts nothing
+                events.append(CompactionEvent(parent.id, context.id, *self._sizes_of(parent, context)))
             context = parent
         return list(reversed(events)) if context is not None and context.id == previous else []
 

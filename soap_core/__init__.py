@@ -39,7 +39,17 @@ from soap_core._layout import (
     Layout,
     locate,
 )
-from soap_core._marks import REPLAY_KEY, BranchMark, is_marked, mark_of, read_mark, set_mark
+from soap_core._marks import (
+    APP_BRANCH_KEY,
+    REPLAY_KEY,
+    BranchMark,
+    app_branch,
+    is_marked,
+    mark_of,
+    read_mark,
+    set_app_branch,
+    set_mark,
+)
 from soap_core._message import Message, Role
 from soap_core._overview import (
     MessageRow,
@@ -89,6 +99,7 @@ from soap_core._tokens import count_text, get_encoding
 from soap_core._tree import ContextNode, describe_node, fork_tree
 
 __all__ = [
+    "APP_BRANCH_KEY",
     "CALLS_DIR",
     "CALL_FORMAT",
     "COMPACTION",
@@ -146,6 +157,7 @@ __all__ = [
     "UnsafeNameError",
     "WindowDisagreement",
     "age_text",
+    "app_branch",
     "base64_source",
     "build_call_pairs",
     "canonical_json",
@@ -178,6 +190,7 @@ __all__ = [
     "search_store",
     "searchable_text",
     "session_overview",
+    "set_app_branch",
     "set_mark",
     "time_text",
     "tool_schema",

@@ -123,3 +123,19 @@ def read_mark(data: Mapping[str, Any]) -> BranchMark:
 def set_mark(context: Context, mark: BranchMark) -> None:
     """Mark ``context`` as the workbench's (replacing any mark it had)."""
     context.extra[REPLAY_KEY] = mark.as_dict()
+
+
+APP_BRANCH_KEY = "soapwb_app_branch"
+"""The key of ``Context.extra`` an importer sets on a fork the app itself made as a
+branch (LangGraph's ``update_state``): not the workbench's, and not a compaction."""
+
+
+def set_app_branch(context: Context, framework: str, how: str) -> None:
+    """Say that ``framework``'s app branched into ``context`` (``how``: its own word)."""
+    context.extra[APP_BRANCH_KEY] = {"framework": framework, "how": how}
+
+
+def app_branch(context: Context) -> Mapping[str, Any] | None:
+    """What :func:`set_app_branch` said of ``context``; None for any other context."""
+    data = context.extra.get(APP_BRANCH_KEY)
+    return data if isinstance(data, Mapping) else None

@@ -21,11 +21,12 @@ from typing import Any, cast
 
 import pytest
 
+from analysis import call_budgets
 from importers import ImporterError
 from importers.langgraph import import_langgraph, read_threads
 from local_model import LocalModelServer
 from replay import Overrides, ToolModes, materialize, rerun
-from soap_core import Session, Store, canonical_json, fork_tree
+from soap_core import Session, Store, app_branch, canonical_json, fork_tree
 from soap_core.runtime import LLMEndpoint
 from tests.peers import langgraph_app
 from tests.peers.openai_stub import OpenAIStub, completion
@@ -135,6 +136,13 @@ def test_the_update_forks_show_in_the_fork_tree_with_the_shared_call_once(
     for call in session.calls():
         by_context[call.context_id] = by_context.get(call.context_id, 0) + 1
     assert by_context == {main.id: 2, question.id: 1, tool_result.id: 1}  # the shared call once
+    # the app's branches, not compactions: the token budget shows none between the calls
+    assert [app_branch(c) for c in (main, question, tool_result)] == [
+        None,
+        {"framework": "langgraph", "how": "update"},
+        {"framework": "langgraph", "how": "update"},
+    ]
+    assert [b.compactions_before for b in call_budgets(session)] == [[]] * 4
 
 
 def test_both_decoders_read_the_same_messages_from_the_real_database(written: Written) -> None:

@@ -53,6 +53,7 @@ from soap_core import (
     Session,
     Store,
     request_hash,
+    set_app_branch,
     write_call,
 )
 
@@ -235,6 +236,8 @@ def _fill(
             )
             if context.id not in parent.children:
                 parent.children.append(context.id)
+            if plan.first.source in ("update", "fork"):  # the app's branch, not a compaction
+                set_app_branch(context, "langgraph", plan.first.source)
         session.add_context(context)
     have = len(context.messages)
     for position in range(plan.shared, min(have, len(plan.messages))):
