@@ -438,3 +438,16 @@ class TestLongSessions:
         assert curve_points(short.points) == short.points and curves_note([short]) is None
         traces = {t["name"]: t for t in curves_figure([short]).to_plotly_json()["data"]}
         assert len(traces["rolling-messages:2 compactions"]["x"]) == MOST_MARKS
+
+
+def test_the_curves_of_a_short_session_tick_whole_calls() -> None:
+    assert (
+        curves_figure([simulated("rolling-messages:2", 4, ())])
+        .to_plotly_json()["layout"]["xaxis"]
+        .get("dtick")
+        == 1
+    )
+    assert (
+        "dtick"
+        not in curves_figure([simulated("rolling-messages:2", 300, ())]).to_plotly_json()["layout"]["xaxis"]
+    )

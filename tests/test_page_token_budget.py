@@ -422,3 +422,10 @@ class TestManyCalls:
     def test_a_chart_of_few_calls_draws_every_one_and_says_nothing(self) -> None:
         budgets = many_calls(CHART_CALLS, compacted_at=())
         assert chart_calls(budgets) == budgets and chart_note(budgets, budgets) is None
+
+
+def test_a_short_session_s_chart_ticks_whole_calls_and_a_long_one_is_left_to_plotly() -> None:
+    short = budget_figure(many_calls(4, compacted_at=())).to_plotly_json()["layout"]["xaxis"]
+    assert short.get("dtick") == 1  # plotly ticks 0, 0.5, 1, ... on four calls
+    long = budget_figure(many_calls(500, compacted_at=())).to_plotly_json()["layout"]["xaxis"]
+    assert "dtick" not in long

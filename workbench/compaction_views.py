@@ -190,6 +190,9 @@ def curves_figure(simulations: Sequence[Simulation]) -> go.Figure:
             )
         )
     figure.update_layout(xaxis_title="call number", yaxis_title="tokens sent (cl100k_base)")
+    calls = [x for trace in figure.data for x in (trace.x or ())]
+    if calls and max(calls) - min(calls) <= 10:
+        figure.update_xaxes(dtick=1)  # calls are whole: no "call 0.5" tick on a short session
     return figure
 
 

@@ -221,14 +221,14 @@ SOURCE_DESCRIPTIONS = {
 
 def source_line(found: Materialized) -> str:
     """Which framework's request shape the page shows, and where its messages came from."""
-    what = SOURCE_DESCRIPTIONS.get(found.source, f"the request of {found.source}")
+    what = SOURCE_DESCRIPTIONS.get(found.source)  # a source's own ``built`` words say enough
     where = (
         f"the {found.sent_from[1]} messages of context {short_id(found.sent_from[0])}"
         if found.sent_from
         else f"context {short_id(found.context_id)} before message #{found.index}, {len(found.messages)} messages"
     )
     built = built_as(found.source)
-    return f"{built[0].upper()}{built[1:]} ({what}) from {where}."
+    return f"{built[0].upper()}{built[1:]}{f' ({what})' if what else ''} from {where}."
 
 
 REQUEST_HEAD, REQUEST_TAIL = 3, 50

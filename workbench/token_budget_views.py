@@ -214,6 +214,8 @@ def budget_figure(budgets: Sequence[CallBudget], threshold: int | None = None) -
         hovermode="x unified",
         legend_traceorder="normal",
     )
+    if numbers and numbers[-1] - numbers[0] <= 10:
+        figure.update_xaxes(dtick=1)  # calls are whole: no "call 0.5" tick on a short session
     return figure
 
 
