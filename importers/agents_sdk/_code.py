@@ -1,0 +1,293 @@
+"""The app's own agents, run by the Agents SDK itself: the whole request of a call, and
+a re-run from any message. The only module of the importer that imports the SDK.
+
+Which agent answered a call is found as the SDK's ``Runner`` finds it: every turn (a user
+item) starts at the app's starting agent, and each handoff in the turn (its output
+``{"assistant": "X"}``) moves to the agent of that name among the current one's handoffs.
+The SDK drops an agent's ``tool_choice`` once it has used a tool in the run
+(``reset_tool_choice``, tracked per ``Runner.run``); a fresh run over the items before the
+call would not know it, so that agent is given ``tool_choice=None`` as the SDK's own rule
+does (``maybe_reset_tool_choice``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import dataclasses
+import importlib
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from agents import Agent, FunctionTool, Handoff, RunConfig, Runner, SQLiteSession
+
+from importers._capture import capture_one, routed
+from importers.agents_sdk._chat import items_of, tools_message
+from importers.agents_sdk._items import (
+    Row,
+    append_message,
+    groups,
+    handoff_target,
+    message_of,
+    meta_of,
+    utc_text,
+)
+from soap_core import Message, ToolUsePart, utc_now
+from soap_core.runtime import RerunStopped
+
+if TYPE_CHECKING:
+    from replay import FrameworkRun
+
+T = TypeVar("T")
+
+
+class AgentCodeError(Exception):
+    """The app's code cannot be used: not importable, not an ``Agent``, or an agent the
+    file names (a handoff's target) is not among its handoffs."""
+
+
+def load_agent(code: str) -> Agent[Any]:
+    """The ``Agent`` at ``MODULE:ATTR``."""
+    module_name, _, attr = code.partition(":")
+    if not module_name or not attr:
+        raise AgentCodeError(f"{code!r} is not MODULE:ATTR")
+    try:
+        found: Any = importlib.import_module(module_name)
+        for name in attr.split("."):
+            found = getattr(found, name)
+    except (ImportError, AttributeError) as exc:
+        raise AgentCodeError(f"cannot import {code}: {exc}") from None
+    if not isinstance(found, Agent):
+        raise AgentCodeError(f"{code} is a {type(found).__name__}, not an Agents SDK Agent")
+    return found
+
+
+def _handoff_agent(agent: Agent[Any], name: str) -> Agent[Any] | None:
+    for handoff in agent.handoffs:
+        if isinstance(handoff, Agent) and handoff.name == name:
+            return handoff
+        if isinstance(handoff, Handoff) and handoff.agent_name == name:
+            target = handoff._agent_ref() if handoff._agent_ref is not None else None
+            if isinstance(target, Agent):
+                return target
+    return None
+
+
+@dataclass(frozen=True)
+class Position:
+    """Who answers the call after some messages, and whether the reset rule holds for it."""
+
+    agent: Agent[Any]
+    used_tools: bool
+    """The agent called a tool (a handoff included) earlier in the same turn."""
+
+
+def position(start: Agent[Any], messages: Sequence[Message]) -> Position:
+    """The agent answering the call after ``messages``, followed through the handoffs."""
+    agent, used = start, set[int]()
+    for message in messages:
+        if message.role == "user":
+            agent, used = start, set()
+        elif message.role == "assistant" and message.tool_uses():
+            used.add(id(agent))
+        elif message.role == "tool_result" and "handoff" in meta_of(message):
+            name = meta_of(message)["handoff"]["to"]
+            following = _handoff_agent(agent, name)
+            if following is None:
+                raise AgentCodeError(
+                    f"the file hands off from {agent.name!r} to {name!r}, which is not among its handoffs"
+                )
+            agent = following
+    return Position(agent, id(agent) in used)
+
+
+def settled(agent: Agent[Any], used_tools: bool) -> Agent[Any]:
+    """``agent`` as the SDK would run it at that point: the reset rule applied."""
+    if agent.reset_tool_choice is True and used_tools and agent.model_settings.tool_choice is not None:
+        return agent.clone(model_settings=dataclasses.replace(agent.model_settings, tool_choice=None))
+    return agent
+
+
+def run_async(make: Callable[[], Awaitable[T]]) -> T:
+    """Run a coroutine to its end here, or in a thread of its own (with this context,
+    so a route set here holds there) when an event loop already runs in this one."""
+
+    async def main() -> T:
+        return await make()
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(main())
+    context = contextvars.copy_context()
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(context.run, asyncio.run, main()).result()
+
+
+def _items(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    return [item for m in messages if not m.is_special for item in items_of(m)]
+
+
+_CONFIG = RunConfig(tracing_disabled=True)
+
+
+def whole_request(code: str, messages: Sequence[Message]) -> tuple[dict[str, Any], list[Message]]:
+    """The body the SDK sends for the call after ``messages`` (built by the SDK itself,
+    the call stopped before it leaves), and its specials as messages: the system message
+    and the tools."""
+    start = load_agent(code)
+    found = position(start, messages)
+    agent = settled(found.agent, found.used_tools)
+    items = _items(messages)
+    body = capture_one(lambda: run_async(lambda: Runner.run(agent, items, run_config=_CONFIG)))  # type: ignore[arg-type]
+    if body is None:
+        raise AgentCodeError(f"the agent {agent.name!r} answered without asking its model")
+    specials: list[Message] = []
+    chat = body.get("messages") or []
+    if chat and chat[0].get("role") == "system" and isinstance(chat[0].get("content"), str):
+        specials.append(Message.system_prompt(chat[0]["content"]))
+    if body.get("tools"):
+        specials.append(tools_message(list(body["tools"])))
+    return body, specials
+
+
+# -- re-runs ------------------------------------------------------------------------------
+
+
+def _served_tool(tool: FunctionTool, serve: Callable[[ToolUsePart], str | None]) -> FunctionTool:
+    """``tool`` answered by the re-run's tool modes; the app's own function where they say live."""
+    original = tool.on_invoke_tool
+
+    async def invoke(context: Any, arguments: str) -> Any:
+        result = serve(ToolUsePart(str(getattr(context, "tool_call_id", "")), tool.name, arguments))
+        if result is not None:
+            return result
+        return await original(context, arguments)
+
+    return dataclasses.replace(tool, on_invoke_tool=invoke)
+
+
+def served_agents(start: Agent[Any], serve: Callable[[ToolUsePart], str | None]) -> dict[int, Agent[Any]]:
+    """A copy of every agent reachable from ``start`` through its handoffs (by the id of
+    the original), each function tool served by ``serve``. A ``Handoff`` object keeps its
+    own agent (its target is in its closure): that agent's tools run as the app's."""
+    copies: dict[int, Agent[Any]] = {}
+    pending = [start]
+    while pending:
+        agent = pending.pop()
+        if id(agent) in copies:
+            continue
+        tools = [_served_tool(t, serve) if isinstance(t, FunctionTool) else t for t in agent.tools]
+        copies[id(agent)] = agent.clone(tools=tools)
+        pending.extend(h for h in agent.handoffs if isinstance(h, Agent))
+    for copy in copies.values():
+        copy.handoffs = [copies.get(id(h), h) if isinstance(h, Agent) else h for h in copy.handoffs]
+    return copies
+
+
+@dataclass
+class _Call:
+    body: dict[str, Any]
+    started_at: str
+    response: dict[str, Any] | None = None
+    latency_s: float | None = None
+    error: str | None = None
+
+
+def _stopped(exc: BaseException) -> RerunStopped | None:
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, RerunStopped):
+            return cause
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
+def rerun_with_code(run: FrameworkRun) -> None:
+    """Run the app's ``Runner`` from the re-run message on a new in-memory
+    ``SQLiteSession`` holding the fork's items (the app's database is never opened);
+    every model call goes to the run's endpoint, each new item lands on the fork."""
+    start = load_agent(run.code)
+    messages = list(run.fork.messages)
+    found = position(start, messages)
+    copies = served_agents(start, run.serve)
+    agent = settled(copies[id(found.agent)], found.used_tools)
+    calls: list[_Call] = []
+
+    def answer(body: dict[str, Any]) -> dict[str, Any]:
+        call = _Call(body, utc_now())
+        calls.append(call)
+        began = time.monotonic()
+        try:
+            call.response, call.latency_s = run.complete(body)
+        except Exception as exc:
+            call.error = f"{type(exc).__name__}: {exc}"
+            raise
+        call.latency_s = call.latency_s if call.latency_s is not None else time.monotonic() - began
+        return call.response
+
+    session = SQLiteSession(f"soapwb-rerun-{uuid.uuid4()}")  # in memory
+    items = _items(messages)
+
+    async def go() -> tuple[Any, list[dict[str, Any]]]:
+        await session.add_items(items)  # type: ignore[arg-type]
+        outcome: Any = None
+        try:
+            outcome = await Runner.run(agent, [], session=session, run_config=_CONFIG)
+        except Exception as exc:  # the items it saved still land on the fork
+            outcome = exc
+        return outcome, [dict(i) for i in await session.get_items()]
+
+    with routed(answer):
+        outcome, stored = run_async(go)
+    session.close()
+    _land(run, stored[len(items) :], calls, found.agent.name)
+    if isinstance(outcome, BaseException):
+        stopped = _stopped(outcome)
+        if stopped is not None:
+            raise stopped
+        run.result.error = f"{type(outcome).__name__}: {outcome}"
+    else:
+        final = outcome.final_output
+        run.result.answer = final if isinstance(final, str | int | float | bool | type(None)) else str(final)
+
+
+def _land(run: FrameworkRun, items: list[dict[str, Any]], calls: list[_Call], agent: str) -> None:
+    """The new items as messages on the fork, each answer with the record of its call."""
+    now = utc_text(utc_now())
+    rows = [Row(-1 - n, now, item) for n, item in enumerate(items)]
+    pending = iter(calls)
+    for group in groups(rows):
+        message = message_of(group, str(uuid.uuid4()), agent if group.role == "assistant" else None)
+        if group.role != "assistant":
+            if group.role == "tool_result" and isinstance(meta_of(message).get("items"), list):
+                target = handoff_target(group.items[0].get("output"))
+                if target is not None:
+                    uses = {u.call_id: u.name for m in run.fork.messages for u in m.tool_uses()}
+                    call_id = str(group.items[0].get("call_id"))
+                    meta_of(message)["handoff"] = {
+                        "call_id": call_id,
+                        "tool": uses.get(call_id, ""),
+                        "to": target,
+                    }
+                    agent = target
+            append_message(run.fork, message)
+            continue
+        call = next(pending, None)
+        if call is None:
+            append_message(run.fork, message)
+            continue
+        run.record(call.body, message, call.response, call.latency_s, started_at=call.started_at)
+    for call in pending:  # calls whose answer the SDK did not keep (it failed on them)
+        run.record(
+            call.body,
+            None,
+            call.response,
+            call.latency_s,
+            error=call.error or "no answer kept",
+            started_at=call.started_at,
+        )
