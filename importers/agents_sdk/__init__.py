@@ -9,5 +9,6 @@ alone or, with the app's starting agent, whole; with the agent a re-run runs the
 """
 
 from importers.agents_sdk._import import ImportReport, SessionReport, import_agents_sdk
+from importers.agents_sdk._items import AgentCodeError, ItemError
 
-__all__ = ["ImportReport", "SessionReport", "import_agents_sdk"]
+__all__ = ["AgentCodeError", "ImportReport", "ItemError", "SessionReport", "import_agents_sdk"]

@@ -28,6 +28,7 @@ from agents import Agent, FunctionTool, Handoff, RunConfig, Runner, SQLiteSessio
 from importers._capture import capture_one, routed
 from importers.agents_sdk._chat import items_of, tools_message
 from importers.agents_sdk._items import (
+    AgentCodeError,
     Row,
     append_message,
     groups,
@@ -43,11 +44,6 @@ if TYPE_CHECKING:
     from replay import FrameworkRun
 
 T = TypeVar("T")
-
-
-class AgentCodeError(Exception):
-    """The app's code cannot be used: not importable, not an ``Agent``, or an agent the
-    file names (a handoff's target) is not among its handoffs."""
 
 
 def load_agent(code: str) -> Agent[Any]:

@@ -72,6 +72,11 @@ class Row:
     item: dict[str, Any]
 
 
+class AgentCodeError(Exception):
+    """The app's code cannot be used: not importable, not an ``Agent``, or an agent the
+    file names (a handoff's target) is not among its handoffs."""
+
+
 class ItemError(ValueError):
     """An item this importer does not know how to read (a hosted tool's call, a
     compaction item): the SDK's Chat Completions converter refuses it too."""

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from importers.agents_sdk._chat import chat_messages, tools_of
-from importers.agents_sdk._items import meta_of
+from importers.agents_sdk._items import AgentCodeError, meta_of
 from replay import FRAMEWORK_CODE_KEY
 from soap_core import Context, Message, Session
 
@@ -62,7 +62,7 @@ def request_for(
     code = session.state_data.get(FRAMEWORK_CODE_KEY)
     if code:
         try:
-            from importers.agents_sdk._code import AgentCodeError, whole_request
+            from importers.agents_sdk._code import whole_request
         except ImportError as exc:
             notes.append(f"the Agents SDK is not installed here ({exc}): built from the file alone")
         else:
