@@ -108,6 +108,15 @@ def settled(agent: Agent[Any], used_tools: bool) -> Agent[Any]:
     return agent
 
 
+def instructed(agent: Agent[Any], messages: Sequence[Message]) -> Agent[Any]:
+    """``agent`` with the system prompt of ``messages`` as its instructions where a
+    replay's edit changed it (instructions given as text; a function's are its own)."""
+    system = next((m for m in messages if m.message_type == "SystemPromptMessage"), None)
+    if system is None or not isinstance(agent.instructions, str) or system.text() == agent.instructions:
+        return agent
+    return agent.clone(instructions=system.text())
+
+
 def run_async(make: Callable[[], Awaitable[T]]) -> T:
     """Run a coroutine to its end here, or in a thread of its own (with this context,
     so a route set here holds there) when an event loop already runs in this one."""
@@ -211,7 +220,7 @@ def rerun_with_code(run: FrameworkRun) -> None:
     messages = list(run.fork.messages)
     found = position(start, messages)
     copies = served_agents(start, run.serve)
-    agent = settled(copies[id(found.agent)], found.used_tools)
+    agent = instructed(settled(copies[id(found.agent)], found.used_tools), messages)
     calls: list[_Call] = []
 
     def answer(body: dict[str, Any]) -> dict[str, Any]:
