@@ -1,7 +1,7 @@
 """A small OpenAI Agents SDK app, importable as code (``tests.peers.agents_app:triage``):
 what ``soapwb import openai-agents --agent`` and a re-run with the app's code load.
 
-A triage agent with a tool (``count_errors``, forced on its first call of a turn: the SDK
+At temperature 0 (the local model is deterministic then). A triage agent with a tool (``count_errors``, forced on its first call of a turn: the SDK
 drops that ``tool_choice`` once the tool ran, its reset rule) and a handoff to a billing
 agent, both on ``OpenAIChatCompletionsModel``. The client's base URL comes from
 ``AGENTS_APP_BASE_URL`` (the driver sets it; the workbench routes the calls itself), the
@@ -35,7 +35,7 @@ billing = Agent(
     name="Billing",
     instructions="You answer billing questions.",
     model=model,
-    model_settings=ModelSettings(max_tokens=48),
+    model_settings=ModelSettings(temperature=0, max_tokens=48),
 )
 triage = Agent(
     name="Triage",
@@ -43,5 +43,5 @@ triage = Agent(
     tools=[count_errors],
     handoffs=[billing],
     model=model,
-    model_settings=ModelSettings(tool_choice="count_errors", max_tokens=48),
+    model_settings=ModelSettings(tool_choice="count_errors", temperature=0, max_tokens=48),
 )
