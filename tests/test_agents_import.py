@@ -254,3 +254,113 @@ def test_soapwb_import_openai_agents_reports_and_refuses_an_agent_it_cannot_impo
         main(["import", "openai-agents", str(written.db), "--store", store, "--agent", "nowhere:agent"]) != 0
     )
     assert "cannot import nowhere:agent" in capsys.readouterr().err
+
+
+def _output(text: str, response: str = "r1", model: str = "m") -> dict[str, Any]:
+    content = [{"annotations": [], "text": text, "type": "output_text", "logprobs": []}]
+    data = {"model": model, "response_id": response}
+    return {
+        "id": "__fake_id__",
+        "content": content,
+        "role": "assistant",
+        "status": "completed",
+        "type": "message",
+    } | {"provider_data": data}
+
+
+def _call(call_id: str, arguments: str, response: str = "r1") -> dict[str, Any]:
+    data = {"model": "m", "response_id": response}
+    return {
+        "arguments": arguments,
+        "call_id": call_id,
+        "name": "t",
+        "type": "function_call",
+        "id": "__fake_id__",
+    } | {"provider_data": data}
+
+
+def _result(call_id: str, output: Any) -> dict[str, Any]:
+    return {"call_id": call_id, "output": output, "type": "function_call_output"}
+
+
+def _reasoning(data: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    return {"type": "reasoning", "id": "__fake_id__", "summary": [], "provider_data": data, **fields}
+
+
+USER = {"role": "user", "content": "hi"}
+ITEM_SHAPES: dict[str, list[dict[str, Any]]] = {
+    "text and two calls in one answer, an empty argument string": [
+        USER,
+        _output("let me look"),
+        _call("a", '{"x": 1}'),
+        _call("b", ""),
+        _result("a", "1"),
+        _result("b", "2"),
+        _output("done", "r2"),
+    ],
+    "calls before the text (a streamed turn)": [
+        USER,
+        _call("a", "{}"),
+        _output("looking"),
+        _result("a", "1"),
+    ],
+    "a refusal": [
+        USER,
+        {
+            "id": "x",
+            "content": [{"type": "refusal", "refusal": "no"}],
+            "role": "assistant",
+            "type": "message",
+        },
+    ],
+    "user parts, an image among them": [
+        {
+            "role": "user",
+            "content": [{"type": "input_text", "text": "see"}, {"type": "input_image", "image_url": "u"}],
+        }
+    ],
+    "system, developer and typed user items": [
+        {"role": "system", "content": "s"},
+        {"role": "developer", "content": "d"},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "u"}]},
+    ],
+    "an easy assistant item": [USER, {"role": "assistant", "content": "b"}],
+    "reasoning sent back as the model's own field": [
+        USER,
+        _reasoning(
+            {"model": "m", "response_id": "r1", "_chat_completions_reasoning_field": "reasoning"},
+            content=[{"type": "reasoning_text", "text": "think"}],
+        ),
+        _output("answer"),
+    ],
+    "reasoning of another model": [
+        USER,
+        _reasoning(
+            {"model": "other", "response_id": "r1", "_chat_completions_reasoning_field": "reasoning"},
+            content=[{"type": "reasoning_text", "text": "think"}],
+        ),
+        _output("answer"),
+    ],
+    "a tool output as parts": [USER, _call("a", "{}"), _result("a", [{"type": "input_text", "text": "r"}])],
+}
+
+
+@pytest.mark.parametrize("model", ["m", "deepseek-chat"])
+@pytest.mark.parametrize("shape", list(ITEM_SHAPES))
+def test_the_messages_rebuilt_from_imported_items_are_the_sdks_own_for_every_item_shape(
+    shape: str, model: str
+) -> None:
+    """The port of ``Converter.items_to_messages`` against the SDK's, through the import's
+    grouping into messages and back (a DeepSeek model: its ``reasoning_content`` rule)."""
+    from agents.models.chatcmpl_converter import Converter
+
+    from importers.agents_sdk._chat import chat_messages
+    from importers.agents_sdk._items import Row, groups, message_of
+
+    items = ITEM_SHAPES[shape]
+    if model.startswith("deepseek"):
+        items = [*items, _reasoning({}, summary=[{"type": "summary_text", "text": "s"}]), _output("x", "r9")]
+    rows = [Row(n, "2026-12-04T00:00:00+00:00", item) for n, item in enumerate(items, start=1)]
+    messages = [message_of(group, f"m{n}", None) for n, group in enumerate(groups(rows))]
+    theirs = json.loads(json.dumps(Converter.items_to_messages(items, model=model)))
+    assert chat_messages(messages, model) == theirs

@@ -25,7 +25,7 @@ from soap_core import Message, TextPart, ThinkingPart, ToolPart, ToolResultPart,
 
 TOOLS_KEY = "openai_agents_tools"
 """Metadata of a rebuilt tool-definitions message: the tools exactly as the SDK sent them."""
-REASONING_FIELD_KEY = "chat_completions_reasoning_field"
+REASONING_FIELD_KEY = "_chat_completions_reasoning_field"
 """Where the SDK's provider data says which response field held the reasoning."""
 
 
@@ -78,18 +78,22 @@ class _Builder:
         self.result: list[dict[str, Any]] = []
         self.current: dict[str, Any] | None = None
         self.pending_reasoning: str | None = None
+        self.pending_reasoning_content: str | None = None  # DeepSeek's field
 
     def flush(self, *, clear_reasoning: bool = True) -> None:
         if self.current is not None:
             if not self.current.get("tool_calls"):
                 del self.current["tool_calls"]
-                self.pending_reasoning = None
+                self.pending_reasoning = self.pending_reasoning_content = None
             self.result.append(self.current)
             self.current = None
         if clear_reasoning:
-            self.pending_reasoning = None
+            self.pending_reasoning = self.pending_reasoning_content = None
 
     def apply_reasoning(self, message: dict[str, Any]) -> None:
+        if self.pending_reasoning_content:
+            message["reasoning_content"] = self.pending_reasoning_content
+            self.pending_reasoning_content = None
         if self.pending_reasoning:
             message["reasoning"] = self.pending_reasoning
             self.pending_reasoning = None
@@ -163,9 +167,10 @@ class _Builder:
         self.current = message
 
     def reasoning(self, item: dict[str, Any]) -> None:
-        self.pending_reasoning = None
+        self.pending_reasoning = self.pending_reasoning_content = None
         data = item.get("provider_data") or {}
-        if data.get(REASONING_FIELD_KEY) == "reasoning" and self.model == data.get("model", ""):
+        origin = data.get("model", "")
+        if data.get(REASONING_FIELD_KEY) == "reasoning" and self.model == origin:
             texts = [
                 c["text"]
                 for c in item.get("content") or []
@@ -173,6 +178,20 @@ class _Builder:
             ]
             if texts:
                 self.pending_reasoning = "\n".join(texts)
+        if self.model is not None and _replays_reasoning_content(self.model, origin or None, data):
+            texts = [s["text"] for s in item.get("summary") or [] if isinstance(s, dict) and s.get("text")]
+            if texts:
+                self.pending_reasoning_content = "\n".join(texts)
+
+
+def _replays_reasoning_content(model: str, origin: str | None, data: dict[str, Any]) -> bool:
+    """The SDK's default rule (``default_should_replay_reasoning_content``): DeepSeek's
+    ``reasoning_content`` goes back to DeepSeek only, from DeepSeek or an unmarked item.
+    (An app's own hook for this is not in the file: with --agent the SDK applies it.)"""
+    if "deepseek" not in model.lower():
+        return False
+    rest = {k: v for k, v in data.items() if k != "thinking_blocks"}
+    return (origin is not None and "deepseek" in origin.lower()) or not rest
 
 
 def items_to_messages(items: Iterable[dict[str, Any]], model: str | None) -> list[dict[str, Any]]:
