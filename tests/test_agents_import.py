@@ -364,3 +364,32 @@ def test_the_messages_rebuilt_from_imported_items_are_the_sdks_own_for_every_ite
     messages = [message_of(group, f"m{n}", None) for n, group in enumerate(groups(rows))]
     theirs = json.loads(json.dumps(Converter.items_to_messages(items, model=model)))
     assert chat_messages(messages, model) == theirs
+
+
+def test_a_history_rewritten_by_pop_item_becomes_a_fork_at_the_last_shared_message(
+    written: Written, tmp_path: Path
+) -> None:
+    """The SDK's way to retry: ``pop_item`` the last answer and run again. The rows it
+    removed stay in the store's first context, the new ones are a fork beside them."""
+    db = tmp_path / "popped.db"
+    shutil.copy(written.db, db)
+    store = tmp_path / "store"
+    _, first = imported(written, store, db=db)
+    root = first.active_context
+    script = (
+        "import asyncio, sys\n"
+        "from agents import SQLiteSession\n"
+        f"session = SQLiteSession('s1', {str(db)!r})\n"
+        "for _ in range(4): asyncio.run(session.pop_item())\n"  # back to the first answer
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+    again = drive(db, [{"content": "No errors today."}], "Any errors?")
+    report, session = imported(written, store, db=db)
+    assert report.sessions[0].contexts == 2 and report.sessions[0].calls_added == 1
+    fork = session.active_context
+    assert fork.origin_context_id == root.id and fork.id in session.contexts[root.id].children
+    assert [m.id for m in fork.messages[:4]] == [m.id for m in root.messages[:4]]
+    assert [m.text() for m in fork.messages[4:]] == ["Any errors?", "No errors today."]
+    assert len(session.contexts[root.id].messages) == 8  # the first history, as it was
+    found = materialize(session, fork, 5)
+    assert found.request["messages"] == again.bodies[0]["messages"][1:]
