@@ -87,6 +87,7 @@ def test_every_calls_messages_and_model_rematerialize_exactly_from_the_file_alon
         assert any("does not hold the agent's instructions" in note for note in found.notes)
     assert FRAMEWORK_CODE_KEY not in session.state_data
     assert report.sessions[0].calls_added == 4 and report.notices == []
+    assert [c.message_index for c in session.calls()] == answers(context)  # the calls in the SDK's order
 
 
 def test_the_file_alone_path_never_imports_the_sdk(written: Written, tmp_path: Path) -> None:

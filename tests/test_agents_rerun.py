@@ -144,3 +144,20 @@ def test_an_edited_instruction_is_what_the_rerun_sends(written: Written, tmp_pat
     )
     assert result.ok, result.problem
     assert model.requests[0]["messages"][0] == {"content": "Answer tersely.", "role": "system"}
+
+
+def test_a_changed_model_and_temperature_go_into_every_call_the_sdk_makes(
+    written: Written, tmp_path: Path
+) -> None:
+    from replay import Overrides
+
+    store, session = session_of(written, tmp_path)
+    model = ScriptedModel(count("ERROR"), {"content": "3."})
+    changed = Overrides(model="other-model", temperature=0.7)
+    result = rerun(store, session, None, FIRST_ANSWER, model, overrides=changed)
+    assert result.ok, result.problem
+    assert [(r["model"], r["temperature"]) for r in model.requests] == [("other-model", 0.7)] * 2
+    assert (
+        model.requests[0]["tool_choice"] == written.bodies[0]["tool_choice"]
+        and "tool_choice" not in model.requests[1]
+    )

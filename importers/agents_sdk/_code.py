@@ -18,7 +18,7 @@ import dataclasses
 import importlib
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -194,6 +194,17 @@ def served_agents(start: Agent[Any], serve: Callable[[ToolUsePart], str | None])
     return copies
 
 
+SAMPLING_OVERRIDES = ("model", "temperature", "seed", "max_tokens")
+
+
+def sampling_overrides(mark: Mapping[str, Any]) -> dict[str, Any]:
+    """The model and sampling parameters the re-run was asked to change (its mark's
+    overrides): they go into every body the SDK builds, the rest stays the SDK's (its
+    ``tool_choice`` and its reset, above all)."""
+    overrides = mark.get("overrides") or {}
+    return {k: overrides[k] for k in SAMPLING_OVERRIDES if overrides.get(k) is not None}
+
+
 @dataclass
 class _Call:
     body: dict[str, Any]
@@ -223,7 +234,10 @@ def rerun_with_code(run: FrameworkRun) -> None:
     agent = instructed(settled(copies[id(found.agent)], found.used_tools), messages)
     calls: list[_Call] = []
 
-    def answer(body: dict[str, Any]) -> dict[str, Any]:
+    changed = sampling_overrides(run.mark)
+
+    def answer(sent: dict[str, Any]) -> dict[str, Any]:
+        body = {**sent, **changed}
         call = _Call(body, utc_now())
         calls.append(call)
         began = time.monotonic()

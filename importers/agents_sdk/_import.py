@@ -243,10 +243,13 @@ def _existing(store: Store, session_uuid: str) -> Session | None:
 
 
 def call_id(key: str, answer: Message) -> str:
-    """The record id of the call that gave ``answer``: the time of its row, then 8 hex
-    digits of its key (the runtime's shape, deterministic)."""
+    """The record id of the call that gave ``answer``, in the runtime's shape (a UTC time
+    to the microsecond, then 8 hex digits), deterministic: the time of its first row (to
+    the second, as SQLite keeps it) with the row id in the microseconds, so the calls of
+    one second still sort in the order the SDK wrote them."""
     stamp = (answer.creation_timestamp or "")[:19].replace("-", "").replace(":", "")
-    return f"{stamp}-{stable_id(key, 'call', answer.id)[:8]}"
+    rows = meta_of(answer).get("rows") or [0]
+    return f"{stamp}{rows[0] % 1_000_000:06d}-{stable_id(key, 'call', answer.id)[:8]}"
 
 
 def _call_record(
