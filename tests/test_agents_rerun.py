@@ -161,3 +161,24 @@ def test_a_changed_model_and_temperature_go_into_every_call_the_sdk_makes(
         model.requests[0]["tool_choice"] == written.bodies[0]["tool_choice"]
         and "tool_choice" not in model.requests[1]
     )
+
+
+def test_soapwb_rerun_runs_the_code_the_import_remembered_against_a_server(
+    written: Written, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from soapwb.cli import main
+    from tests.peers.openai_stub import OpenAIStub
+
+    store, session = session_of(written, tmp_path)
+    with OpenAIStub([count("ERROR"), {"content": "There are 3 errors."}]) as stub:
+        argv = ["rerun", session.uuid, "--at", str(FIRST_ANSWER), "--store", str(store.root)]
+        code = main([*argv, "--base-url", stub.base_url, "--json"])
+        bodies = stub.bodies
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0, report
+    assert bodies[0] == written.bodies[0] and len(bodies) == 2
+    assert (report["ok"], report["answer"]) == (True, "There are 3 errors.")
+    assert [t["how"] for t in report["tools"]] == ["recorded"]
+    assert [p["status"] for p in report["diff"]["pairs"][:2]] == ["equal", "equal"]  # the turn re-ran alike
