@@ -394,3 +394,36 @@ def test_a_history_rewritten_by_pop_item_becomes_a_fork_at_the_last_shared_messa
     assert len(session.contexts[root.id].messages) == 8  # the first history, as it was
     found = materialize(session, fork, 5)
     assert found.request["messages"] == again.bodies[0]["messages"][1:]
+
+
+def test_without_the_sdk_installed_agent_says_so_and_materialize_falls_back_to_the_file(
+    written: Written, tmp_path: Path
+) -> None:
+    """Where ``agents`` cannot be imported (a process that blocks it), ``--agent`` is
+    refused with a sentence naming the package, and a session imported with the app's
+    code still materializes from the file alone, saying why."""
+    store = tmp_path / "store"
+    imported(written, store, agent=APP)
+    script = f"""
+import sys
+sys.modules["agents"] = None  # as if openai-agents were not installed
+from importers.agents_sdk import import_agents_sdk
+from replay import materialize
+from soap_core import Store
+try:
+    import_agents_sdk({str(written.db)!r}, {str(tmp_path / "other")!r}, agent={APP!r})
+except ImportError as exc:
+    print("refused:", exc)
+store = Store({str(store)!r})
+session = store.load_session(store.sessions()[0].uuid, require_active=False)
+found = materialize(session, None, 1)
+print(found.request["messages"][0]["role"], found.notes[0])
+"""
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=root, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    refused, fallback = done.stdout.strip().splitlines()
+    assert refused.startswith("refused: --agent needs the OpenAI Agents SDK (openai-agents) installed")
+    assert fallback.startswith("user the Agents SDK is not installed here")
