@@ -20,7 +20,7 @@ import pytest
 from importers._errors import ImporterError
 from importers.agents_sdk import ImportReport, import_agents_sdk
 from replay import FRAMEWORK_CODE_KEY, materialize
-from soap_core import Context, Session, Store
+from soap_core import Context, Session, Store, read_invocations
 from tests.conftest import snapshot
 from tests.peers.openai_stub import OpenAIStub
 from tests.test_framework_peers import Written
@@ -88,6 +88,16 @@ def test_every_calls_messages_and_model_rematerialize_exactly_from_the_file_alon
     assert FRAMEWORK_CODE_KEY not in session.state_data
     assert report.sessions[0].calls_added == 4 and report.notices == []
     assert [c.message_index for c in session.calls()] == answers(context)  # the calls in the SDK's order
+    turns = sorted(read_invocations(session.directory or Path()), key=lambda r: r.id)
+    assert [(r.prompt, r.outcome, r.result) for r in turns] == [
+        ("How many errors are in the log?", "ok", "There are 3 errors."),
+        ("And is my invoice paid?", "ok", "Your invoice is paid."),
+    ]
+    assert [r.calls for r in turns] == [
+        [c.id for c in session.calls()][:2],
+        [c.id for c in session.calls()][2:],
+    ]
+    assert all(c.invocation_id == turns[n // 2].id for n, c in enumerate(session.calls()))
 
 
 def test_the_file_alone_path_never_imports_the_sdk(written: Written, tmp_path: Path) -> None:
@@ -198,6 +208,7 @@ def test_a_grown_database_appends_its_new_items_and_calls_only(written: Written,
     assert [m.id for m in context.messages[:8]] == [m.id for m in first.active_context.messages]
     after = {c.id: c.as_dict() for c in session.calls()}
     assert {k: after[k] for k in calls_before} == calls_before and len(after) == 6
+    assert (row.turns, row.turns_written) == (3, 1)  # the third turn's record only
     for index, body in zip(answers(context)[4:], grown.bodies, strict=True):
         assert materialize(session, context, index).request["messages"] == body["messages"][1:]
 

@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from importers._errors import ImporterError
-from importers._store import open_store
+from importers._store import open_store, write_records
 from importers.agents_sdk._chat import items_to_messages
 from importers.agents_sdk._items import (
     META_KEY,
@@ -39,14 +38,17 @@ from importers.agents_sdk._items import (
     Meta,
     Row,
     append_message,
+    call_id,
     check_item,
     groups,
     handoff_target,
     message_of,
     meta_of,
+    stable_id,
     utc_text,
 )
 from importers.agents_sdk._requests import code_of_agent, request_at
+from importers.agents_sdk._turns import turn_records
 from replay import FRAMEWORK_CODE_KEY
 from soap_core import (
     DEFAULT_ANCHORS,
@@ -64,11 +66,6 @@ from soap_core import (
 
 STATE_KEY = "openai_agents"
 DEFAULT_ROLE = "openai-agents"
-_NAMESPACE = uuid.UUID("0f3c2b6e-55a1-4e0b-8d8e-6a2f4a5b9c17")
-
-
-def stable_id(*parts: object) -> str:
-    return str(uuid.uuid5(_NAMESPACE, "\x1f".join(str(p) for p in parts)))
 
 
 @dataclass
@@ -213,6 +210,9 @@ class SessionReport:
     calls: int
     calls_added: int
     handoffs: int
+    turns: int
+    """Invocation records, one per ``Runner.run`` (a user item and what followed)."""
+    turns_written: int
     contexts: int
     files_written: list[str] = field(default_factory=list)
 
@@ -229,7 +229,7 @@ class ImportReport:
 
     @property
     def changed(self) -> bool:
-        return any(s.files_written or s.calls_added for s in self.sessions)
+        return any(s.files_written or s.calls_added or s.turns_written for s in self.sessions)
 
     def as_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "sessions": [s.as_dict() for s in self.sessions], "changed": self.changed}
@@ -240,16 +240,6 @@ def _existing(store: Store, session_uuid: str) -> Session | None:
         return store.load_session(session_uuid, require_active=False)
     except SoapError:
         return None
-
-
-def call_id(key: str, answer: Message) -> str:
-    """The record id of the call that gave ``answer``, in the runtime's shape (a UTC time
-    to the microsecond, then 8 hex digits), deterministic: the time of its first row (to
-    the second, as SQLite keeps it) with the row id in the microseconds, so the calls of
-    one second still sort in the order the SDK wrote them."""
-    stamp = (answer.creation_timestamp or "")[:19].replace("-", "").replace(":", "")
-    rows = meta_of(answer).get("rows") or [0]
-    return f"{stamp}{rows[0] % 1_000_000:06d}-{stable_id(key, 'call', answer.id)[:8]}"
 
 
 def _call_record(
@@ -311,6 +301,8 @@ def _import_session(store: Store, db: DbSession, agent: str | None, start_agent:
     messages = messages_of(key, db.rows, start_agent)
     context, added = place(session, key, messages)
     known = {c.id for c in session.calls()} if existing is not None else set()
+    directory = session.directory or store.session_dir(session.role, session_uuid)
+    turns, of_call = turn_records(session, key, directory, start_agent)
     new: list[CallRecord] = []
     for index, message in enumerate(context.messages):
         if message.role != "assistant" or META_KEY not in (message.metadata or {}):
@@ -319,13 +311,16 @@ def _import_session(store: Store, db: DbSession, agent: str | None, start_agent:
             continue
         before = context.messages[index - 1].creation_timestamp if index else message.creation_timestamp
         request = request_at(session, context, index)
-        new.append(_call_record(session, context, index, request, before or "", key))
-        known.add(new[-1].id)
+        record = _call_record(session, context, index, request, before or "", key)
+        record.invocation_id = of_call.get(record.id)
+        new.append(record)
+        known.add(record.id)
     written = store.save_session(session)
-    directory = session.directory or store.session_dir(session.role, session_uuid)
     for record in new:
         write_call(directory, record)
-    status = "created" if existing is None else "updated" if written or new else "unchanged"
+    turns_written = write_records(turns)
+    changed = written or new or turns_written
+    status = "created" if existing is None else "updated" if changed else "unchanged"
     return SessionReport(
         role=session.role,
         uuid=session_uuid,
@@ -336,6 +331,8 @@ def _import_session(store: Store, db: DbSession, agent: str | None, start_agent:
         calls=sum(1 for m in messages if m.role == "assistant"),
         calls_added=len(new),
         handoffs=sum(1 for m in messages if m.role == "tool_result" and "handoff" in meta_of(m)),
+        turns=len(turns),
+        turns_written=turns_written,
         contexts=len([c for c in session.contexts.values() if not is_marked(c)]),
         files_written=[
             str(p.relative_to(store.root)) if p.is_relative_to(store.root) else str(p) for p in written

@@ -13,6 +13,7 @@ and from its parts only where a replay edited it.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -35,6 +36,7 @@ SOURCE = "openai-agents"
 """The request source, and the session state that says an import wrote the session."""
 META_KEY = "openai_agents"
 """Message metadata: ``{"rows": [...], "items": [...], "agent": ..., "handoff": ...}``."""
+_NAMESPACE = uuid.UUID("0f3c2b6e-55a1-4e0b-8d8e-6a2f4a5b9c17")
 FAKE_ID = "__fake_id__"
 """The id the SDK gives items a Chat Completions model produced."""
 
@@ -266,3 +268,17 @@ def append_message(context: Context, message: Message) -> int:
     context.append(message, anchor)
     message.record_token_count()
     return index
+
+
+def stable_id(*parts: object) -> str:
+    return str(uuid.uuid5(_NAMESPACE, "\x1f".join(str(p) for p in parts)))
+
+
+def call_id(key: str, answer: Message) -> str:
+    """The record id of the call that gave ``answer``, in the runtime's shape (a UTC time
+    to the microsecond, then 8 hex digits), deterministic: the time of its first row (to
+    the second, as SQLite keeps it) with the row id in the microseconds, so the calls of
+    one second still sort in the order the SDK wrote them."""
+    stamp = (answer.creation_timestamp or "")[:19].replace("-", "").replace(":", "")
+    rows = meta_of(answer).get("rows") or [0]
+    return f"{stamp}{rows[0] % 1_000_000:06d}-{stable_id(key, 'call', answer.id)[:8]}"
