@@ -128,7 +128,8 @@ def test_a_rerun_from_the_handoff_hands_off_as_the_sdk_does_and_billing_answers(
     assert result.tools == []  # the handoff is the SDK's, not a tool the modes answer
     fork = store.load_session(session.uuid, require_active=False).contexts[result.fork_id]
     meta = [(m.metadata or {}).get("openai_agents", {}) for m in fork.messages]
-    assert meta[-2]["handoff"] == {"call_id": "call_8", "tool": "transfer_to_billing", "to": "Billing"}
+    handoff = {"call_id": "call_8", "tool": "transfer_to_billing", "to": "Billing"}
+    assert meta[-3]["handoff"] == meta[-2]["handoff"] == handoff  # the call and its result
     assert meta[-1]["agent"] == "Billing" and result.answer == "It is paid."
 
 

@@ -31,9 +31,7 @@ from importers.agents_sdk._items import (
     AgentCodeError,
     Row,
     append_message,
-    groups,
-    handoff_target,
-    message_of,
+    messages_of,
     meta_of,
     utc_text,
 )
@@ -276,37 +274,17 @@ def rerun_with_code(run: FrameworkRun) -> None:
 
 
 def _land(run: FrameworkRun, items: list[dict[str, Any]], calls: list[_Call], agent: str) -> None:
-    """The new items as messages on the fork, each answer with the record of its call."""
+    """The new items as messages on the fork (as the import makes them: handoffs marked,
+    each answer with its agent), each answer with the record of its call."""
     now = utc_text(utc_now())
     rows = [Row(-1 - n, now, item) for n, item in enumerate(items)]
     pending = iter(calls)
-    for group in groups(rows):
-        message = message_of(group, str(uuid.uuid4()), agent if group.role == "assistant" else None)
-        if group.role != "assistant":
-            if group.role == "tool_result" and isinstance(meta_of(message).get("items"), list):
-                target = handoff_target(group.items[0].get("output"))
-                if target is not None:
-                    uses = {u.call_id: u.name for m in run.fork.messages for u in m.tool_uses()}
-                    call_id = str(group.items[0].get("call_id"))
-                    meta_of(message)["handoff"] = {
-                        "call_id": call_id,
-                        "tool": uses.get(call_id, ""),
-                        "to": target,
-                    }
-                    agent = target
-            append_message(run.fork, message)
-            continue
-        call = next(pending, None)
+    for message in messages_of(rows, lambda _: str(uuid.uuid4()), agent):
+        call = next(pending, None) if message.role == "assistant" else None
         if call is None:
             append_message(run.fork, message)
-            continue
-        run.record(call.body, message, call.response, call.latency_s, started_at=call.started_at)
+        else:
+            run.record(call.body, message, call.response, call.latency_s, started_at=call.started_at)
     for call in pending:  # calls whose answer the SDK did not keep (it failed on them)
-        run.record(
-            call.body,
-            None,
-            call.response,
-            call.latency_s,
-            error=call.error or "no answer kept",
-            started_at=call.started_at,
-        )
+        error = call.error or "no answer kept"
+        run.record(call.body, None, call.response, call.latency_s, error=error, started_at=call.started_at)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,16 +32,12 @@ from importers.agents_sdk._chat import items_to_messages
 from importers.agents_sdk._items import (
     META_KEY,
     SOURCE,
-    Group,
     ItemError,
-    Meta,
     Row,
     append_message,
     call_id,
     check_item,
-    groups,
-    handoff_target,
-    message_of,
+    messages_of,
     meta_of,
     stable_id,
     utc_text,
@@ -118,39 +113,6 @@ def read_database(path: Path, notices: list[str]) -> list[DbSession]:
             continue
         session.rows.append(Row(int(row_id), utc_text(str(created_at)), item))
     return [s for s in sessions.values() if s.rows]
-
-
-def messages_of(key: str, rows: Sequence[Row], start_agent: str | None = None) -> list[Message]:
-    """The session's messages: one per group of rows, handoffs marked, each answer with
-    the agent that gave it (``start_agent`` until a handoff in the same turn)."""
-    found: list[Message] = []
-    agent = start_agent
-    calls: dict[str, Message] = {}
-    for group in groups(rows):
-        if group.role == "user":
-            agent = start_agent  # a new turn starts at the app's starting agent
-        message = message_of(group, stable_id(key, "row", group.rows[0].id), agent)
-        meta = meta_of(message)
-        for use in message.tool_uses():
-            calls[use.call_id] = message
-        if group.role == "tool_result":
-            _mark_handoff(group, meta, calls)
-            if "handoff" in meta:
-                agent = meta["handoff"]["to"]
-        found.append(message)
-    return found
-
-
-def _mark_handoff(group: Group, meta: Meta, calls: dict[str, Message]) -> None:
-    item = group.rows[0].item
-    target = handoff_target(item.get("output"))
-    caller = calls.get(str(item.get("call_id")))
-    if target is None or caller is None:
-        return
-    use = next(u for u in caller.tool_uses() if u.call_id == item.get("call_id"))
-    meta["handoff"] = {"call_id": use.call_id, "tool": use.name, "to": target}
-    caller_meta = meta_of(caller)
-    caller_meta["handoff"] = dict(meta["handoff"])  # type: ignore[typeddict-item]
 
 
 def _new_context(context_id: str) -> Context:
@@ -298,7 +260,7 @@ def _import_session(store: Store, db: DbSession, agent: str | None, start_agent:
     if agent:
         state[FRAMEWORK_CODE_KEY] = agent
     session.state_data = state
-    messages = messages_of(key, db.rows, start_agent)
+    messages = messages_of(db.rows, lambda group: stable_id(key, "row", group.rows[0].id), start_agent)
     context, added = place(session, key, messages)
     known = {c.id for c in session.calls()} if existing is not None else set()
     directory = session.directory or store.session_dir(session.role, session_uuid)

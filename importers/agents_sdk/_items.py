@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, TypedDict
@@ -238,6 +238,42 @@ def message_of(group: Group, message_id: str, agent: str | None) -> Message:
         creation_timestamp=group.rows[0].created_at,
         metadata={META_KEY: meta},
     )
+
+
+def messages_of(
+    rows: Sequence[Row], ids: Callable[[Group], str], start_agent: str | None = None
+) -> list[Message]:
+    """The messages of ``rows``: one per group (its id from ``ids``), handoffs marked on
+    the call and its result, each answer with the agent that gave it (``start_agent``
+    until a handoff in the same turn)."""
+    found: list[Message] = []
+    agent = start_agent
+    calls: dict[str, Message] = {}
+    for group in groups(rows):
+        if group.role == "user":
+            agent = start_agent  # a new turn starts at the app's starting agent
+        message = message_of(group, ids(group), agent)
+        meta = meta_of(message)
+        for use in message.tool_uses():
+            calls[use.call_id] = message
+        if group.role == "tool_result":
+            _mark_handoff(group, meta, calls)
+            if "handoff" in meta:
+                agent = meta["handoff"]["to"]
+        found.append(message)
+    return found
+
+
+def _mark_handoff(group: Group, meta: Meta, calls: dict[str, Message]) -> None:
+    item = group.rows[0].item
+    target = handoff_target(item.get("output"))
+    caller = calls.get(str(item.get("call_id")))
+    if target is None or caller is None:
+        return
+    use = next(u for u in caller.tool_uses() if u.call_id == item.get("call_id"))
+    meta["handoff"] = {"call_id": use.call_id, "tool": use.name, "to": target}
+    caller_meta = meta_of(caller)
+    caller_meta["handoff"] = dict(meta["handoff"])  # type: ignore[typeddict-item]
 
 
 def meta_of(message: Message) -> Meta:
