@@ -238,10 +238,18 @@ def test_a_malformed_row_or_an_unknown_item_is_named_and_the_rest_imported(
             "INSERT INTO agent_messages (session_id, message_data) VALUES ('s1', ?)",
             (json.dumps({"type": "computer_call", "id": "cu_1", "call_id": "c9"}),),
         )
+        audio = {
+            "role": "user",
+            "content": [{"type": "input_audio", "input_audio": {"data": "AA", "format": "wav"}}],
+        }
+        connection.execute(
+            "INSERT INTO agent_messages (session_id, message_data) VALUES ('s1', ?)", (json.dumps(audio),)
+        )
     report, session = imported(written, tmp_path / "store", db=db)
-    assert len(report.notices) == 2
+    assert len(report.notices) == 3
     assert report.notices[0].startswith(f"{db}: row 9 (session 's1') skipped")
     assert f"{db}: row 10 " in report.notices[1] and "'computer_call'" in report.notices[1]
+    assert f"{db}: row 11 " in report.notices[2] and "input_audio" in report.notices[2]
     assert len(session.active_context.messages) == 8 and report.sessions[0].calls == 4
 
 

@@ -6,9 +6,14 @@ developer messages, assistant output messages, function calls (arguments sent as
 string the model wrote, ``"{}"`` when empty) attached to the assistant message before
 them, function call outputs as tool messages, and reasoning items (sent back as
 ``reasoning`` when the SDK would: the item's model is the request's and its provider data
-names that field). The SDK's rules are kept where they decide the shape: an assistant
+names that field, and DeepSeek's ``reasoning_content`` by the SDK's default rule). The
+SDK's rules are kept where they decide the shape: an assistant
 message without tool calls has no ``tool_calls`` key, one with only tool calls has
 ``content: null``, and a message item after tool calls of the same turn merges into them.
+
+Not ported (the import names such a row and leaves it out): audio, file and video
+parts, file-search calls, and the hosted tools' items the SDK cannot send to a Chat
+Completions model either.
 
 :func:`items_of` gives back the items of a sOAP message: those it was imported from when
 its parts are still theirs, else items made from its parts (a replay's edit).

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,6 @@ from importers.agents_sdk._chat import items_to_messages
 from importers.agents_sdk._items import (
     META_KEY,
     SOURCE,
-    ItemError,
     Row,
     append_message,
     call_id,
@@ -83,7 +83,7 @@ def read_database(path: Path, notices: list[str]) -> list[DbSession]:
     if not path.is_file():
         raise ImporterError(path, "no such file")
     try:
-        with sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True) as connection:
+        with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as connection:
             tables = {r[0] for r in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")}
             if not {"agent_sessions", "agent_messages"} <= tables:
                 raise ImporterError(
@@ -105,7 +105,8 @@ def read_database(path: Path, notices: list[str]) -> list[DbSession]:
         )
         try:
             item = check_item(json.loads(data))
-        except (ValueError, TypeError, ItemError) as exc:
+            items_to_messages([item], None)  # one this importer cannot send is named here
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:  # ItemError among them
             notices.append(
                 f"{path}: row {row_id} (session {session_id!r}) skipped: {exc}; "
                 "the requests after it are rebuilt without it"
