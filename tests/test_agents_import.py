@@ -240,7 +240,7 @@ def test_a_malformed_row_or_an_unknown_item_is_named_and_the_rest_imported(
         )
         audio = {
             "role": "user",
-            "content": [{"type": "input_audio", "input_audio": {"data": "AA", "format": "wav"}}],
+            "content": [{"type": "input_audio", "input_audio": {"format": "wav"}}],
         }
         connection.execute(
             "INSERT INTO agent_messages (session_id, message_data) VALUES ('s1', ?)", (json.dumps(audio),)
@@ -249,7 +249,7 @@ def test_a_malformed_row_or_an_unknown_item_is_named_and_the_rest_imported(
     assert len(report.notices) == 3
     assert report.notices[0].startswith(f"{db}: row 9 (session 's1') skipped")
     assert f"{db}: row 10 " in report.notices[1] and "'computer_call'" in report.notices[1]
-    assert f"{db}: row 11 " in report.notices[2] and "input_audio" in report.notices[2]
+    assert f"{db}: row 11 " in report.notices[2] and "input_audio requires" in report.notices[2]
     assert len(session.active_context.messages) == 8 and report.sessions[0].calls == 4
 
 
@@ -345,6 +345,17 @@ ITEM_SHAPES: dict[str, list[dict[str, Any]]] = {
         {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "u"}]},
     ],
     "an easy assistant item": [USER, {"role": "assistant", "content": "b"}],
+    "audio, file and video parts": [
+        {
+            "role": "user",
+            "content": [
+                {"type": "input_audio", "input_audio": {"data": "AA", "format": "wav"}},
+                {"type": "input_file", "file_id": "file-1", "filename": "a.pdf"},
+                {"type": "input_file", "file_data": "data:application/pdf;base64,AA"},
+                {"type": "video_url", "video_url": {"url": "https://v"}},
+            ],
+        }
+    ],
     "reasoning sent back as the model's own field": [
         USER,
         _reasoning(

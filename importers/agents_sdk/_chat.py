@@ -11,9 +11,8 @@ SDK's rules are kept where they decide the shape: an assistant
 message without tool calls has no ``tool_calls`` key, one with only tool calls has
 ``content: null``, and a message item after tool calls of the same turn merges into them.
 
-Not ported (the import names such a row and leaves it out): audio, file and video
-parts, file-search calls, and the hosted tools' items the SDK cannot send to a Chat
-Completions model either.
+Not ported (the import names such a row and leaves it out): file-search calls, and the
+hosted tools' items the SDK cannot send to a Chat Completions model either.
 
 :func:`items_of` gives back the items of a sOAP message: those it was imported from when
 its parts are still theirs, else items made from its parts (a replay's edit).
@@ -49,6 +48,30 @@ def _canonical_piece(piece: Any) -> Any:
     return piece
 
 
+def _media_part(piece: dict[str, Any]) -> dict[str, Any]:
+    """A video, audio or file part as the SDK's converter sends it."""
+    kind_ = piece["type"]
+    if kind_ == "video_url":
+        url = (piece.get("video_url") or {}).get("url") if isinstance(piece.get("video_url"), dict) else None
+        if not url:
+            raise ItemError(f"only video URLs are supported for video_url {piece}")
+        return {"type": "video_url", "video_url": {"url": url}}
+    if kind_ == "input_audio":
+        audio = piece.get("input_audio")
+        if not isinstance(audio, dict) or not audio.get("data") or not audio.get("format"):
+            raise ItemError(f"input_audio requires both data and format {piece}")
+        return {"type": "input_audio", "input_audio": {"data": audio["data"], "format": audio["format"]}}
+    if piece.get("file_data"):
+        file: dict[str, Any] = {"file_data": piece["file_data"]}
+    elif piece.get("file_id"):
+        file = {"file_id": piece["file_id"]}
+    else:
+        raise ItemError(f"only file_data or file_id is supported for input_file {piece}")
+    if piece.get("filename"):
+        file["filename"] = piece["filename"]
+    return {"type": "file", "file": file}
+
+
 def _all_content(content: Any) -> Any:
     if isinstance(content, str):
         return content
@@ -62,6 +85,8 @@ def _all_content(content: Any) -> Any:
             detail = piece.get("detail", "auto")
             url = {"url": piece["image_url"], "detail": "high" if detail == "original" else detail}
             part = {"type": "image_url", "image_url": url}
+        elif kind_ in ("video_url", "input_audio", "input_file"):
+            part = _media_part(piece)
         else:
             raise ItemError(f"content this importer does not convert: {raw}")
         if piece.get("prompt_cache_breakpoint") is not None:
