@@ -457,3 +457,15 @@ print(found.request["messages"][0]["role"], found.notes[0])
     refused, fallback = done.stdout.strip().splitlines()
     assert refused.startswith("refused: --agent needs the OpenAI Agents SDK (openai-agents) installed")
     assert fallback.startswith("user the Agents SDK is not installed here")
+
+
+def test_an_agent_whose_model_is_not_chat_completions_is_refused_before_anything_runs(
+    written: Written, tmp_path: Path
+) -> None:
+    """A model given by name goes through the Responses API, which the workbench does
+    not route: running it would reach the network. Refused, naming the agent."""
+    from importers.agents_sdk import AgentCodeError
+
+    with pytest.raises(AgentCodeError, match="'Named' asks its model through 'gpt-4o-mini'"):
+        import_agents_sdk(written.db, tmp_path / "store", agent="tests.peers.agents_app:by_name")
+    assert not (tmp_path / "store").exists()

@@ -183,3 +183,13 @@ def test_soapwb_rerun_runs_the_code_the_import_remembered_against_a_server(
     assert (report["ok"], report["answer"]) == (True, "There are 3 errors.")
     assert [t["how"] for t in report["tools"]] == ["recorded"]
     assert [p["status"] for p in report["diff"]["pairs"][:2]] == ["equal", "equal"]  # the turn re-ran alike
+
+
+def test_a_rerun_with_code_that_cannot_be_imported_ends_with_the_reason(
+    written: Written, tmp_path: Path
+) -> None:
+    store, session = session_of(written, tmp_path)
+    model = ScriptedModel()
+    result = rerun(store, session, None, FIRST_ANSWER, model, code="tests.peers.agents_app:nowhere")
+    assert result.error is not None and result.error.startswith("AgentCodeError: cannot import")
+    assert model.requests == []

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from agents import Agent, FunctionTool, Handoff, RunConfig, Runner, SQLiteSession
+from agents import Agent, FunctionTool, Handoff, OpenAIChatCompletionsModel, RunConfig, Runner, SQLiteSession
 
 from importers._capture import capture_one, routed
 from importers.agents_sdk._chat import items_of, tools_message
@@ -58,6 +58,36 @@ def load_agent(code: str) -> Agent[Any]:
     if not isinstance(found, Agent):
         raise AgentCodeError(f"{code} is a {type(found).__name__}, not an Agents SDK Agent")
     return found
+
+
+def reachable(start: Agent[Any]) -> list[Agent[Any]]:
+    """``start`` and every agent its handoffs reach (``Agent`` handoffs, and the agent a
+    ``Handoff`` object still refers to)."""
+    found: dict[int, Agent[Any]] = {}
+    pending = [start]
+    while pending:
+        agent = pending.pop()
+        if id(agent) in found:
+            continue
+        found[id(agent)] = agent
+        for handoff in agent.handoffs:
+            target = handoff._agent_ref() if isinstance(handoff, Handoff) and handoff._agent_ref else handoff
+            if isinstance(target, Agent):
+                pending.append(target)
+    return list(found.values())
+
+
+def check_models(start: Agent[Any]) -> None:
+    """Refuse an app whose agents would not ask their model through Chat Completions:
+    only those calls are routed to the workbench, any other (the Responses API, which a
+    model given by name uses, or LiteLLM) would go out to the network."""
+    for agent in reachable(start):
+        if not isinstance(agent.model, OpenAIChatCompletionsModel):
+            model = agent.model if isinstance(agent.model, str | None) else type(agent.model).__name__
+            raise AgentCodeError(
+                f"the agent {agent.name!r} asks its model through {model!r}, not an "
+                "OpenAIChatCompletionsModel: only Chat Completions calls can be rebuilt and re-run here"
+            )
 
 
 def _handoff_agent(agent: Agent[Any], name: str) -> Agent[Any] | None:
@@ -143,6 +173,7 @@ def whole_request(code: str, messages: Sequence[Message]) -> tuple[dict[str, Any
     the call stopped before it leaves), and its specials as messages: the system message
     and the tools."""
     start = load_agent(code)
+    check_models(start)
     found = position(start, messages)
     agent = settled(found.agent, found.used_tools)
     items = _items(messages)
@@ -225,9 +256,14 @@ def rerun_with_code(run: FrameworkRun) -> None:
     """Run the app's ``Runner`` from the re-run message on a new in-memory
     ``SQLiteSession`` holding the fork's items (the app's database is never opened);
     every model call goes to the run's endpoint, each new item lands on the fork."""
-    start = load_agent(run.code)
+    try:
+        start = load_agent(run.code)
+        check_models(start)
+        found = position(start, list(run.fork.messages))
+    except AgentCodeError as exc:  # the fork stays, empty, with the reason on the result
+        run.result.error = f"AgentCodeError: {exc}"
+        return
     messages = list(run.fork.messages)
-    found = position(start, messages)
     copies = served_agents(start, run.serve)
     agent = instructed(settled(copies[id(found.agent)], found.used_tools), messages)
     calls: list[_Call] = []

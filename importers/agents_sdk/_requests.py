@@ -82,9 +82,12 @@ def request_at(session: Session, context: Context, index: int) -> dict[str, Any]
 
 
 def code_of_agent(code: str) -> Any:
-    """The app's starting ``Agent`` named by ``MODULE:ATTR`` (the SDK must be installed)."""
+    """The app's starting ``Agent`` named by ``MODULE:ATTR`` (the SDK must be installed),
+    checked: its agents ask their models through Chat Completions."""
     try:
-        from importers.agents_sdk._code import load_agent
+        from importers.agents_sdk._code import check_models, load_agent
     except ImportError as exc:
         raise ImportError(f"--agent needs the OpenAI Agents SDK (openai-agents) installed: {exc}") from None
-    return load_agent(code)
+    agent = load_agent(code)
+    check_models(agent)
+    return agent

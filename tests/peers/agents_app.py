@@ -45,3 +45,6 @@ triage = Agent(
     model=model,
     model_settings=ModelSettings(tool_choice="count_errors", temperature=0, max_tokens=48),
 )
+
+by_name = Agent(name="Named", instructions="You analyse logs.", model="gpt-4o-mini", handoffs=[billing])
+"""An agent whose model is given by name (the Responses API): refused, never run."""
