@@ -469,3 +469,18 @@ def test_an_agent_whose_model_is_not_chat_completions_is_refused_before_anything
     with pytest.raises(AgentCodeError, match="'Named' asks its model through 'gpt-4o-mini'"):
         import_agents_sdk(written.db, tmp_path / "store", agent="tests.peers.agents_app:by_name")
     assert not (tmp_path / "store").exists()
+
+
+def test_the_whole_body_is_built_from_inside_a_running_event_loop_too(
+    written: Written, tmp_path: Path
+) -> None:
+    """A caller that runs an event loop (a notebook, an async server) materializes with
+    the app's code as well: the SDK's run goes to a thread of its own, the route with it."""
+    import asyncio
+
+    _, session = imported(written, tmp_path / "store", agent=APP)
+
+    async def inside() -> dict[str, Any]:
+        return materialize(session, None, 1).request
+
+    assert asyncio.run(inside()) == written.bodies[0]
