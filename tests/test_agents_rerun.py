@@ -193,3 +193,18 @@ def test_a_rerun_with_code_that_cannot_be_imported_ends_with_the_reason(
     result = rerun(store, session, None, FIRST_ANSWER, model, code="tests.peers.agents_app:nowhere")
     assert result.error is not None and result.error.startswith("AgentCodeError: cannot import")
     assert model.requests == []
+
+
+def test_without_the_apps_code_a_rerun_sends_the_file_alone_body_and_refuses_live_tools(
+    written: Written, tmp_path: Path
+) -> None:
+    from replay import RerunError
+
+    _, session = imported(written, tmp_path / "store")
+    store = Store(tmp_path / "store")
+    model = ScriptedModel({"content": "Probably 3."})
+    result = rerun(store, session, None, 3, model)
+    assert result.ok and result.answer == "Probably 3."
+    assert model.requests == [{"model": "smollm2", "messages": written.bodies[1]["messages"][1:]}]
+    with pytest.raises(RerunError, match="cannot run live"):
+        rerun(store, session, None, 3, model, tools=ToolModes(default="live"))
