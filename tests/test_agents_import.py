@@ -8,6 +8,7 @@ truth every rebuilt request is compared with."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -40,7 +41,7 @@ THIRD_TURN = [
 ]
 
 
-def drive(db: Path, script: list[dict[str, Any]], *turns: str) -> Written:
+def drive(db: Path, script: list[dict[str, Any]], *turns: str, agent: str = "triage") -> Written:
     """The driver's turns on ``db`` (a new database, or one that goes on) against the stub."""
     with OpenAIStub(script) as stub:
         done = subprocess.run(
@@ -49,6 +50,7 @@ def drive(db: Path, script: list[dict[str, Any]], *turns: str) -> Written:
             text=True,
             timeout=300,
             check=False,
+            env={**os.environ, "AGENTS_APP_AGENT": agent},
         )
         assert done.returncode == 0, f"the driver failed:\n{done.stdout}\n{done.stderr}"
         assert stub.snapshot()["exhausted"] == 0
@@ -484,3 +486,29 @@ def test_the_whole_body_is_built_from_inside_a_running_event_loop_too(
         return materialize(session, None, 1).request
 
     assert asyncio.run(inside()) == written.bodies[0]
+
+
+def test_a_handoff_with_an_input_filter_leaves_no_trace_in_the_file_a_limit_the_rebuild_names(
+    tmp_path: Path,
+) -> None:
+    """Measured: when a handoff has an input filter (``remove_all_tools``), the SDK saves
+    the filtered items, so the handoff's call and result are not in the session file at
+    all: four model calls, three answers. The last answer (billing's) is then rebuilt as
+    the call the file can explain, triage's, which is the request that handed off."""
+    filtered = drive(tmp_path / "f.db", SCRIPT, agent="filtered")
+    assert len(filtered.bodies) == 4
+    assert [m["role"] for m in filtered.bodies[3]["messages"]] == ["system", "user", "assistant", "user"]
+    report = import_agents_sdk(filtered.db, tmp_path / "store", agent="tests.peers.agents_app:filtered")
+    session = Store(tmp_path / "store").load_session(report.sessions[0].uuid, require_active=False)
+    context = session.active_context
+    assert [m.role for m in context.messages] == [
+        "user",
+        "assistant",
+        "tool_result",
+        "assistant",
+        "user",
+        "assistant",
+    ]
+    rebuilt = [materialize(session, context, i).request for i in answers(context)]
+    assert rebuilt == [filtered.bodies[0], filtered.bodies[1], filtered.bodies[2]]
+    assert report.sessions[0].handoffs == 0

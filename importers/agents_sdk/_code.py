@@ -13,9 +13,11 @@ does (``maybe_reset_tool_choice``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import dataclasses
 import importlib
+import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -25,8 +27,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from agents import Agent, FunctionTool, Handoff, OpenAIChatCompletionsModel, RunConfig, Runner, SQLiteSession
 
-from importers._capture import capture_one, routed
-from importers.agents_sdk._chat import items_of, tools_message
+from importers._capture import Captured, capture_one, routed
+from importers.agents_sdk._chat import items_of, items_to_messages, tools_message
 from importers.agents_sdk._items import (
     AgentCodeError,
     Row,
@@ -168,18 +170,84 @@ def _items(messages: Sequence[Message]) -> list[dict[str, Any]]:
 _CONFIG = RunConfig(tracing_disabled=True)
 
 
+def turn_start(messages: Sequence[Message]) -> int:
+    """Where the turn of the call after ``messages`` began: its user items (the input
+    of the ``Runner.run`` that made the call)."""
+    end = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].role == "user"), None)
+    if end is None:
+        return 0
+    start = end
+    while start > 0 and messages[start - 1].role == "user" and not messages[start - 1].is_special:
+        start -= 1
+    return start
+
+
+def recorded_response(answer: Message) -> dict[str, Any]:
+    """The Chat Completions response that gave ``answer``, rebuilt from its items."""
+    meta = meta_of(answer)
+    [message] = items_to_messages(items_of(answer), meta.get("model")) or [{"role": "assistant"}]
+    return {
+        "id": meta.get("response_id") or "recorded",
+        "object": "chat.completion",
+        "created": 0,
+        "model": meta.get("model") or "recorded",
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": "tool_calls" if message.get("tool_calls") else "stop",
+            }
+        ],
+    }
+
+
+def _replayed_turn(start: Agent[Any], messages: Sequence[Message]) -> dict[str, Any] | None:
+    """The body of the call after ``messages``, by the SDK running the turn again from its
+    start: the app's starting agent on the turn's input, every earlier answer of the turn
+    given back as the model gave it and every tool answered with its recorded output, so
+    the SDK itself follows the handoffs (their input filters too), applies the reset rule
+    and evaluates the instructions as it did. None where the run went another way."""
+    begin = turn_start(messages)
+    inputs = next((i for i in range(begin, len(messages)) if messages[i].role != "user"), len(messages))
+    answers = [recorded_response(m) for m in messages[inputs:] if m.role == "assistant"]
+    outputs = {p.call_id: p.content for m in messages[inputs:] for p in m.tool_results()}
+
+    def serve(use: ToolUsePart) -> str | None:
+        found = outputs.get(use.call_id)
+        return found if isinstance(found, str) else json.dumps(found)
+
+    agent = served_agents(start, serve)[id(start)]
+    items = _items(messages[:inputs])
+    asked: list[dict[str, Any]] = []
+
+    def answer(body: dict[str, Any]) -> dict[str, Any]:
+        asked.append(body)
+        if len(asked) > len(answers):
+            raise Captured(body)
+        return answers[len(asked) - 1]
+
+    with routed(answer), contextlib.suppress(Exception):  # stopped at the call, or another way
+        run_async(lambda: Runner.run(agent, items, run_config=_CONFIG))  # type: ignore[arg-type]
+    return asked[len(answers)] if len(asked) > len(answers) else None
+
+
 def whole_request(code: str, messages: Sequence[Message]) -> tuple[dict[str, Any], list[Message]]:
     """The body the SDK sends for the call after ``messages`` (built by the SDK itself,
     the call stopped before it leaves), and its specials as messages: the system message
-    and the tools."""
+    and the tools. The turn is run again (:func:`_replayed_turn`); where that run goes
+    another way, the answering agent found through the handoffs runs over the items."""
     start = load_agent(code)
     check_models(start)
-    found = position(start, messages)
-    agent = settled(found.agent, found.used_tools)
-    items = _items(messages)
-    body = capture_one(lambda: run_async(lambda: Runner.run(agent, items, run_config=_CONFIG)))  # type: ignore[arg-type]
+    body = _replayed_turn(start, messages)
     if body is None:
-        raise AgentCodeError(f"the agent {agent.name!r} answered without asking its model")
+        found = position(start, messages)
+        agent = settled(found.agent, found.used_tools)
+        items = _items(messages)
+        body = capture_one(lambda: run_async(lambda: Runner.run(agent, items, run_config=_CONFIG)))  # type: ignore[arg-type]
+    if body is None:
+        raise AgentCodeError(
+            f"the app's agents answered without asking their model after message {len(messages)}"
+        )
     specials: list[Message] = []
     chat = body.get("messages") or []
     if chat and chat[0].get("role") == "system" and isinstance(chat[0].get("content"), str):

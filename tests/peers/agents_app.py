@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import os
 
-from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, function_tool
+from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, function_tool, handoff
+from agents.extensions import handoff_filters
 from openai import AsyncOpenAI
 
 BASE_URL_VARIABLE = "AGENTS_APP_BASE_URL"
@@ -48,3 +49,6 @@ triage = Agent(
 
 by_name = Agent(name="Named", instructions="You analyse logs.", model="gpt-4o-mini", handoffs=[billing])
 """An agent whose model is given by name (the Responses API): refused, never run."""
+filtered = triage.clone(handoffs=[handoff(billing, input_filter=handoff_filters.remove_all_tools)])
+"""Triage whose handoff hides the tool calls from billing (an input filter): the billing
+agent's request then differs from what the file holds before it."""

@@ -5,7 +5,8 @@ against the scripted server (``openai_stub.py``) or the local model: the app of
 ``agents_app.py`` (a triage agent with a tool and a handoff to a billing agent, on
 ``OpenAIChatCompletionsModel``), one ``Runner.run`` per turn in one session (``s1``); by
 default two turns, a tool call and its answer, then a handoff and the billing agent's
-answer. A database that exists goes on (a grown session). Prints
+answer (``AGENTS_APP_AGENT`` names another agent of the app to start with). A database
+that exists goes on (a grown session). Prints
 ``{"session": ..., "last_agent": ...}``. Only the SDK and the app are imported here.
 """
 
@@ -26,8 +27,9 @@ async def main(base_url: str, db: str, turns: list[str]) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from agents import Runner, SQLiteSession, set_tracing_disabled
 
-    from tests.peers.agents_app import triage
+    from tests.peers import agents_app
 
+    triage = getattr(agents_app, os.environ.get("AGENTS_APP_AGENT", "triage"))
     set_tracing_disabled(True)
     session = SQLiteSession(SESSION, db)
     result = None
