@@ -1,13 +1,20 @@
 """The app's own agents, run by the Agents SDK itself: the whole request of a call, and
 a re-run from any message. The only module of the importer that imports the SDK.
 
-Which agent answered a call is found as the SDK's ``Runner`` finds it: every turn (a user
-item) starts at the app's starting agent, and each handoff in the turn (its output
-``{"assistant": "X"}``) moves to the agent of that name among the current one's handoffs.
-The SDK drops an agent's ``tool_choice`` once it has used a tool in the run
-(``reset_tool_choice``, tracked per ``Runner.run``); a fresh run over the items before the
-call would not know it, so that agent is given ``tool_choice=None`` as the SDK's own rule
-does (``maybe_reset_tool_choice``).
+The request of a call is built by the SDK running the call's turn again
+(:func:`whole_request`): the app's starting agent on the turn's input, the turn's earlier
+answers given back as recorded and its tools answered with their recorded outputs, the
+call stopped when it is made. The SDK thereby follows the handoffs and drops an agent's
+``tool_choice`` once it has used a tool (``reset_tool_choice``, tracked per
+``Runner.run``) as it did. Where that run goes another way, and for re-runs, the agent
+answering is found as the ``Runner`` finds it (:func:`position`: every turn starts at the
+app's starting agent, each handoff output ``{"assistant": "X"}`` moves to the agent of that
+name among the current one's handoffs) and the reset rule applied to it as the SDK's
+``maybe_reset_tool_choice`` does (:func:`settled`).
+
+Only calls through ``OpenAIChatCompletionsModel`` are routed to the workbench
+(:mod:`importers._capture`); an app whose agents use another model is refused
+(:func:`check_models`), as its calls would reach the network.
 """
 
 from __future__ import annotations
