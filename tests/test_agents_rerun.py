@@ -208,3 +208,17 @@ def test_without_the_apps_code_a_rerun_sends_the_file_alone_body_and_refuses_liv
     assert model.requests == [{"model": "smollm2", "messages": written.bodies[1]["messages"][1:]}]
     with pytest.raises(RerunError, match="cannot run live"):
         rerun(store, session, None, 3, model, tools=ToolModes(default="live"))
+
+
+@pytest.mark.parametrize("call", [0, 1, 2, 3])
+def test_a_reruns_first_request_is_the_original_one_from_every_answer(
+    written: Written, tmp_path: Path, call: int
+) -> None:
+    """From the first answer of a turn, after a tool (the reset rule), at a handoff and
+    after it (billing answering): the SDK's first request of the re-run is the body the
+    original call sent."""
+    store, session = session_of(written, tmp_path)
+    model = ScriptedModel({"content": "fine"})
+    result = rerun(store, session, None, [1, 3, 5, 7][call], model)
+    assert result.ok, result.problem
+    assert model.requests[0] == written.bodies[call]
