@@ -551,7 +551,12 @@ def branch_of(
     session's call log when the caller has read it (to show several re-runs)."""
     origin, branch = session.contexts[result.of_context], session.contexts[result.branch_id]
     prefix = {m.id for m in origin.messages[: result.of_index]}
-    start = next((i for i, m in enumerate(branch.messages) if m.id not in prefix), len(branch.messages))
+    # A framework's fork may begin with the specials its request was rebuilt with (the
+    # Agents SDK's instructions and tools), which its context never held: not steps.
+    start = next(
+        (i for i, m in enumerate(branch.messages) if m.id not in prefix and not m.is_special),
+        len(branch.messages),
+    )
     log = calls if calls is not None else session.calls()
     return branch_turns(origin, result.of_index, log), branch_turns(branch, start, log)
 

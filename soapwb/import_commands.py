@@ -1,5 +1,5 @@
-"""``soapwb import openpoke``, ``soapwb import otel`` and ``soapwb import langgraph``: another framework's state into a
-store, idempotently."""
+"""``soapwb import openpoke``, ``otel``, ``langgraph`` and ``openai-agents``: another
+framework's state into a store, idempotently."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from importers import langgraph, otel
+from importers import agents_sdk, langgraph, otel
 from importers.openpoke import ImportReport, import_openpoke
 from soapwb.common import UsageError, emit_json, store_command
 
@@ -43,6 +43,7 @@ def register(commands: Any) -> None:
     )
     store_command(traces, cmd_import_otel)
     register_langgraph(sources)
+    register_openai_agents(sources)
 
 
 def report_lines(report: ImportReport) -> list[str]:
@@ -165,4 +166,50 @@ def cmd_import_langgraph(args: argparse.Namespace) -> int:
         emit_json(report.as_dict())
     else:
         print("\n".join(langgraph_report_lines(report)))
+    return 0
+
+
+# -- the OpenAI Agents SDK (issue 26) ---------------------------------------------------
+
+
+def register_openai_agents(sources: Any) -> None:
+    parser = sources.add_parser(
+        "openai-agents",
+        help="an OpenAI Agents SDK SQLiteSession database: a session per session_id, a call per model answer",
+    )
+    parser.add_argument("db", metavar="DB", type=Path, help="the SQLite file the app's SQLiteSession writes")
+    parser.add_argument(
+        "--agent",
+        metavar="MODULE:ATTR",
+        help="the app's starting Agent, imported as code: the whole request of each call, and re-runs "
+        "by the SDK's own Runner (remembered)",
+    )
+    store_command(parser, cmd_import_openai_agents)
+
+
+def openai_agents_report_lines(report: agents_sdk.ImportReport) -> list[str]:
+    lines = [f"read {report.database}" + (f" (agent {report.agent})" if report.agent else "")]
+    for session in report.sessions:
+        lines.append(
+            f"  {session.status:<9} {session.role}/{session.uuid}  session {session.session_id!r}: "
+            f"{session.messages} messages ({session.messages_added} new), {session.calls} calls "
+            f"({session.calls_added} new), {session.handoffs} handoffs, {session.contexts} contexts"
+        )
+    lines.extend(f"note: {notice}" for notice in report.notices)
+    if report.sessions and not report.changed:
+        lines.append("nothing changed (already imported)")
+    return lines
+
+
+def cmd_import_openai_agents(args: argparse.Namespace) -> int:
+    if not args.store:
+        raise UsageError("no store given: pass --store DIR or set SOAPWB_STORE")
+    try:
+        report = agents_sdk.import_agents_sdk(args.db, args.store, agent=args.agent)
+    except (ImportError, agents_sdk.AgentCodeError) as exc:
+        raise UsageError(f"--agent {args.agent}: {exc}") from None
+    if args.json:
+        emit_json(report.as_dict())
+    else:
+        print("\n".join(openai_agents_report_lines(report)))
     return 0

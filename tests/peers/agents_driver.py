@@ -1,49 +1,43 @@
 """Writes an OpenAI Agents SDK ``SQLiteSession`` database as the real SDK writes it.
 
-``python agents_driver.py BASE_URL DB``, run with the project's interpreter against the scripted server (``openai_stub.py``): a triage agent with a
-tool and a handoff to a billing agent, on ``OpenAIChatCompletionsModel``, two turns in one
-session (``s1``): a tool call and its answer, then a handoff and the billing agent's
-answer. Prints ``{"session": ..., "last_agent": ...}``. Only the SDK is imported here.
+``python agents_driver.py BASE_URL DB [TURN ...]``, run with the project's interpreter
+against the scripted server (``openai_stub.py``) or the local model: the app of
+``agents_app.py`` (a triage agent with a tool and a handoff to a billing agent, on
+``OpenAIChatCompletionsModel``), one ``Runner.run`` per turn in one session (``s1``); by
+default two turns, a tool call and its answer, then a handoff and the billing agent's
+answer (``AGENTS_APP_AGENT`` names another agent of the app to start with). A database
+that exists goes on (a grown session). Prints
+``{"session": ..., "last_agent": ...}``. Only the SDK and the app are imported here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
-
-from agents import (
-    Agent,
-    OpenAIChatCompletionsModel,
-    Runner,
-    SQLiteSession,
-    function_tool,
-    set_tracing_disabled,
-)
-from openai import AsyncOpenAI
+from pathlib import Path
 
 SESSION = "s1"
+TURNS = ("How many errors are in the log?", "And is my invoice paid?")
 
 
-@function_tool
-def count_errors(pattern: str) -> str:
-    """Count the lines of the log matching a pattern."""
-    return "3"
+async def main(base_url: str, db: str, turns: list[str]) -> None:
+    os.environ["AGENTS_APP_BASE_URL"] = base_url
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from agents import Runner, SQLiteSession, set_tracing_disabled
 
+    from tests.peers import agents_app
 
-async def main(base_url: str, db: str) -> None:
+    triage = getattr(agents_app, os.environ.get("AGENTS_APP_AGENT", "triage"))
     set_tracing_disabled(True)
-    client = AsyncOpenAI(base_url=base_url, api_key="not-a-key", max_retries=0)
-    model = OpenAIChatCompletionsModel(model="smollm2", openai_client=client)
-    billing = Agent(name="Billing", instructions="You answer billing questions.", model=model)
-    triage = Agent(
-        name="Triage", instructions="You analyse logs.", tools=[count_errors], handoffs=[billing], model=model
-    )
     session = SQLiteSession(SESSION, db)
-    await Runner.run(triage, "How many errors are in the log?", session=session)
-    result = await Runner.run(triage, "And is my invoice paid?", session=session)
+    result = None
+    for turn in turns:
+        result = await Runner.run(triage, turn, session=session)
+    assert result is not None
     print(json.dumps({"session": SESSION, "last_agent": result.last_agent.name}))
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], sys.argv[2]))
+    asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3:] or list(TURNS)))
