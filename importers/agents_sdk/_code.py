@@ -23,7 +23,6 @@ import asyncio
 import contextlib
 import contextvars
 import dataclasses
-import importlib
 import json
 import time
 import uuid
@@ -35,6 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from agents import Agent, FunctionTool, Handoff, OpenAIChatCompletionsModel, RunConfig, Runner, SQLiteSession
 
 from importers._capture import Captured, capture_one, routed
+from importers._code import import_code
 from importers.agents_sdk._chat import items_of, items_to_messages, tools_message
 from importers.agents_sdk._items import (
     AgentCodeError,
@@ -54,14 +54,11 @@ T = TypeVar("T")
 
 
 def load_agent(code: str) -> Agent[Any]:
-    """The ``Agent`` at ``MODULE:ATTR``."""
-    module_name, _, attr = code.partition(":")
-    if not module_name or not attr:
-        raise AgentCodeError(f"{code!r} is not MODULE:ATTR")
+    """The ``Agent`` at ``MODULE:ATTR`` (:func:`importers._code.import_code`)."""
     try:
-        found: Any = importlib.import_module(module_name)
-        for name in attr.split("."):
-            found = getattr(found, name)
+        found = import_code(code)
+    except ValueError as exc:
+        raise AgentCodeError(str(exc)) from None
     except (ImportError, AttributeError) as exc:
         raise AgentCodeError(f"cannot import {code}: {exc}") from None
     if not isinstance(found, Agent):

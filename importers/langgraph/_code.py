@@ -9,22 +9,22 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+from importers._code import import_code
 from importers._errors import ImporterError
 
 
 def load_graph(code: str) -> Any:
     """The compiled graph named by ``MODULE:ATTR``."""
-    module_name, _, attr = code.partition(":")
-    if not module_name or not attr:
+    if ":" not in code:
         raise ImporterError(code, "the graph is named MODULE:ATTR (a module-level compiled graph)")
     try:
         importlib.import_module("langgraph")
     except ImportError:
         raise ImporterError(code, "LangGraph is not installed here: the graph cannot be run") from None
     try:
-        found: Any = importlib.import_module(module_name)
-        for name in attr.split("."):
-            found = getattr(found, name)
+        found = import_code(code)
+    except ValueError:
+        raise ImporterError(code, "the graph is named MODULE:ATTR (a module-level compiled graph)") from None
     except (ImportError, AttributeError) as exc:
         raise ImporterError(code, f"cannot import the graph: {exc}") from None
     if not (callable(getattr(found, "invoke", None)) and callable(getattr(found, "copy", None))):
