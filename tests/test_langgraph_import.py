@@ -332,20 +332,10 @@ def test_a_recorded_rerun_stops_at_a_tool_call_the_original_never_made(
 # -- on the deterministic local model ---------------------------------------------------------
 
 
-def for_llama_cpp(body: dict[str, Any]) -> dict[str, Any]:
-    """``body`` as llama-cpp-python's server takes it: its schema refuses the ``content:
-    null`` ChatOpenAI sends on an assistant's tool-call message (a string is required)."""
-    messages = [
-        {**m, "content": ""} if m.get("role") == "assistant" and m.get("content") is None else m
-        for m in body["messages"]
-    ]
-    return {**body, "messages": messages}
-
-
 class ToolCallThenModel:
     """A loopback endpoint that answers a request ending with the user's question with the
     scripted tool call (the small model's own tool calls are unreliable) and passes every
-    other request to the local model (:func:`for_llama_cpp`), keeping each body as sent."""
+    other request to the local model as it is, keeping each body as sent."""
 
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream.rstrip("/")
@@ -368,7 +358,7 @@ class ToolCallThenModel:
                 else:
                     request = urllib.request.Request(
                         owner.upstream + "/chat/completions",
-                        data=json.dumps(for_llama_cpp(body)).encode(),
+                        data=json.dumps(body).encode(),
                         headers={"Content-Type": "application/json"},
                     )
                     try:

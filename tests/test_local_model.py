@@ -34,6 +34,7 @@ from local_model import (
     find_model_file,
     free_port,
 )
+from local_model._launcher import shown_messages
 from soap_core import SoapError
 from soapwb.cli import main
 from tests.llm import openai_client
@@ -334,20 +335,23 @@ def test_the_model_reads_what_a_tool_returned(llm_server: LocalModelServer) -> N
     assert answer("a red apple") == answer("a red apple")
 
 
-def test_a_tool_only_assistant_turn_without_content_is_accepted(llm_server: LocalModelServer) -> None:
-    """peteos leaves content out of tool-only turns; the template needs one."""
+@pytest.mark.parametrize("content", [{}, {"content": None}], ids=["left out", "null"])
+def test_a_tool_only_assistant_turn_without_content_is_accepted(
+    llm_server: LocalModelServer, content: dict[str, None]
+) -> None:
+    """peteos leaves content out of tool-only turns, the Agents SDK and ChatOpenAI send it
+    null (the server's request model refused that: a 500); the template needs a text."""
+    calls = [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", **content, "tool_calls": calls},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+    ]
     reply = openai_client(llm_server).chat.completions.create(
         model="local",
         max_tokens=8,
-        messages=[
-            {"role": "user", "content": "hi"},
-            {
-                "role": "assistant",
-                "tool_calls": [
-                    {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
-                ],
-            },
-            {"role": "tool", "tool_call_id": "c1", "content": "ok"},
-        ],
+        temperature=0,
+        messages=messages,  # type: ignore[arg-type]
     )
     assert reply.choices[0].message is not None
+    assert shown_messages(messages)[1]["content"] == ""

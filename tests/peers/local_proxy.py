@@ -1,8 +1,6 @@
-"""A pass-through to the local model for clients that send an assistant turn with
-``content: null`` (the Agents SDK and ChatOpenAI do for a tool-only turn, as the OpenAI
-API allows): llama-cpp-python's server refuses that body before any chat format sees it,
-so the key is dropped on the way (the local model's chat format then shows an empty
-turn). Every body is kept as the client sent it, the ground truth a test compares with.
+"""A pass-through to the local model that keeps every body as the client sent it (the
+Agents SDK's, with ``content: null`` on a tool-only turn, which the local model's server
+takes since local_model lets it through): the ground truth a test compares with.
 Standard library only."""
 
 from __future__ import annotations
@@ -12,14 +10,6 @@ import threading
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-
-
-def accepted(body: dict[str, Any]) -> dict[str, Any]:
-    """``body`` as the local server accepts it: no ``content: null``."""
-    messages = [
-        {k: v for k, v in m.items() if not (k == "content" and v is None)} for m in body.get("messages", [])
-    ]
-    return {**body, "messages": messages}
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -37,7 +27,7 @@ class _Handler(BaseHTTPRequestHandler):
             owner.bodies.append(body)
         request = urllib.request.Request(
             owner.target + self.path.removeprefix("/v1"),
-            data=json.dumps(accepted(body)).encode(),
+            data=json.dumps(body).encode(),
             headers={"content-type": "application/json"},
         )
         try:
