@@ -114,3 +114,30 @@ def test_a_rerun_branch_is_continued_from_the_page(tmp_path: Path) -> None:
     reloaded = Store(store.root).load_session(session.uuid)
     [branch] = [c for c in reloaded.contexts.values() if c.extra.get(REPLAY_KEY, {}).get("kind") == "rerun"]
     assert [m.text() for m in branch.messages[-2:]] == ["Anything else?", "nothing else"]
+
+
+def test_a_framework_session_reruns_from_the_page_with_the_apps_code_and_a_live_tool(tmp_path: Path) -> None:
+    """An Agents SDK import made with --agent: the page offers its code, and the SDK's own
+    Runner re-runs from the tool call with the app's real tool (the SDK calls the model and
+    the progress bar from threads of its own, which must not break the page)."""
+    from importers.agents_sdk import import_agents_sdk
+    from tests.peers import agents_app
+    from tests.test_agents_import import SCRIPT, drive
+
+    written = drive(tmp_path / "s.db", SCRIPT)
+    report = import_agents_sdk(written.db, tmp_path / "store", agent="tests.peers.agents_app:triage")
+    at = open_app_page(tmp_path / "store", "replay", session=report.sessions[0].uuid, message="1")
+    code = at.text_input(key=next(k for k in at.session_state if str(k).endswith(":code")))
+    assert code.value == "tests.peers.agents_app:triage"
+    at.radio(key=next(k for k in at.session_state if str(k).endswith(":tools"))).set_value("live")
+    counted = len(agents_app.COUNTED)
+    script = [
+        {"tool_calls": [{"id": "c9", "name": "count_errors", "arguments": '{"pattern": "WARN"}'}]},
+        {"content": "There are 3 warnings."},
+    ]
+    with OpenAIStub(script) as stub:
+        click_rerun(at, stub.base_url)
+        assert len(stub.bodies) == 2 and stub.bodies[0] == written.bodies[0]  # the SDK's own body
+    assert agents_app.COUNTED[counted:] == ["WARN"]  # the app's tool ran
+    texts = [t.value for t in at.text]
+    assert 'answer: "There are 3 warnings."' in texts and not at.error, [e.value for e in at.error]

@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
 import streamlit as st
+from streamlit.runtime.scriptrunner import add_script_run_ctx, get_script_run_ctx
 
 from replay import (
     EMPTY_OUTPUTS,
@@ -754,8 +756,11 @@ def run_rerun(
         store, session = scope.writable()
         modes = rerun_modes(again.default, again.unserved, again.injections)
         bar = st.progress(0.0, text="Re-running the agent: no model call yet")
+        page_run = get_script_run_ctx()
 
         def step(done: int) -> None:  # the limit is the agent's; its callees add steps of their own
+            if get_script_run_ctx(suppress_warning=True) is None:  # a framework's own thread
+                add_script_run_ctx(threading.current_thread(), page_run)
             bar.progress(min(1.0, done / (done + 1)), text=f"Re-running the agent: {done} model calls")
 
         result = rerun(
