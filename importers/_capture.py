@@ -20,9 +20,11 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx2
+
+E = TypeVar("E", bound=BaseException)
 
 Handler = Callable[[dict[str, Any]], dict[str, Any]]
 """A request body in, the response JSON out (or an exception, which the framework sees)."""
@@ -115,10 +117,21 @@ def capture_one(run: Callable[[], object]) -> dict[str, Any] | None:
         except Captured as exc:
             return exc.body
         except Exception as exc:  # the framework may wrap what the transport raised
-            cause: BaseException | None = exc
-            while cause is not None:
-                if isinstance(cause, Captured):
-                    return cause.body
-                cause = cause.__cause__ or cause.__context__
-            raise
+            captured = in_chain(exc, Captured)
+            if captured is None:
+                raise
+            return captured.body
+    return None
+
+
+def in_chain(exc: BaseException, kind: type[E]) -> E | None:
+    """The first exception of ``kind`` in ``exc``'s chain of causes: what a handler raised
+    through a framework that wraps it (the ``openai`` client, LangGraph)."""
+    cause: BaseException | None = exc
+    seen: set[int] = set()
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, kind):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
     return None

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from agents import Agent, FunctionTool, Handoff, OpenAIChatCompletionsModel, RunConfig, Runner, SQLiteSession
 
-from importers._capture import Captured, capture_one, routed
+from importers._capture import Captured, capture_one, in_chain, routed
 from importers._code import import_code
 from importers.agents_sdk._chat import items_of, items_to_messages, tools_message
 from importers.agents_sdk._items import (
@@ -316,12 +316,7 @@ class _Call:
 
 
 def _stopped(exc: BaseException) -> RerunStopped | None:
-    cause: BaseException | None = exc
-    while cause is not None:
-        if isinstance(cause, RerunStopped):
-            return cause
-        cause = cause.__cause__ or cause.__context__
-    return None
+    return in_chain(exc, RerunStopped)
 
 
 def rerun_with_code(run: FrameworkRun) -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from importers._capture import capture_one, routed
+from importers._capture import capture_one, in_chain, routed
 from importers.langgraph._checkpoints import LcMessage
 from importers.langgraph._code import copy_of, load_graph
 from importers.langgraph._messages import append_message, lc_of, message_of
@@ -293,12 +293,7 @@ def with_overrides(run: FrameworkRun, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def _stopped(exc: BaseException) -> RerunStopped | None:
-    cause: BaseException | None = exc
-    while cause is not None:
-        if isinstance(cause, RerunStopped):
-            return cause
-        cause = cause.__cause__ or cause.__context__
-    return None
+    return in_chain(exc, RerunStopped)
 
 
 def _land(run: FrameworkRun, added: list[LcMessage], calls: list[_Call]) -> None:
