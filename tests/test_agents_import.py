@@ -512,3 +512,12 @@ def test_a_handoff_with_an_input_filter_leaves_no_trace_in_the_file_a_limit_the_
     rebuilt = [materialize(session, context, i).request for i in answers(context)]
     assert rebuilt == [filtered.bodies[0], filtered.bodies[1], filtered.bodies[2]]
     assert report.sessions[0].handoffs == 0
+
+
+def test_every_page_opens_on_an_agents_sdk_session(written: Written, tmp_path: Path) -> None:
+    from tests.apptest import PAGES, open_app_page
+
+    _, session = imported(written, tmp_path / "store", agent=APP)
+    for page in PAGES:
+        opened = open_app_page(tmp_path / "store", page, session=session.uuid, message="3")
+        assert not opened.exception and not opened.error, (page, [e.value for e in opened.error])

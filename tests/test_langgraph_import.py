@@ -536,7 +536,7 @@ def test_soapwb_import_langgraph_reports_the_thread_and_remembers_the_graph(
 def test_the_pages_open_on_a_langgraph_session_and_the_fork_tree_draws_its_branches(
     tmp_path: Path, written: Written
 ) -> None:
-    from tests.apptest import open_app_page
+    from tests.apptest import PAGES, open_app_page
 
     store, session = imported(tmp_path, written, graph=GRAPH)
     result, _, session = rerun_on_stub(store, session, SCRIPT[:2])
@@ -552,8 +552,9 @@ def test_the_pages_open_on_a_langgraph_session_and_the_fork_tree_draws_its_branc
         for [cid] in trace["customdata"]
     }
     assert drawn == {n.id for n in nodes}
-    for page in ("context", "replay", "token_budget"):
-        open_app_page(store.root, page, session=session.uuid, context=nodes[0].id, message="3")
+    for page in PAGES:
+        opened = open_app_page(store.root, page, session=session.uuid, context=nodes[0].id, message="3")
+        assert not opened.exception and not opened.error, (page, [e.value for e in opened.error])
 
 
 def test_the_graph_given_at_a_later_import_rebuilds_the_calls_recorded_without_it(
