@@ -301,6 +301,14 @@ def parameters_of(attributes: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
 def flattened(value: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(value, dict):  # Phoenix keeps no empty object
         return {k: v for key, item in value.items() for k, v in flattened(item, f"{prefix}{key}.").items()}
@@ -326,10 +334,13 @@ def test_phoenix_receives_the_demo_store_as_exported(
             span.status,
         )
         assert kept.kind == 1  # Phoenix keeps no OTLP span kind: it answers INTERNAL for all
-        # Phoenix gives a tool's JSON parameters back flattened (tool.parameters.start)
-        assert without_parameters(kept.attributes) == without_parameters(span.attributes)
-        if "tool.parameters" in span.attributes:
+        # Phoenix gives a tool's JSON parameters back flattened (tool.parameters.start), and
+        # arguments that are no JSON (the small model's, with a raw newline in a string) as sent
+        if "tool.parameters" in span.attributes and is_json(span.attributes["tool.parameters"]):
+            assert without_parameters(kept.attributes) == without_parameters(span.attributes)
             assert parameters_of(kept.attributes) == flattened(json.loads(span.attributes["tool.parameters"]))
+        else:
+            assert kept.attributes == span.attributes
     _, calls = records(demo_store)
     for span in of_kind(list(back.values()), "LLM"):
         call = calls[span.attributes["soapwb.call.id"]]
