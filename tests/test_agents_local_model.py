@@ -1,8 +1,8 @@
 """An Agents SDK app on the deterministic local model (issue 26): its database written by
 the real SDK, imported with the app's code, and re-run from a middle message by the SDK's
-own ``Runner``. The local server refuses the SDK's ``content: null`` assistant turns, so
-both the app and the re-runs reach it through ``tests/peers/local_proxy.py``, which drops
-that key and keeps every body as sent."""
+own ``Runner``. Both the app and the re-runs reach it through
+``tests/peers/local_proxy.py``, which keeps every body as sent (``content: null`` on the
+SDK's tool-call turns included, which the local model takes)."""
 
 from __future__ import annotations
 

@@ -11,11 +11,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-import threading
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, cast
 
@@ -29,6 +25,7 @@ from replay import Overrides, ToolModes, materialize, rerun
 from soap_core import Session, Store, app_branch, canonical_json, fork_tree
 from soap_core.runtime import LLMEndpoint
 from tests.peers import langgraph_app
+from tests.peers.local_proxy import LocalProxy
 from tests.peers.openai_stub import OpenAIStub, completion
 
 PEERS = Path(__file__).resolve().parent / "peers"
@@ -332,64 +329,17 @@ def test_a_recorded_rerun_stops_at_a_tool_call_the_original_never_made(
 # -- on the deterministic local model ---------------------------------------------------------
 
 
-class ToolCallThenModel:
-    """A loopback endpoint that answers a request ending with the user's question with the
-    scripted tool call (the small model's own tool calls are unreliable) and passes every
-    other request to the local model as it is, keeping each body as sent."""
-
-    def __init__(self, upstream: str) -> None:
-        self.upstream = upstream.rstrip("/")
-        self.bodies: list[dict[str, Any]] = []
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                raw = self.rfile.read(int(self.headers.get("content-length") or 0))
-                body = json.loads(raw)
-                owner.bodies.append(body)
-                status = 200
-                if body["messages"][-1]["role"] == "user":
-                    data = json.dumps(completion(TOOL_CALL, body["model"], len(owner.bodies))).encode()
-                else:
-                    request = urllib.request.Request(
-                        owner.upstream + "/chat/completions",
-                        data=json.dumps(body).encode(),
-                        headers={"Content-Type": "application/json"},
-                    )
-                    try:
-                        with urllib.request.urlopen(request, timeout=300) as answer:
-                            data = answer.read()
-                    except urllib.error.HTTPError as exc:  # passed on as the model answered
-                        status, data = exc.code, exc.read()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    def __enter__(self) -> ToolCallThenModel:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+def tool_call_first(body: dict[str, Any], number: int) -> dict[str, Any] | None:
+    """The scripted tool call for a request ending with the user's question (the small
+    model's own tool calls are unreliable); every other request goes to the local model."""
+    return completion(TOOL_CALL, body["model"], number) if body["messages"][-1]["role"] == "user" else None
 
 
 def test_a_rerun_on_the_local_model_repeats_the_answer_with_recorded_tools_and_diverges_with_an_injected_one(
     tmp_path: Path, llm_server: LocalModelServer
 ) -> None:
     db = tmp_path / "local.db"
-    with ToolCallThenModel(llm_server.base_url) as endpoint:
+    with LocalProxy(llm_server.base_url, tool_call_first) as endpoint:
         drive(db, endpoint.base_url, "local")
         original_bodies = list(endpoint.bodies)
         assert len(original_bodies) == 2 and original_bodies[1]["temperature"] == 0.0

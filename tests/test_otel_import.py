@@ -27,7 +27,8 @@ from soap_core import Session, SoapError, Store
 from soap_core.runtime import LLMEndpoint, invocation_chains, read_invocations
 from soapwb.cli import main
 from tests.apptest import PAGES, open_app_page
-from tests.peers.otel_traces import SCRIPT, RecordingProxy, Written, run_driver
+from tests.peers.local_proxy import LocalProxy
+from tests.peers.otel_traces import SCRIPT, Written, run_driver
 from tests.peers.phoenix import Phoenix
 
 FLAVOURS = {"written": ("trace.pb",), "events": ("trace.pb", "logs.pb"), "latest": ("trace.jsonl",)}
@@ -344,7 +345,7 @@ def test_a_trace_of_the_local_model_imports_and_replays(tmp_path: Path, llm_serv
     """OpenInference around the real client talking to the local model (through a proxy
     that keeps the bodies): two turns whose second sends the model's real first answer
     back. Both rebuild as received, and the second replays on the model."""
-    with RecordingProxy(llm_server.base_url) as proxy:
+    with LocalProxy(llm_server.base_url) as proxy:
         summary = run_driver(
             "openinference", "openinference", proxy.base_url, tmp_path / "trace", "conversation"
         )

@@ -1,15 +1,20 @@
-"""A pass-through to the local model that keeps every body as the client sent it (the
-Agents SDK's, with ``content: null`` on a tool-only turn, which the local model's server
-takes since local_model lets it through): the ground truth a test compares with.
+"""A pass-through to a real model (the local one) on a free loopback port that keeps
+every chat body as the client sent it: the ground truth a test compares with. ``answer``
+may script some answers instead (the small model's own tool calls are unreliable): it is
+given each chat body and its number, and returns a response, or None to pass it on.
 Standard library only."""
 
 from __future__ import annotations
 
 import json
 import threading
+import urllib.error
 import urllib.request
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+Answer = Callable[[dict[str, Any], int], dict[str, Any] | None]
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -21,20 +26,26 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         raw = self.rfile.read(int(self.headers.get("content-length") or 0))
-        body = json.loads(raw)
-        owner = self.server.owner
-        with owner.lock:
-            owner.bodies.append(body)
-        request = urllib.request.Request(
-            owner.target + self.path.removeprefix("/v1"),
-            data=json.dumps(body).encode(),
-            headers={"content-type": "application/json"},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=300) as answer:
-                status, data = answer.status, answer.read()
-        except urllib.error.HTTPError as exc:
-            status, data = exc.code, exc.read()
+        owner, scripted = self.server.owner, None
+        if self.path.rstrip("/").endswith("/chat/completions"):
+            body = json.loads(raw)
+            with owner.lock:
+                owner.bodies.append(body)
+                number = len(owner.bodies)
+            scripted = owner.answer(body, number) if owner.answer is not None else None
+        if scripted is not None:
+            status, data = 200, json.dumps(scripted).encode()
+        else:
+            request = urllib.request.Request(
+                owner.target + self.path.split("/v1", 1)[-1],
+                data=raw,
+                headers={"content-type": "application/json"},
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=300) as answer:
+                    status, data = answer.status, answer.read()
+            except urllib.error.HTTPError as exc:  # passed on as the model answered
+                status, data = exc.code, exc.read()
         self.send_response(status)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(data)))
@@ -50,8 +61,9 @@ class _Server(ThreadingHTTPServer):
 class LocalProxy:
     """A started proxy on a free port of 127.0.0.1 to ``target`` (a ``.../v1`` base URL)."""
 
-    def __init__(self, target: str) -> None:
+    def __init__(self, target: str, answer: Answer | None = None) -> None:
         self.target = target.rstrip("/")
+        self.answer = answer
         self.lock = threading.Lock()
         self.bodies: list[dict[str, Any]] = []
         self._server = _Server(("127.0.0.1", 0), _Handler)

@@ -12,11 +12,8 @@ from __future__ import annotations
 
 import json
 import subprocess
-import threading
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -65,50 +62,6 @@ def write_trace(flavour: str, venv: str, out: Path) -> Iterator[Written]:
     with OpenAIStub(SCRIPT) as stub:
         summary = run_driver(flavour, venv, stub.base_url, out)
         yield Written(out, summary["session"], summary["spans"], summary["logs"], stub.bodies)
-
-
-class RecordingProxy:
-    """A loopback server that passes each request on to ``upstream`` (a real model's
-    ``/v1``) and keeps the chat bodies it passed, as the scripted server does."""
-
-    def __init__(self, upstream: str) -> None:
-        self.upstream = upstream.rstrip("/")
-        self.bodies: list[Any] = []
-        proxy = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                raw = self.rfile.read(int(self.headers.get("content-length") or 0))
-                if self.path.rstrip("/").endswith("/chat/completions"):
-                    proxy.bodies.append(json.loads(raw))
-                sub = self.path.split("/v1", 1)[-1]
-                request = urllib.request.Request(
-                    proxy.upstream + sub, data=raw, headers={"Content-Type": "application/json"}
-                )
-                with urllib.request.urlopen(request, timeout=120) as answer:
-                    status, data = answer.status, answer.read()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    def __enter__(self) -> RecordingProxy:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
 
 
 @pytest.fixture(scope="session")
