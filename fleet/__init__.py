@@ -6,7 +6,7 @@ Public names are re-exported here; the ``_modules`` behind them are private.
 """
 
 from fleet._compact_job import CompactPartition, compact_report, compact_task
-from fleet._engines import ENGINES, Engine, EngineError, PartitionResult, run_partitions
+from fleet._engines import ENGINES, Engine, EngineError, PartitionResult, Task, run_partitions
 from fleet._replay_job import (
     RECORDED_MODEL,
     ReplayPartition,
@@ -33,6 +33,7 @@ __all__ = [
     "ReplayPlan",
     "RerunPartition",
     "SuiteEntry",
+    "Task",
     "by_session",
     "compact_report",
     "compact_task",
@@ -51,4 +52,5 @@ __all__ = [
     "verify_report",
     "verify_task",
     "without_timing",
+    "write_suite",
 ]

@@ -14,6 +14,7 @@ compare.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import importlib
 import multiprocessing
 import os
 import time
@@ -186,9 +187,7 @@ class _LocalBackend:
 
 
 def _missing(engine: str, library: str) -> EngineError:
-    return EngineError(
-        f"--engine {engine} needs {library}: pip install 'soap-workbench[cluster]'"
-    )
+    return EngineError(f"--engine {engine} needs {library}: pip install 'soap-workbench[cluster]'")
 
 
 @contextmanager
@@ -212,7 +211,9 @@ def _ray_backend(workers: int, address: str | None) -> Iterator[_Backend]:
     try:
         ray.init(address=address, **options)
     except (ConnectionError, RuntimeError, ValueError) as exc:
-        raise EngineError(f"cannot start or reach a Ray cluster at {address or 'a new local one'}: {exc}") from None
+        raise EngineError(
+            f"cannot start or reach a Ray cluster at {address or 'a new local one'}: {exc}"
+        ) from None
     try:
         yield _RayBackend(ray)
     finally:
@@ -245,9 +246,10 @@ def _dask_backend(workers: int, address: str | None) -> Iterator[_Backend]:
     """The Dask scheduler at ``address``, else a local cluster of ``workers`` worker
     processes of one thread each (no dashboard), closed after."""
     try:
-        from distributed import Client, LocalCluster
+        distributed: Any = importlib.import_module("distributed")  # untyped: Any on purpose
     except ImportError:
         raise _missing("dask", "Dask distributed") from None
+    Client, LocalCluster = distributed.Client, distributed.LocalCluster
     try:
         if address is not None:
             client = Client(address, timeout="10s")
@@ -262,7 +264,9 @@ def _dask_backend(workers: int, address: str | None) -> Iterator[_Backend]:
             )
             client = Client(cluster)
     except (OSError, TimeoutError) as exc:
-        raise EngineError(f"cannot start or reach a Dask cluster at {address or 'a new local one'}: {exc}") from None
+        raise EngineError(
+            f"cannot start or reach a Dask cluster at {address or 'a new local one'}: {exc}"
+        ) from None
     try:
         yield _DaskBackend(client)
     finally:
@@ -282,9 +286,7 @@ class _DaskBackend:
         return self.client.submit(task, location, payload, pure=False, retries=0)
 
     def wait_any(self, handles: list[Any]) -> list[Any]:
-        from distributed import wait
-
-        done, _ = wait(handles, return_when="FIRST_COMPLETED")
+        done, _ = importlib.import_module("distributed").wait(handles, return_when="FIRST_COMPLETED")
         return list(done)
 
     def outcome(self, handle: Any) -> Any:

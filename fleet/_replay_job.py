@@ -80,7 +80,12 @@ def plan_endpoint(plan: ReplayPlan, index: int) -> LLMEndpoint:
 
 
 def _run_one(
-    store: Store, session: Session, entry: SuiteEntry, model: str | None, endpoint: LLMEndpoint, plan: ReplayPlan
+    store: Store,
+    session: Session,
+    entry: SuiteEntry,
+    model: str | None,
+    endpoint: LLMEndpoint,
+    plan: ReplayPlan,
 ) -> dict[str, Any]:
     row: dict[str, Any] = {
         "session": entry.session,
@@ -95,7 +100,11 @@ def _run_one(
     row |= {"context": found.context_id, "index": found.index}
     overrides = Overrides(model, plan.temperature, plan.seed, plan.max_tokens)
     [run] = replay(store, session, found, endpoint, overrides, samples=1, concurrency=1)
-    timing = {"fork_id": run.fork_id if run.saved else None, "call_id": run.call_id, "latency_s": run.latency_s}
+    timing = {
+        "fork_id": run.fork_id if run.saved else None,
+        "call_id": run.call_id,
+        "latency_s": run.latency_s,
+    }
     if not run.ok:
         return row | _failed(run.error) | {"timing": timing}
     messages = session.contexts[found.context_id].messages
@@ -117,8 +126,16 @@ def _run_one(
 
 
 def _failed(error: str | None) -> dict[str, Any]:
-    return {"ok": False, "error": error, "text": None, "tool_calls": [], "distance": None, "check": None,
-            "verify": None, "tokens": None}
+    return {
+        "ok": False,
+        "error": error,
+        "text": None,
+        "tool_calls": [],
+        "distance": None,
+        "check": None,
+        "verify": None,
+        "tokens": None,
+    }
 
 
 def _tokens(usage: dict[str, Any] | None) -> dict[str, Any] | None:

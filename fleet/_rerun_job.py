@@ -7,7 +7,7 @@ ids go to ``timing`` (they differ from run to run)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fleet._engines import PartitionResult
@@ -27,7 +27,7 @@ class RerunPartition:
     session: str
     entries: tuple[SuiteEntry, ...]
     index: int
-    tools: ToolModes = ToolModes()
+    tools: ToolModes = field(default_factory=ToolModes)
 
 
 def rerun_task(location: Location, partition: RerunPartition) -> list[dict[str, Any]]:

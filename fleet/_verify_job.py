@@ -23,7 +23,9 @@ def verify_task(location: Location, partition: dict[str, str]) -> list[dict[str,
     try:
         session = store.load_session(partition["ref"], require_active=False)
     except SoapError as exc:
-        row = Verification("-", partition["uuid"], partition["role"], "-", -1, "-", None, False, error=str(exc))
+        row = Verification(
+            "-", partition["uuid"], partition["role"], "-", -1, "-", None, False, error=str(exc)
+        )
         return [row.as_dict()]
     return [v.as_dict() for v in verify_session(session)]
 
