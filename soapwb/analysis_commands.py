@@ -157,7 +157,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
     band = None
     results: list[Any] = []
     if drift_at:
-        from soapwb.replay_commands import endpoint_for
+        from soapwb.common import endpoint_for
 
         progress = Progress(args)
         with endpoint_for(args) as endpoint:

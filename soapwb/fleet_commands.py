@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,17 @@ from fleet import (
     suite_entries,
     write_suite,
 )
-from soapwb.common import Progress, UsageError, open_store, store_command
+from replay import ToolModes
+from soapwb.common import (
+    MIB,
+    Progress,
+    UsageError,
+    emit_json,
+    endpoint_for,
+    format_table,
+    open_store,
+    store_command,
+)
 
 SESSIONS_HELP = "the sessions: all, role:NAME, or a text (the sessions with a message containing it, as search finds them)"
 
@@ -88,8 +99,22 @@ def run_on_engine(
 
 
 def print_failed_partitions(failed: list[dict[str, Any]]) -> None:
+    """The partitions that failed, on stderr (also with --json: a person reads it)."""
     for item in failed:
-        print(f"FAILED partition {item['partition']} after {item['attempts']} attempts: {item['error']}")
+        print(
+            f"FAILED partition {item['partition']} after {item['attempts']} attempts: {item['error']}",
+            file=sys.stderr,
+        )
+
+
+def single_model(args: argparse.Namespace) -> str | None:
+    """The one --model of a command on one call (several are for --suite)."""
+    model: str | list[str] | None = args.model
+    if not isinstance(model, list):
+        return model
+    if len(model) > 1:
+        raise UsageError("several --model are for --suite: one call goes to one model")
+    return model[0]
 
 
 def suite_partitions(args: argparse.Namespace) -> dict[str, list[Any]]:
@@ -115,7 +140,6 @@ def cmd_suite(args: argparse.Namespace) -> int:
 def suite_plan(args: argparse.Namespace, base_url: str, models: tuple[str | None, ...]) -> Any:
     """What every partition of a replay or re-run suite shares."""
     from fleet import ReplayPlan
-    from soapwb.replay_commands import MIB
 
     if args.edit or args.drop or args.system_prompt_file is not None:
         raise UsageError(
@@ -140,8 +164,6 @@ def suite_plan(args: argparse.Namespace, base_url: str, models: tuple[str | None
 def cmd_replay_suite(args: argparse.Namespace) -> int:
     """Every call of the suite re-sent to each --model; a table per model."""
     from fleet import ReplayPartition, replay_report, replay_task
-    from soapwb.common import emit_json
-    from soapwb.replay_commands import endpoint_for
 
     groups = suite_partitions(args)
     models: tuple[str | None, ...] = tuple(args.model or [None])
@@ -168,6 +190,7 @@ def cmd_replay_suite(args: argparse.Namespace) -> int:
     code = 1 if failing or report["failed_partitions"] else 0
     if args.json:
         emit_json(report)
+        print_failed_partitions(report["failed_partitions"])
         return code
     print_replay_table(report)
     for row in failing[:20]:
@@ -179,7 +202,6 @@ def cmd_replay_suite(args: argparse.Namespace) -> int:
 
 def print_replay_table(report: dict[str, Any]) -> None:
     from fleet import mean_latency
-    from soapwb.common import format_table
 
     rows = []
     for model in report["models"]:
@@ -198,15 +220,11 @@ def print_replay_table(report: dict[str, Any]) -> None:
     print(format_table(headers, rows))
 
 
-def cmd_rerun_suite(args: argparse.Namespace) -> int:
+def cmd_rerun_suite(args: argparse.Namespace, modes: ToolModes) -> int:
     """Every call of the suite re-run to the end of its turn, one branch each."""
     from fleet import RerunPartition, rerun_report, rerun_task
-    from soapwb.common import emit_json
-    from soapwb.replay_commands import endpoint_for, single_model
-    from soapwb.rerun_commands import tool_modes
 
     groups = suite_partitions(args)
-    modes = tool_modes(args)
     if args.code is not None:
         raise UsageError("--code is for one re-run: not with --suite")
     open_store(args)
@@ -224,6 +242,7 @@ def cmd_rerun_suite(args: argparse.Namespace) -> int:
     )
     if args.json:
         emit_json(report)
+        print_failed_partitions(report["failed_partitions"])
         return code
     for row in report["reruns"]:
         outcome = f"FAILED: {row['error']}" if not row["ok"] else f"branch distance {row['distance']:.3f}"
@@ -238,7 +257,6 @@ def cmd_compact_sessions(args: argparse.Namespace) -> int:
     """The compaction table of every session the query selects."""
     from analysis import parse_strategy
     from fleet import CompactPartition, compact_report, compact_task
-    from soapwb.common import emit_json, format_table
 
     if args.session is not None or args.drift_at:
         raise UsageError(
@@ -257,6 +275,7 @@ def cmd_compact_sessions(args: argparse.Namespace) -> int:
     code = 1 if report["failed_partitions"] else 0
     if args.json:
         emit_json(report)
+        print_failed_partitions(report["failed_partitions"])
         return code
     print(
         format_table(

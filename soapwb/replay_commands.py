@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
-import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,21 +28,23 @@ from replay import (
 )
 from replay._refs import resolve_reference
 from soap_core import Context, Session, SoapError, mark_of
-from soap_core.runtime import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT_S, LLMEndpoint
+from soap_core.runtime import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT_S
 from soapwb.common import (
+    MIB,
     SESSION_HELP,
     Progress,
     UsageError,
     add_progress_option,
     emit_json,
+    endpoint_for,
     open_store,
     print_words,
     store_command,
 )
+from soapwb.fleet_commands import add_engine_options, single_model
 
 
 def register(commands: Any) -> None:
-    from soapwb.fleet_commands import add_engine_options
 
     mat = commands.add_parser("materialize", help="print the exact request behind a message")
     add_target(mat)
@@ -178,9 +177,6 @@ def add_endpoint_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-MIB = 1024 * 1024
-
-
 def _positive(text: str) -> float:
     try:
         value = float(text)
@@ -262,8 +258,6 @@ def cmd_materialize(args: argparse.Namespace) -> int:
 
 def add_suite_options(parser: argparse.ArgumentParser) -> None:
     """--suite and the engine that runs it (fleet_commands)."""
-    from soapwb.fleet_commands import add_engine_options
-
     parser.add_argument(
         "--suite",
         type=Path,
@@ -284,6 +278,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     code = 1 if report["mismatches"] or failed else 0
     if args.json:
         emit_json(report)
+        print_failed_partitions(report["failed_partitions"])
         return code
     for result in results:
         where = f"{result['role']}/{result['session']} context {result['context_id']} message {result['message_index']}"
@@ -299,23 +294,6 @@ def cmd_verify(args: argparse.Namespace) -> int:
     elif results:
         print(f"{len(results) - report['mismatches']} of {len(results)} recorded calls match")
     return code
-
-
-@contextlib.contextmanager
-def endpoint_for(args: argparse.Namespace) -> Iterator[LLMEndpoint]:
-    """The endpoint asked for, else $OPENAI_BASE_URL, else a local model started for the run."""
-    base_url = args.base_url or os.environ.get("OPENAI_BASE_URL")
-    with contextlib.ExitStack() as stack:
-        if not base_url:
-            from local_model import LocalModelServer
-
-            base_url = stack.enter_context(LocalModelServer(deterministic=True)).base_url
-        yield LLMEndpoint(
-            base_url,
-            timeout=args.timeout,
-            max_retries=args.retries,
-            max_response_bytes=max(1, int(args.max_response_mb * MIB)),
-        )
 
 
 def overrides_from(args: argparse.Namespace, messages: int) -> Overrides:
@@ -339,16 +317,6 @@ def overrides_from(args: argparse.Namespace, messages: int) -> Overrides:
     return Overrides(
         single_model(args), args.temperature, args.seed, args.max_tokens, system_prompt, edits, tuple(drops)
     )
-
-
-def single_model(args: argparse.Namespace) -> str | None:
-    """The one --model of a command on one call (several are for --suite)."""
-    model: str | list[str] | None = args.model
-    if not isinstance(model, list):
-        return model
-    if len(model) > 1:
-        raise UsageError("several --model are for --suite: one call goes to one model")
-    return model[0]
 
 
 def cmd_replay(args: argparse.Namespace) -> int:

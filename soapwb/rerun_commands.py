@@ -20,13 +20,20 @@ from replay import (
     rerun,
     rerun_noise_band,
 )
-from soapwb.common import Progress, UsageError, add_progress_option, emit_json, open_store, store_command
+from soapwb.common import (
+    Progress,
+    UsageError,
+    add_progress_option,
+    emit_json,
+    endpoint_for,
+    open_store,
+    store_command,
+)
 from soapwb.replay_commands import (
     add_change_options,
     add_endpoint_options,
     add_suite_options,
     add_target,
-    endpoint_for,
     output_target,
     overrides_from,
 )
@@ -143,7 +150,7 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     if args.suite is not None:
         from soapwb.fleet_commands import cmd_rerun_suite
 
-        return cmd_rerun_suite(args)
+        return cmd_rerun_suite(args, tool_modes(args))
     if args.session is None or args.at is None:
         raise UsageError("rerun takes SESSION --at N, or --suite FILE")
     if args.noise == 1 or args.noise < 0:
