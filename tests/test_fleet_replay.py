@@ -1,27 +1,18 @@
 """Replay suites on the engines, against the real local model (deterministic settings,
 temperature 0: the same request gets the same answer, so reports compare equal).
 
-The 200-call suite runs on the local engine and on a two-worker Ray cluster (about a
-minute each here, the model answering one request at a time); the Dask comparison and
-the ``--verify``/``--model`` tests use a smaller suite to keep the file fast."""
+The 200-call suite (local against Ray) is in ``test_fleet_replay_200.py``; here the Dask
+comparison and the ``--verify``/``--model`` tests use smaller suites to keep the file
+fast."""
 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from fleet import (
-    Location,
-    ReplayPartition,
-    ReplayPlan,
-    by_session,
-    replay_report,
-    replay_task,
-    run_partitions,
     select_sessions,
     suite_entries,
     without_timing,
@@ -30,48 +21,14 @@ from fleet import (
 from local_model import LocalModelServer
 from soap_core import Store
 from soapwb.cli import main
-from tests.fleet_clusters import dask_address, ray_cluster  # noqa: F401  (module fixtures)
-from tests.fleet_stores import build_suite_store
+from tests.fleet_clusters import dask_address  # noqa: F401  (a module fixture)
+from tests.fleet_stores import build_suite_store, copy_of, suite_report
 
 
 @pytest.fixture(scope="module")
 def suite_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """100 sessions of two recorded calls: a suite of 200."""
-    return build_suite_store(tmp_path_factory.mktemp("fleet-suite") / "store", sessions=100, turns=2)
-
-
-def copy_of(store: Path, tmp_path: Path, name: str) -> Path:
-    return Path(shutil.copytree(store, tmp_path / name))
-
-
-def suite_report(store: Path, server: LocalModelServer, limit: int, **engine: Any) -> dict[str, Any]:
-    entries = suite_entries(Store(store), select_sessions(Store(store), "all"))[:limit]
-    plan = ReplayPlan((server.base_url,))
-    partitions = {
-        ref: ReplayPartition(plan, ref, tuple(group), n)
-        for n, (ref, group) in enumerate(by_session(entries).items())
-    }
-    return replay_report(run_partitions(Location(str(store)), partitions, replay_task, **engine), plan.models)
-
-
-@pytest.mark.usefixtures("ray_cluster")
-def test_a_suite_of_200_recorded_calls_gives_the_same_report_on_a_ray_cluster_as_locally(
-    suite_store: Path, tmp_path: Path, llm_server: LocalModelServer
-) -> None:
-    local = suite_report(copy_of(suite_store, tmp_path, "a"), llm_server, 200, engine="local", workers=2)
-    on_ray = suite_report(copy_of(suite_store, tmp_path, "b"), llm_server, 200, engine="ray")
-    assert len(local["calls"]) == 200 and local["failed_partitions"] == []
-    assert all(row["ok"] and row["text"] for row in local["calls"]), local["calls"][:3]
-    assert without_timing(on_ray) == without_timing(local)
-    assert local["models"] == [
-        {
-            "model": "(recorded)",
-            "calls": 200,
-            "check_passed": local["models"][0]["check_passed"],
-            "verify_passed": 0,
-            "errors": 0,
-        }
-    ]
+    """12 sessions of two recorded calls: a suite of 24."""
+    return build_suite_store(tmp_path_factory.mktemp("fleet-suite") / "store", sessions=12, turns=2)
 
 
 def test_each_replay_of_a_suite_is_saved_as_a_fork_of_its_session(
