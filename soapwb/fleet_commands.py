@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -85,7 +86,7 @@ def run_on_engine(
     progress = Progress(args)
     try:
         return run_partitions(
-            Location(str(args.store)),
+            store_location(str(args.store)),
             partitions,
             task,
             engine=args.engine,
@@ -96,6 +97,12 @@ def run_on_engine(
         )
     except EngineError as exc:
         raise UsageError(str(exc)) from None
+
+
+def store_location(store: str) -> Location:
+    """Where workers find the store: a URL as given, a path made absolute (a Ray
+    worker does not run in the folder the command was started in)."""
+    return Location(store if "://" in store else os.path.abspath(store))
 
 
 def print_failed_partitions(failed: list[dict[str, Any]]) -> None:
