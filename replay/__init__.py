@@ -95,7 +95,7 @@ from replay._sources import (
     sources,
 )
 from replay._tool_modes import RerunError, ToolModes, injected_results
-from replay._verify import request_differences, verify_session, verify_store
+from replay._verify import Verification, request_differences, verify_session, verify_store
 from soap_core import REPLAY_KEY
 
 __all__ = [
@@ -134,6 +134,7 @@ __all__ = [
     "SessionNames",
     "ToolModes",
     "Turn",
+    "Verification",
     "batches_from_saved",
     "branch_distance",
     "branch_noise_band",

@@ -32,6 +32,7 @@ from soapwb.common import (
 
 
 def register(commands: Any) -> None:
+    from soapwb.fleet_commands import add_engine_options
     from soapwb.replay_commands import add_endpoint_options
 
     tokens = commands.add_parser("tokens", help="context size per LLM call, its make-up and compactions")
@@ -41,7 +42,13 @@ def register(commands: Any) -> None:
     compact = commands.add_parser(
         "compact", help="simulate compaction strategies over a session; measure drift"
     )
-    compact.add_argument("session", metavar="SESSION", help=SESSION_HELP)
+    compact.add_argument("session", metavar="SESSION", nargs="?", help=f"{SESSION_HELP} (or --sessions)")
+    compact.add_argument(
+        "--sessions",
+        metavar="QUERY",
+        help="instead of SESSION: every session the query selects (all, role:NAME, or a text as "
+        "search finds it), one partition each on --engine",
+    )
     compact.add_argument(
         "--strategy",
         action="append",
@@ -66,6 +73,7 @@ def register(commands: Any) -> None:
         "noise band drift is judged against (default 2; 0: no band)",
     )
     add_endpoint_options(compact)  # the same bounded calls as replay and rerun
+    add_engine_options(compact)
     add_progress_option(compact)
     store_command(compact, cmd_compact)
 
@@ -129,6 +137,12 @@ def cmd_tokens(args: argparse.Namespace) -> int:
 def cmd_compact(args: argparse.Namespace) -> int:
     if args.noise < 0:
         raise UsageError("--noise takes K >= 0")
+    if args.sessions is not None:
+        from soapwb.fleet_commands import cmd_compact_sessions
+
+        return cmd_compact_sessions(args)
+    if args.session is None:
+        raise UsageError("compact takes SESSION, or --sessions QUERY")
     store = open_store(args)
     session = store.load_session(args.session, require_active=False)
     history = history_of(session)
@@ -143,7 +157,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
     band = None
     results: list[Any] = []
     if drift_at:
-        from soapwb.replay_commands import endpoint_for
+        from soapwb.common import endpoint_for
 
         progress = Progress(args)
         with endpoint_for(args) as endpoint:

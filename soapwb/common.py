@@ -10,12 +10,18 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import orjson
 
 from soap_core import Store, time_text
 from soap_core._names import distinct_names, escape_controls
+
+if TYPE_CHECKING:
+    from soap_core.runtime import LLMEndpoint
+
+
+MIB = 1024 * 1024
 
 
 class UsageError(Exception):
@@ -259,3 +265,22 @@ class Progress:
         """A line redrawn over the previous one (``last``: then left standing)."""
         if self.on:
             progress_line(text, last=last)
+
+
+@contextlib.contextmanager
+def endpoint_for(args: argparse.Namespace) -> Iterator[LLMEndpoint]:
+    """The endpoint asked for, else $OPENAI_BASE_URL, else a local model started for the run."""
+    from soap_core.runtime import LLMEndpoint
+
+    base_url = args.base_url or os.environ.get("OPENAI_BASE_URL")
+    with contextlib.ExitStack() as stack:
+        if not base_url:
+            from local_model import LocalModelServer
+
+            base_url = stack.enter_context(LocalModelServer(deterministic=True)).base_url
+        yield LLMEndpoint(
+            base_url,
+            timeout=args.timeout,
+            max_retries=args.retries,
+            max_response_bytes=max(1, int(args.max_response_mb * MIB)),
+        )

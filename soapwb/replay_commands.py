@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
-import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,37 +25,43 @@ from replay import (
     parse_message_ranges,
     row_changes,
     run_batch,
-    verify_store,
 )
 from replay._refs import resolve_reference
 from soap_core import Context, Session, SoapError, mark_of
-from soap_core.runtime import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT_S, LLMEndpoint
+from soap_core.runtime import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT_S
 from soapwb.common import (
+    MIB,
     SESSION_HELP,
     Progress,
     UsageError,
     add_progress_option,
     emit_json,
+    endpoint_for,
     open_store,
     print_words,
     store_command,
 )
+from soapwb.fleet_commands import add_engine_options, single_model
 
 
 def register(commands: Any) -> None:
+
     mat = commands.add_parser("materialize", help="print the exact request behind a message")
     add_target(mat)
     store_command(mat, cmd_materialize)
 
     verify = commands.add_parser("verify", help="check every recorded call against its rematerialization")
+    add_engine_options(verify)
+    add_progress_option(verify)
     store_command(verify, cmd_verify)
 
     rep = commands.add_parser(
         "replay", help="run the model again from a message; each run is saved as a fork"
     )
     add_progress_option(rep)
-    add_target(rep)
-    add_change_options(rep)
+    add_target(rep, suite=True)
+    add_suite_options(rep)
+    add_change_options(rep, models=True)
     rep.add_argument("--samples", type=int, default=1, help="how many runs (default 1)")
     rep.add_argument(
         "--noise",
@@ -79,6 +82,13 @@ def register(commands: Any) -> None:
         type=float,
         help="largest distance (0..1) that passes --check (default: the noise band, else 0)",
     )
+    rep.add_argument(
+        "--verify",
+        metavar="CMD",
+        help="with --suite: a shell command that judges each answer: the answer's text on its stdin, "
+        "SOAPWB_SESSION, SOAPWB_AT and SOAPWB_MODEL in its environment; exit 0 passes, 1 fails, "
+        "anything else is an error",
+    )
     store_command(rep, cmd_replay)
 
     diff = commands.add_parser(
@@ -98,9 +108,18 @@ _AT_HELP = (
 )
 
 
-def add_change_options(parser: argparse.ArgumentParser) -> None:
-    """What a replay or a re-run may change: the model's settings and the messages."""
-    parser.add_argument("--model", help="model name (default: the original call's)")
+def add_change_options(parser: argparse.ArgumentParser, *, models: bool = False) -> None:
+    """What a replay or a re-run may change: the model's settings and the messages
+    (``models``: --model repeatable, each model a column of a suite's report)."""
+    if models:
+        parser.add_argument(
+            "--model",
+            action="append",
+            help="model name (default: the original call's); with --suite, repeatable: every call "
+            "goes to each model",
+        )
+    else:
+        parser.add_argument("--model", help="model name (default: the original call's)")
     parser.add_argument("--temperature", type=float)
     parser.add_argument("--seed", type=int)
     parser.add_argument("--max-tokens", type=int)
@@ -158,9 +177,6 @@ def add_endpoint_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-MIB = 1024 * 1024
-
-
 def _positive(text: str) -> float:
     try:
         value = float(text)
@@ -181,10 +197,14 @@ def _count(text: str) -> int:
     return value
 
 
-def add_target(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("session", metavar="SESSION", help=SESSION_HELP)
+def add_target(parser: argparse.ArgumentParser, *, suite: bool = False) -> None:
+    """SESSION, --context and --at; with ``suite``, SESSION and --at may give way to --suite."""
+    if suite:
+        parser.add_argument("session", metavar="SESSION", nargs="?", help=f"{SESSION_HELP} (or --suite)")
+    else:
+        parser.add_argument("session", metavar="SESSION", help=SESSION_HELP)
     parser.add_argument("--context", metavar="ID", help="context id or prefix (default: the active one)")
-    parser.add_argument("--at", required=True, metavar="N|entry:N|message:N|ID", help=_AT_HELP)
+    parser.add_argument("--at", required=not suite, metavar="N|entry:N|message:N|ID", help=_AT_HELP)
     parser.add_argument(
         "--openpoke-root",
         metavar="DIR",
@@ -236,42 +256,44 @@ def cmd_materialize(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_suite_options(parser: argparse.ArgumentParser) -> None:
+    """--suite and the engine that runs it (fleet_commands)."""
+    parser.add_argument(
+        "--suite",
+        type=Path,
+        metavar="FILE",
+        help="instead of SESSION --at: every call of a suite file (JSON Lines of "
+        '{"session": REF, "context": ID, "at": N}; `soapwb suite` writes one), partitioned by session',
+    )
+    add_engine_options(parser)
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
-    results = verify_store(open_store(args))
-    bad = [r for r in results if not r.match]
+    from fleet import verify_partitions, verify_report, verify_task
+    from soapwb.fleet_commands import print_failed_partitions, run_on_engine
+
+    store = open_store(args)
+    report = verify_report(run_on_engine(args, verify_partitions(store), verify_task, "sessions"))
+    results, failed = report["results"], report["failed_partitions"]
+    code = 1 if report["mismatches"] or failed else 0
     if args.json:
-        emit_json({"calls": len(results), "mismatches": len(bad), "results": [r.as_dict() for r in results]})
-        return 1 if bad else 0
+        emit_json(report)
+        print_failed_partitions(report["failed_partitions"])
+        return code
     for result in results:
-        where = f"{result.role}/{result.session} context {result.context_id} message {result.message_index}"
-        if result.match:
+        where = f"{result['role']}/{result['session']} context {result['context_id']} message {result['message_index']}"
+        if result["match"]:
             print(f"ok        {where}")
         else:
-            print(f"MISMATCH  {where}: {result.error or ''}")
-            for kind, changes in result.differences.items():
+            print(f"MISMATCH  {where}: {result['error'] or ''}")
+            for kind, changes in result["differences"].items():
                 print(f"          {kind}: {', '.join(list(changes)[:6])}")
-    if not results:
+    print_failed_partitions(failed)
+    if not results and not failed:
         print("no recorded calls (a store written without a call log, such as peteos')")
-    else:
-        print(f"{len(results) - len(bad)} of {len(results)} recorded calls match")
-    return 1 if bad else 0
-
-
-@contextlib.contextmanager
-def endpoint_for(args: argparse.Namespace) -> Iterator[LLMEndpoint]:
-    """The endpoint asked for, else $OPENAI_BASE_URL, else a local model started for the run."""
-    base_url = args.base_url or os.environ.get("OPENAI_BASE_URL")
-    with contextlib.ExitStack() as stack:
-        if not base_url:
-            from local_model import LocalModelServer
-
-            base_url = stack.enter_context(LocalModelServer(deterministic=True)).base_url
-        yield LLMEndpoint(
-            base_url,
-            timeout=args.timeout,
-            max_retries=args.retries,
-            max_response_bytes=max(1, int(args.max_response_mb * MIB)),
-        )
+    elif results:
+        print(f"{len(results) - report['mismatches']} of {len(results)} recorded calls match")
+    return code
 
 
 def overrides_from(args: argparse.Namespace, messages: int) -> Overrides:
@@ -293,11 +315,17 @@ def overrides_from(args: argparse.Namespace, messages: int) -> Overrides:
     except MessageRangeError as exc:
         raise UsageError(f"--drop: {exc}") from None
     return Overrides(
-        args.model, args.temperature, args.seed, args.max_tokens, system_prompt, edits, tuple(drops)
+        single_model(args), args.temperature, args.seed, args.max_tokens, system_prompt, edits, tuple(drops)
     )
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    if args.suite is not None:
+        from soapwb.fleet_commands import cmd_replay_suite
+
+        return cmd_replay_suite(args)
+    if args.session is None or args.at is None:
+        raise UsageError("replay takes SESSION --at N, or --suite FILE")
     if args.samples < 1 or args.noise < 0 or args.concurrency < 1:
         raise UsageError("--samples and --concurrency must be at least 1, --noise at least 0")
     store = open_store(args)

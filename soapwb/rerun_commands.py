@@ -20,12 +20,20 @@ from replay import (
     rerun,
     rerun_noise_band,
 )
-from soapwb.common import Progress, UsageError, add_progress_option, emit_json, open_store, store_command
+from soapwb.common import (
+    Progress,
+    UsageError,
+    add_progress_option,
+    emit_json,
+    endpoint_for,
+    open_store,
+    store_command,
+)
 from soapwb.replay_commands import (
     add_change_options,
     add_endpoint_options,
+    add_suite_options,
     add_target,
-    endpoint_for,
     output_target,
     overrides_from,
 )
@@ -42,7 +50,8 @@ def register(commands: Any) -> None:
             "in the same order); the session's files are not changed."
         ),
     )
-    add_target(run)
+    add_target(run, suite=True)
+    add_suite_options(run)
     add_change_options(run)
     add_tool_options(run, default="recorded", unserved="stop")
     run.add_argument(
@@ -138,6 +147,12 @@ def _count_step(progress: Progress, what: str, done: int) -> None:
 
 
 def cmd_rerun(args: argparse.Namespace) -> int:
+    if args.suite is not None:
+        from soapwb.fleet_commands import cmd_rerun_suite
+
+        return cmd_rerun_suite(args, tool_modes(args))
+    if args.session is None or args.at is None:
+        raise UsageError("rerun takes SESSION --at N, or --suite FILE")
     if args.noise == 1 or args.noise < 0:
         raise UsageError("--noise takes K >= 2: a spread needs two unchanged re-runs")
     if args.samples < 1:

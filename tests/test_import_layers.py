@@ -24,6 +24,7 @@ LAYERS: dict[str, set[str]] = {
     "importers": {"soap_core", "replay"},
     "demo": {"soap_core"},
     "workbench": {"soap_core", "replay", "analysis", "importers"},
+    "fleet": {"soap_core", "replay", "analysis"},
     "soapwb": {
         "soap_core",
         "soap_gen",
@@ -32,6 +33,7 @@ LAYERS: dict[str, set[str]] = {
         "analysis",
         "importers",
         "demo",
+        "fleet",
     },
     "fuzz": {"soap_core", "replay", "analysis", "importers", "soapwb"},
 }
