@@ -1,0 +1,139 @@
+"""Which objects of a bucket listing a mirror takes now, and which it holds back.
+
+A writer puts a save's objects one PUT at a time, contexts first and ``session.json``
+last, and ends every save that put a context with a PUT of ``session.json`` (the same
+bytes when nothing in it changed: its modification time still moves). A reader's
+listing can fall between two of those PUTs. So, per session folder:
+
+* a folder whose ``session.json`` is not there (a new session being written) is held
+  back whole: the store would list it as broken;
+* a context object that changed while ``session.json`` did not (compared by ETag and
+  modification time with what the mirror holds) belongs to a save still running: held
+  back, the session stays as it was;
+* when ``session.json`` changed, the contexts put up to its modification time are
+  taken with it (contexts first, ``session.json`` last, so the mirror never names a
+  context it does not hold yet); one put after it is the next save's, held back.
+
+Anything held back longer than :data:`HOLD_BACK_S` (by its modification time) is taken
+anyway: its writer died between two PUTs, or was not ours, and the store then shows the
+folder as a local store would (a fork without its parent's mark, a folder without
+``session.json`` listed as broken). Records (``calls/``, ``invocations/``) and files
+outside session folders are taken at once: no session is half without them.
+
+S3 gives modification times to the second: a context put in the same second as the
+``session.json`` before it is taken with that one (shown a save early: never a session
+naming a missing file), and a save that ends in the same second as the previous one and
+changes no byte of ``session.json`` is seen only after :data:`HOLD_BACK_S`.
+
+Pure functions of the listing, the manifest and the clock: tested without a bucket.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from soap_core._layout import AGENTS_DIR, DOT_PETEOS, SESSIONS_DIR
+
+SESSION_FILE = "session.json"
+HOLD_BACK_S = 30.0
+"""How long a half-saved session's new objects are held back, at most."""
+
+
+@dataclass(frozen=True)
+class ObjectVersion:
+    """One object as a listing shows it: its version token (the ETag, or size and
+    modification time where the filesystem has no ETag), size and modification time."""
+
+    etag: str
+    size: int
+    modified: float | None = None
+    """Seconds since the epoch, by the storage's clock; None when not known (an object
+    this mirror just put: the PUT answer has its ETag only)."""
+
+    def same_as(self, held: ObjectVersion) -> bool:
+        """Whether this listed version is the one the mirror holds (``held``)."""
+        if self.etag != held.etag:
+            return False
+        return held.modified is None or self.modified is None or self.modified == held.modified
+
+
+@dataclass
+class PullPlan:
+    """What a pull does: ``fetch`` in this order, ``remove`` from the mirror, ``held``
+    back for now, and ``refresh`` (same bytes, newer time) noted without a download."""
+
+    fetch: list[str] = field(default_factory=list)
+    remove: list[str] = field(default_factory=list)
+    held: list[str] = field(default_factory=list)
+    refresh: list[str] = field(default_factory=list)
+
+
+def session_prefixes(root_name: str, tops: set[str]) -> tuple[str | None, str | None]:
+    """Where the ``agents`` and ``sessions`` folders are, relative to the mirror's root,
+    as :func:`soap_core._layout.locate` finds them: ``root_name`` is the last part of the
+    store's URL, ``tops`` the first path parts of its objects."""
+    if root_name == AGENTS_DIR and AGENTS_DIR not in tops:
+        return "", None
+    if root_name == SESSIONS_DIR and SESSIONS_DIR not in tops:
+        return None, ""
+    base = f"{DOT_PETEOS}/" if DOT_PETEOS in tops and not tops & {AGENTS_DIR, SESSIONS_DIR} else ""
+    return f"{base}{AGENTS_DIR}/", f"{base}{SESSIONS_DIR}/"
+
+
+def session_folder(key: str, prefixes: tuple[str | None, str | None]) -> str | None:
+    """The session folder (a key prefix without the slash) ``key`` lies in, if any."""
+    agents, sessions = prefixes
+    if agents is not None and key.startswith(agents):
+        parts = key[len(agents) :].split("/")
+        return agents + "/".join(parts[:2]) if len(parts) >= 3 else None
+    if sessions is not None and key.startswith(sessions):
+        parts = key[len(sessions) :].split("/")
+        return sessions + parts[0] if len(parts) >= 2 else None
+    return None
+
+
+def plan_pull(
+    listed: Mapping[str, ObjectVersion],
+    held: Mapping[str, ObjectVersion],
+    prefixes: tuple[str | None, str | None],
+    now: float,
+    *,
+    hold_back: bool = True,
+) -> PullPlan:
+    """The plan that brings the mirror (holding ``held``) to the listing ``listed``."""
+    plan = PullPlan()
+    plan.remove = sorted(key for key in held if key not in listed)
+    changed = [key for key, version in listed.items() if key not in held or not version.same_as(held[key])]
+    plan.refresh = sorted(
+        key for key in listed if key in held and key not in changed and listed[key] != held[key]
+    )
+    taken: list[str] = []
+    for key in changed:
+        folder = session_folder(key, prefixes) if hold_back else None
+        if folder is None or _taken(key, folder, listed, held, now):
+            taken.append(key)
+        else:
+            plan.held.append(key)
+    last = f"/{SESSION_FILE}"
+    plan.fetch = sorted(taken, key=lambda key: (key.endswith(last), key))
+    plan.held.sort()
+    return plan
+
+
+def _taken(
+    key: str, folder: str, listed: Mapping[str, ObjectVersion], held: Mapping[str, ObjectVersion], now: float
+) -> bool:
+    version = listed[key]
+    if version.modified is not None and now - version.modified > HOLD_BACK_S:
+        return True  # its writer is gone, or was not ours: shown as it is
+    marker = f"{folder}/{SESSION_FILE}"
+    committed = listed.get(marker)
+    if committed is None:
+        return False  # a session still being made
+    if key == marker or "/" in key[len(folder) + 1 :]:
+        return True  # session.json itself, or a record in a sub-folder
+    before = held.get(marker)
+    if before is not None and committed.same_as(before):
+        return False  # a context of a save whose session.json is not there yet
+    return version.modified is None or committed.modified is None or version.modified <= committed.modified
