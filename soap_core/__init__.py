@@ -96,10 +96,12 @@ from soap_core._remote import (
     STORAGE_OPTIONS_ENV,
     RemoteStore,
     is_remote,
+    local_root,
     open_store,
     parse_storage_options,
     shown,
     storage_options_from_env,
+    use_storage_options,
 )
 from soap_core._saves import SAVE_LOCKS_DIR, SaveConflictError
 from soap_core._session import OBJECT_KEY, SOURCE_KEY, THREAD_ID_KEY, Session
@@ -187,6 +189,7 @@ __all__ = [
     "is_marked",
     "is_remote",
     "kind_code",
+    "local_root",
     "locate",
     "mark_of",
     "message_rows",
@@ -212,6 +215,7 @@ __all__ = [
     "storage_options_from_env",
     "time_text",
     "tool_schema",
+    "use_storage_options",
     "utc_now",
     "write_call",
     "write_invocation",

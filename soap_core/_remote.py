@@ -62,6 +62,21 @@ def parse_storage_options(pairs: Iterable[str]) -> dict[str, Any]:
     return options
 
 
+_defaults: dict[str, Any] | None = None
+
+
+def use_storage_options(options: Mapping[str, Any] | None) -> None:
+    """The storage options :func:`open_store` uses when it is given none, for the whole
+    process (the command line sets them once from ``--storage-option``)."""
+    global _defaults
+    _defaults = dict(options) if options is not None else None
+
+
+def default_storage_options() -> dict[str, Any]:
+    """What :func:`use_storage_options` set, else :data:`STORAGE_OPTIONS_ENV`'s."""
+    return dict(_defaults) if _defaults is not None else storage_options_from_env()
+
+
 def storage_options_from_env() -> dict[str, Any]:
     """The storage options a parent process passed in :data:`STORAGE_OPTIONS_ENV`."""
     text = os.environ.get(STORAGE_OPTIONS_ENV)
@@ -80,7 +95,8 @@ def open_store(location: str | os.PathLike[str], storage_options: Mapping[str, A
         if "://" in text:
             text = text.partition("://")[2]
         return Store(Path(text).expanduser())
-    mirror = _mirror_for(text.rstrip("/"), dict(storage_options or {}))
+    options = dict(storage_options) if storage_options is not None else default_storage_options()
+    mirror = _mirror_for(text.rstrip("/"), options)
     return RemoteStore(mirror)
 
 
@@ -138,7 +154,8 @@ def _mirror_for(url: str, options: dict[str, Any]) -> Mirror:
                 mirror.close()
                 raise
             _mirrors[(url, str(cache_dir))] = mirror
-    mirror.pull()
+    if time.monotonic() - mirror.last_pull >= REFRESH_EVERY_S:
+        mirror.pull()
     return mirror
 
 
@@ -148,6 +165,15 @@ def forget_mirrors() -> None:
         for mirror in _mirrors.values():
             mirror.close()
         _mirrors.clear()
+
+
+def local_root(location: str) -> str:
+    """The folder of the open mirror of the store URL ``location``, else ``location``."""
+    with _mirrors_lock:
+        for mirror in _mirrors.values():
+            if mirror.url == location.rstrip("/"):
+                return str(mirror.root)
+    return location
 
 
 def shown(text: str) -> str:

@@ -92,7 +92,11 @@ def browser() -> Iterator[Browser]:
         chromium.close()
 
 
-S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+S3_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
 
 
 @pytest.fixture(scope="session")
@@ -111,7 +115,9 @@ def s3_server() -> Iterator[S3]:
 
 
 @pytest.fixture
-def s3(s3_server: S3, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[S3]:
+def s3(
+    s3_server: S3, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[S3]:
     """The S3 server, with this test's own cache folder (no mirror leaks into ~/.cache
     or into another test) and the test's credentials in the environment."""
     from soap_core._remote import forget_mirrors

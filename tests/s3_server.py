@@ -38,7 +38,11 @@ def counting(app: Any, log: RequestLog) -> Any:
 
     def wrapped(environ: dict[str, Any], start_response: Any) -> Any:
         path = environ.get("PATH_INFO", "")
-        if environ.get("REQUEST_METHOD") == "GET" and not environ.get("QUERY_STRING") and path.count("/") >= 2:
+        if (
+            environ.get("REQUEST_METHOD") == "GET"
+            and not environ.get("QUERY_STRING")
+            and path.count("/") >= 2
+        ):
             with log.lock:
                 log.gets.append(path)
         return app(environ, start_response)
@@ -80,7 +84,11 @@ def start_server() -> Iterator[S3]:
     try:
         import boto3
         from moto.moto_server.threaded_moto_server import ThreadedMotoServer
-        from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+        from moto.moto_server.werkzeug_app import (
+            DomainDispatcherApplication,
+            MotoRequestHandler,
+            create_backend_app,
+        )
         from werkzeug.serving import make_server
     except ImportError as exc:
         pytest.skip(f"moto[server] or boto3 is not installed: {exc}")

@@ -29,8 +29,11 @@ from soap_core import (
     SoapError,
     Store,
     describe_node,
+    is_remote,
+    local_root,
     time_text,
 )
+from soap_core import open_store as open_any_store
 
 StoreSignature = tuple[tuple[str, int, int], ...]
 """(path, mtime_ns, size) of every folder and file that a listing or a load reads."""
@@ -92,6 +95,13 @@ def _listing(path: str) -> list[str]:
         return []
 
 
+def open_store(root: str) -> Store:
+    """The store a page works on: a folder, or a URL on object storage (its mirror,
+    shared by every page run of the process; storage options from
+    ``$SOAPWB_STORAGE_OPTIONS``, which ``soapwb ui --storage-option`` sets)."""
+    return open_any_store(root) if is_remote(root) else Store(root)
+
+
 def store_signature(root: str) -> StoreSignature:
     """A key that changes whenever the store does: the catalog's state after it caught
     up with the files (``stat`` calls only, one small row read), or, without a catalog,
@@ -101,7 +111,7 @@ def store_signature(root: str) -> StoreSignature:
     rename, peteos rewriting a file in place) changes it, so it is a sound cache key
     for everything read from the store.
     """
-    store = Store(root)
+    store = open_store(root)
     catalog = store.catalog()
     if catalog is not None:
         try:
@@ -317,6 +327,8 @@ def store_relative(path: str | Path, root: str | Path | None = None) -> str:
     """``path`` as a person finds it in the store: relative to the store folder, and when
     still long, the long folder names in the middle (session uuids) cut short."""
     shown = Path(path)
+    if root is not None and is_remote(str(root)):
+        root = local_root(str(root))  # the errors name the mirror's files
     if root is not None:
         for base in (Path(root), Path(root).resolve()):
             if shown.is_relative_to(base):
