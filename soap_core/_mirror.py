@@ -42,6 +42,7 @@ from typing import Any
 
 from soap_core._errors import StoreError
 from soap_core._pull_plan import (
+    SEAL_FILE,
     SESSION_FILE,
     ObjectVersion,
     PullPlan,
@@ -52,6 +53,21 @@ from soap_core._pull_plan import (
 from soap_core._saves import SaveConflictError
 from soap_core._tempfiles import is_temp_name, temp_prefix
 from soap_core._write_hooks import listen, stop_listening
+
+
+class RemoteSaveConflictError(SaveConflictError):
+    """:class:`SaveConflictError` for an object on the bucket: names its URL."""
+
+    def __init__(self, url: str, problem: str) -> None:
+        super().__init__(url, problem)
+        self.url = url
+        self.args = (f"{url}: {problem}",)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+    def __reduce__(self) -> tuple[type[RemoteSaveConflictError], tuple[str, str]]:  # type: ignore[override]
+        return (type(self), (self.url, self.problem))
 
 
 class RemoteStoreError(StoreError):
@@ -195,7 +211,7 @@ class Mirror:
     def listing(self, under: str = "") -> dict[str, ObjectVersion]:
         """Every object under ``under`` (a key prefix) by key, as the bucket has it now."""
         base = self._remote(under.rstrip("/"))
-        self.fs.invalidate_cache(base)
+        self.fs.invalidate_cache()
         try:
             found = self.fs.find(base, detail=True)
         except FileNotFoundError:
@@ -207,11 +223,11 @@ class Mirror:
             if not str(path).startswith(self.fs_root):
                 continue
             key = str(path)[len(self.fs_root) :].lstrip("/")
+            sealed = key.rsplit("/", 1)[-1] == SEAL_FILE  # listed for the plan, never mirrored
             if (
                 info.get("type", "file") != "directory"
                 and key.startswith(under)
-                and key
-                and not is_private(key)
+                and (sealed or not is_private(key))
             ):
                 listed[key] = version_of(info)
         return listed
@@ -269,7 +285,7 @@ class Mirror:
             try:
                 data = self.fs.cat_file(self._remote(key))
             except Exception as exc:
-                raise RemoteStoreError(self.url_of(key), f"cannot read: {describe(exc)}") from None
+                raise RemoteStoreError(self.url_of(key), f"cannot read: {describe(exc)}") from exc
             self.gets += 1
             actual = hashlib.md5(data, usedforsecurity=False).hexdigest()
             if _is_md5(version.etag) and actual != version.etag:  # changed since it was listed
@@ -305,9 +321,7 @@ class Mirror:
         with self._lock:
             self._put(key, path.read_bytes())
             folder = session_folder(key, self._prefixes([key]))
-            if folder is not None and key == f"{folder}/{SESSION_FILE}":
-                self._unsealed.discard(folder)
-            elif folder is not None and "/" not in key[len(folder) + 1 :]:
+            if folder is not None and "/" not in key[len(folder) + 1 :]:
                 self._unsealed.add(folder)
 
     def folder_made(self, path: Path) -> None:
@@ -320,14 +334,21 @@ class Mirror:
             self.file_written(file)
 
     def seal(self, folder_path: Path) -> None:
-        """End a save of the session folder: if a context was put since its
-        ``session.json`` was, put ``session.json`` again (the same bytes), so that readers
-        take the save (:mod:`soap_core._pull_plan`)."""
+        """End a save of the session folder: if anything was put into it since its last
+        seal, put a new seal, so that readers take the save whole
+        (:mod:`soap_core._pull_plan`)."""
         folder = self.key_of(folder_path)
-        marker = folder_path / SESSION_FILE
         with self._lock:
-            if folder in self._unsealed and marker.is_file():
-                self.file_written(marker)
+            if folder not in self._unsealed:
+                return
+            key = f"{folder}/{SEAL_FILE}"
+            try:
+                answer = self.fs.pipe_file(self._remote(key), secrets.token_hex(8).encode())
+            except Exception as exc:
+                raise RemoteStoreError(self.url_of(key), f"cannot write: {describe(exc)}") from None
+            etag = answer.get("ETag") if isinstance(answer, dict) else None
+            self.manifest.put(key, ObjectVersion(str(etag).strip('"') if etag else "?", 16))
+            self._unsealed.discard(folder)
 
     def _put(self, key: str, data: bytes) -> None:
         held = self.manifest.get(key)
@@ -351,7 +372,7 @@ class Mirror:
         if etag:
             version = ObjectVersion(str(etag).strip('"'), len(data), None)
         else:
-            self.fs.invalidate_cache(remote)
+            self.fs.invalidate_cache()
             version = version_of(self.fs.info(remote))
         self.manifest.put(key, version)
 
@@ -365,7 +386,7 @@ class Mirror:
             self.manifest.drop(key)
 
     def _check_unchanged(self, key: str, held: ObjectVersion | None) -> None:
-        self.fs.invalidate_cache(self._remote(key))
+        self.fs.invalidate_cache()
         try:
             now: ObjectVersion | None = version_of(self.fs.info(self._remote(key)))
         except FileNotFoundError:
@@ -379,10 +400,10 @@ class Mirror:
         """The bucket's object changed under this save: fetch it back, then refuse."""
         self.manifest.drop(key)
         remote = self._remote(key)
-        self.fs.invalidate_cache(remote)
+        self.fs.invalidate_cache()
         with contextlib.suppress(FileNotFoundError):
             self._fetch(key, version_of(self.fs.info(remote)))
-        raise SaveConflictError(
+        raise RemoteSaveConflictError(
             self.url_of(key),
             "changed on the bucket by another writer since it was read: not overwritten "
             "(load the session again and redo the change)",

@@ -1,18 +1,24 @@
 """Which objects of a bucket listing a mirror takes now, and which it holds back.
 
 A writer puts a save's objects one PUT at a time, contexts first and ``session.json``
-last, and ends every save that put a context with a PUT of ``session.json`` (the same
-bytes when nothing in it changed: its modification time still moves). A reader's
-listing can fall between two of those PUTs. So, per session folder:
+last, and ends every save that put anything into a session folder with a PUT of the
+folder's seal, ``.soapwb-seal`` (a few random bytes: its ETag changes at every save,
+where ``session.json`` may not change at all). A reader's listing can fall between two
+of those PUTs. So, per session folder, with its *commit* being the versions of its
+``session.json`` and its seal:
 
 * a folder whose ``session.json`` is not there (a new session being written) is held
   back whole: the store would list it as broken;
-* a context object that changed while ``session.json`` did not (compared by ETag and
+* a context object that changed while the commit did not (compared by ETag and
   modification time with what the mirror holds) belongs to a save still running: held
   back, the session stays as it was;
-* when ``session.json`` changed, the contexts put up to its modification time are
-  taken with it (contexts first, ``session.json`` last, so the mirror never names a
-  context it does not hold yet); one put after it is the next save's, held back.
+* when the commit changed, the contexts put up to its time are taken with it
+  (contexts first, ``session.json`` last, so the mirror never names a context it does
+  not hold yet); one put later than both is the next save's, held back.
+
+The seal is never mirrored as a file (the store never sees it); the manifest notes its
+version. A writer that does not seal (peteos, ``aws s3 sync``) is seen when its
+``session.json`` changes, or after :data:`HOLD_BACK_S`.
 
 Anything held back longer than :data:`HOLD_BACK_S` (by its modification time) is taken
 anyway: its writer died between two PUTs, or was not ours, and the store then shows the
@@ -20,10 +26,9 @@ folder as a local store would (a fork without its parent's mark, a folder withou
 ``session.json`` listed as broken). Records (``calls/``, ``invocations/``) and files
 outside session folders are taken at once: no session is half without them.
 
-S3 gives modification times to the second: a context put in the same second as the
-``session.json`` before it is taken with that one (shown a save early: never a session
-naming a missing file), and a save that ends in the same second as the previous one and
-changes no byte of ``session.json`` is seen only after :data:`HOLD_BACK_S`.
+S3 gives modification times to the second: a context of the next save put in the same
+second as this save's seal is taken with this one (shown a save early: never a session
+naming a file the mirror lacks).
 
 Pure functions of the listing, the manifest and the clock: tested without a bucket.
 """
@@ -36,6 +41,8 @@ from dataclasses import dataclass, field
 from soap_core._layout import AGENTS_DIR, DOT_PETEOS, SESSIONS_DIR
 
 SESSION_FILE = "session.json"
+SEAL_FILE = ".soapwb-seal"
+"""The object a writer puts into a session folder at the end of each save."""
 HOLD_BACK_S = 30.0
 """How long a half-saved session's new objects are held back, at most."""
 
@@ -108,8 +115,12 @@ def plan_pull(
     plan.refresh = sorted(
         key for key in listed if key in held and key not in changed and listed[key] != held[key]
     )
+    seals = [key for key in changed if key.rsplit("/", 1)[-1] == SEAL_FILE]
+    plan.refresh = sorted([*plan.refresh, *seals])  # noted, never fetched
     taken: list[str] = []
     for key in changed:
+        if key in seals:
+            continue
         folder = session_folder(key, prefixes) if hold_back else None
         if folder is None or _taken(key, folder, listed, held, now):
             taken.append(key)
@@ -127,13 +138,19 @@ def _taken(
     version = listed[key]
     if version.modified is not None and now - version.modified > HOLD_BACK_S:
         return True  # its writer is gone, or was not ours: shown as it is
-    marker = f"{folder}/{SESSION_FILE}"
+    marker, seal = f"{folder}/{SESSION_FILE}", f"{folder}/{SEAL_FILE}"
     committed = listed.get(marker)
     if committed is None:
         return False  # a session still being made
     if key == marker or "/" in key[len(folder) + 1 :]:
         return True  # session.json itself, or a record in a sub-folder
-    before = held.get(marker)
-    if before is not None and committed.same_as(before):
-        return False  # a context of a save whose session.json is not there yet
-    return version.modified is None or committed.modified is None or version.modified <= committed.modified
+    if _same(committed, held.get(marker)) and _same(listed.get(seal), held.get(seal)):
+        return False  # a context of a save not sealed yet
+    times = [v.modified for v in (committed, listed.get(seal)) if v is not None and v.modified is not None]
+    return version.modified is None or not times or version.modified <= max(times)
+
+
+def _same(listed: ObjectVersion | None, held: ObjectVersion | None) -> bool:
+    if listed is None or held is None:
+        return listed is held
+    return listed.same_as(held)
