@@ -235,8 +235,8 @@ class Mirror:
     def check_reachable(self) -> None:
         """RemoteStoreError when the bucket (or the URL's first folder) is missing."""
         container = self.fs_root.lstrip("/").split("/", 1)[0]
-        if not container:
-            return
+        if not container or not set(_protocols(self.fs)) & _BUCKETED:
+            return  # a filesystem without buckets: its listing says what is there
         try:
             self.fs.info(container)
         except FileNotFoundError:
@@ -408,6 +408,10 @@ class Mirror:
             "changed on the bucket by another writer since it was read: not overwritten "
             "(load the session again and redo the change)",
         )
+
+
+_BUCKETED = {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss"}
+"""Filesystems whose URLs start with a bucket (or container) that must exist."""
 
 
 def _protocols(fs: Any) -> tuple[str, ...]:

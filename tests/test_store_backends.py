@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import shutil
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import fsspec  # type: ignore[import-untyped]
 import pytest
 
 from soap_core import (
@@ -28,6 +30,7 @@ from soap_core import (
     write_call,
 )
 from soap_core._catalog import CATALOG_FILE
+from soap_core._remote import forget_mirrors
 from tests.conftest import CHILD_ID, PARENT_ID, SESSION_UUID, SOAP_FIXTURE
 from tests.s3_server import S3
 
@@ -59,27 +62,33 @@ class Backend:
         location = at or self.location
         if self.s3 is not None:
             return self.s3.read(f"{location}/{rel}")
+        if self.name == "memory":
+            return bytes(fsspec.filesystem("memory").cat_file(f"{location}/{rel}"))
         return (Path(location) / rel).read_bytes()
 
     def put_raw(self, rel: str, data: bytes) -> None:
         if self.s3 is not None:
             self.s3.put(f"{self.location}/{rel}", data)
+        elif self.name == "memory":
+            fsspec.filesystem("memory").pipe_file(f"{self.location}/{rel}", data)
         else:
             path = Path(self.location) / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
 
     def second_opener(self) -> Store:
-        if self.s3 is None:
+        if self.name == "local":
             return open_store(self.location)
-        self.monkeypatch.setenv("SOAPWB_CACHE_DIR", str(self.tmp_path / f"cache-{id(object())}"))
-        store = open_store(self.location, self.s3.options)
+        self.monkeypatch.setenv("SOAPWB_CACHE_DIR", str(self.tmp_path / f"cache-{uuid.uuid4().hex}"))
+        store = self.open(self.location)
         assert store.root != self.store.root  # another mirror, as on another machine
         return store
 
     def fresh(self, name: str) -> str:
         """The location of another, empty store on the same backend."""
-        return self.s3.fresh_prefix() if self.s3 is not None else str(self.tmp_path / name)
+        if self.s3 is not None:
+            return self.s3.fresh_prefix()
+        return f"memory://{uuid.uuid4().hex}/{name}" if self.name == "memory" else str(self.tmp_path / name)
 
     def open(self, location: str) -> Store:
         return open_store(location, self.s3.options if self.s3 is not None else None)
@@ -90,14 +99,25 @@ def upload(s3: S3, folder: Path, url: str) -> None:
         s3.put(f"{url}/{rel}", data)
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(params=["local", "s3", "memory"])
 def backend(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Backend]:
+    """``local``: a folder; ``s3``: a moto server; ``memory``: fsspec's in-process
+    filesystem, which has no ETag and no conditional PUT (the mirror's other path)."""
     if request.param == "local":
         target = tmp_path / "store"
         shutil.copytree(SOAP_FIXTURE, target, ignore=shutil.ignore_patterns(f"{CATALOG_FILE}*", ".soapwb*"))
         yield Backend("local", str(target), open_store(target), None, monkeypatch, tmp_path)
+        return
+    if request.param == "memory":
+        monkeypatch.setenv("SOAPWB_CACHE_DIR", str(tmp_path / "cache"))
+        url = f"memory://{uuid.uuid4().hex}/store"
+        memory = fsspec.filesystem("memory")
+        for rel, data in fixture_files().items():
+            memory.pipe_file(f"{url}/{rel}", data)
+        yield Backend("memory", url, open_store(url), None, monkeypatch, tmp_path)
+        forget_mirrors()
         return
     s3: S3 = request.getfixturevalue("s3")
     url = s3.fresh_prefix()
