@@ -28,3 +28,19 @@ def test_every_page_opens_on_a_store_on_s3(page: str, s3: S3, monkeypatch: pytes
         [listing] = at.dataframe
         assert listing.value["session"].tolist() == [SESSION_UUID]
         assert listing.value["messages"].tolist() == [6]
+
+
+def test_a_page_names_a_bucket_object_or_a_mirrored_file_relative_to_the_store(
+    s3: S3, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from soap_core import FormatError, RemoteStoreError, open_store
+    from workbench.views import error_first
+
+    url = s3.fresh_prefix()
+    for rel, data in fixture_files().items():
+        s3.put(f"{url}/{rel}", data)
+    store = open_store(url, s3.options)
+    object_error = RemoteStoreError(f"{url}/agents/HelloPete/x/c.json", "cannot write: refused")
+    assert error_first(object_error, url) == "cannot write: refused — agents/HelloPete/x/c.json"
+    file_error = FormatError(store.root / "agents" / "HelloPete" / "c.json", "$", "not valid JSON")
+    assert error_first(file_error, url) == "not valid JSON — agents/HelloPete/c.json"

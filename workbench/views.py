@@ -326,9 +326,12 @@ _PART_LIMIT = 20
 def store_relative(path: str | Path, root: str | Path | None = None) -> str:
     """``path`` as a person finds it in the store: relative to the store folder, and when
     still long, the long folder names in the middle (session uuids) cut short."""
-    shown = Path(path)
     if root is not None and is_remote(str(root)):
-        root = local_root(str(root))  # the errors name the mirror's files
+        url = str(root).rstrip("/")
+        if str(path) == url or str(path).startswith(url + "/"):
+            return str(path)[len(url) + 1 :] or "."  # an error naming the bucket's object
+        root = local_root(url)  # the errors name the mirror's files
+    shown = Path(path)
     if root is not None:
         for base in (Path(root), Path(root).resolve()):
             if shown.is_relative_to(base):
@@ -373,6 +376,7 @@ def error_first(error: BaseException | str, root: str | Path | None = None) -> s
     pushes the problem off to the right behind a long path; here the path comes last,
     relative to the store ``root``."""
     path = getattr(error, "path", None) if isinstance(error, BaseException) else None
+    path = getattr(error, "url", None) or path  # an object on a bucket: its URL, not a mangled path
     problem = getattr(error, "problem", None) if isinstance(error, BaseException) else None
     if isinstance(problem, str):
         json_path = getattr(error, "json_path", None)
