@@ -179,7 +179,9 @@ class Mirror:
         self.manifest = Manifest(cache_dir / "manifest.sqlite3")
         self._lock = threading.RLock()
         self._unsealed: set[str] = set()
-        """Session folders with a context put since their ``session.json`` was."""
+        """Session folders with an object put since their last seal."""
+        self._created: list[str] | None = None
+        """While :meth:`saving`: the objects the save created (none stood there before)."""
         self._conditional = bool({"s3", "s3a"} & set(_protocols(fs)))
         self.last_pull = float("-inf")
         self.gets = 0
@@ -333,6 +335,26 @@ class Mirror:
         for file in files:
             self.file_written(file)
 
+    @contextlib.contextmanager
+    def saving(self) -> Iterator[None]:
+        """A save: if it fails part way (a conflict on a later object), the objects it
+        created are deleted again, so no fork of a refused save is left on the bucket.
+        (An object it replaced stays replaced: whole, and merged as a local save's.)"""
+        with self._lock:
+            self._created = []
+            try:
+                yield
+            except BaseException:
+                for key in self._created:
+                    with contextlib.suppress(Exception):
+                        self.fs.rm_file(self._remote(key))
+                    with contextlib.suppress(OSError):
+                        (self.root / key).unlink()
+                    self.manifest.drop(key)
+                raise
+            finally:
+                self._created = None
+
     def seal(self, folder_path: Path) -> None:
         """End a save of the session folder: if anything was put into it since its last
         seal, put a new seal, so that readers take the save whole
@@ -368,6 +390,8 @@ class Mirror:
             self._unsent(key, held)
             raise RemoteStoreError(self.url_of(key), f"cannot write: {describe(exc)}") from None
         self.puts += 1
+        if held is None and self._created is not None:
+            self._created.append(key)
         etag = answer.get("ETag") if isinstance(answer, dict) else None
         if etag:
             version = ObjectVersion(str(etag).strip('"'), len(data), None)

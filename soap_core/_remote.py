@@ -220,6 +220,7 @@ class RemoteStore(Store):
         then seal the save so readers take it whole (:meth:`Mirror.seal`)."""
         directory = session.directory or self.session_dir(session.role, session.uuid)
         self.remote.pull(self.remote.key_of(directory) + "/", hold_back=False)
-        written = super().save_session(session)
+        with self.remote.saving():
+            written = super().save_session(session)
         self.remote.seal(directory)
         return written

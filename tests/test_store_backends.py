@@ -310,8 +310,11 @@ def test_a_put_over_an_object_changed_since_it_was_read_is_refused(
         store.remote, "pull", lambda *a, **k: None
     )  # the change lands after the pre-save pull
     session.state_data["mine"] = "too"
+    fork = session.rolling_token_window(50)  # a new object put before session.json is refused
+    assert fork is not None
     with pytest.raises(SaveConflictError) as raised:
         store.save_session(session)
+    assert not [key for key in s3.keys(url) if fork.id in key]  # the refused save left no fork behind
     assert f"{url}/{SESSION_REL}/session.json" in str(raised.value)
     assert json.loads(s3.read(f"{url}/{SESSION_REL}/session.json")) == other  # theirs stands
     mirrored = store.remote.root / SESSION_REL / "session.json"
