@@ -29,7 +29,7 @@ from typing import Any
 from soap_core._catalog import Catalog, _cache_home
 from soap_core._mirror import Mirror, RemoteStoreError, describe
 from soap_core._session import Session
-from soap_core._store import Store
+from soap_core._store import SessionSummary, Store
 
 REFRESH_EVERY_S = float(os.environ.get("SOAPWB_REMOTE_REFRESH_S", "2"))
 """A remote store pulls at most this often on its own (a listing per page run would cost
@@ -210,7 +210,7 @@ class RemoteStore(Store):
         self.refresh()
         return super().catalog()
 
-    def scan_sessions(self) -> list[Any]:
+    def scan_sessions(self) -> list[SessionSummary]:
         self.refresh()
         return super().scan_sessions()
 

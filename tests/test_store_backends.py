@@ -355,6 +355,21 @@ def test_soapwb_ls_lists_a_store_on_s3_as_text_and_json(
     assert "cli-cache" not in listed.stdout  # paths are shown as the URL, never the cache
 
 
+def test_soapwb_import_writes_into_a_store_on_s3(s3: S3, tmp_path: Path) -> None:
+    from tests.cli_process import soapwb
+
+    url, option = s3.fresh_prefix(), f"endpoint_url={s3.endpoint}"
+    done = soapwb("import", "openpoke", OPENPOKE, "--store", url, "--storage-option", option, "--json",
+                  env=cli_env(s3, tmp_path))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    imported = json.loads(done.stdout)
+    env = {**cli_env(s3, tmp_path), "SOAPWB_CACHE_DIR": str(tmp_path / "another-machine")}
+    listed = soapwb("ls", "--store", url, "--storage-option", option, "--json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert len(json.loads(listed.stdout)) == len(imported["sessions"]) > 0
+    assert any(key.endswith("/session.json") for key in s3.keys(url))
+
+
 @pytest.mark.parametrize("what", ["closed port", "missing bucket"])
 def test_a_store_that_cannot_be_reached_is_one_line_naming_the_url(s3: S3, tmp_path: Path, what: str) -> None:
     from tests.cli_process import soapwb
