@@ -96,6 +96,12 @@ def is_private(key: str) -> bool:
     return any(part.startswith(".soapwb") or is_temp_name(part) for part in key.split("/"))
 
 
+def is_safe_key(key: str) -> bool:
+    """Whether the object key ``key`` stays inside the mirror as a path: no empty, ``.``
+    or ``..`` part, no backslash or NUL (an S3 key may hold any of them)."""
+    return not ("\\" in key or "\x00" in key) and all(part not in ("", ".", "..") for part in key.split("/"))
+
+
 def _precondition_failed(exc: BaseException) -> bool:
     seen: BaseException | None = exc
     while seen is not None:
@@ -163,8 +169,7 @@ class Manifest:
 class Mirror:
     """The folder ``root`` (under ``cache_dir``) kept equal to the objects under ``url``.
 
-    ``fs`` is the fsspec filesystem and ``fs_root`` the URL's path in it. ``gets`` counts
-    the objects downloaded, ``puts`` the objects written (figures for tests)."""
+    ``fs`` is the fsspec filesystem and ``fs_root`` the URL's path in it."""
 
     def __init__(self, url: str, fs: Any, fs_root: str, cache_dir: Path) -> None:
         self.url = url.rstrip("/")
@@ -184,8 +189,6 @@ class Mirror:
         """While :meth:`saving`: the objects the save created (none stood there before)."""
         self._conditional = bool({"s3", "s3a"} & set(_protocols(fs)))
         self.last_pull = float("-inf")
-        self.gets = 0
-        self.puts = 0
         listen(self.root, self)
 
     def close(self) -> None:
@@ -229,6 +232,7 @@ class Mirror:
             if (
                 info.get("type", "file") != "directory"
                 and key.startswith(under)
+                and is_safe_key(key)
                 and (sealed or not is_private(key))
             ):
                 listed[key] = version_of(info)
@@ -287,8 +291,7 @@ class Mirror:
             try:
                 data = self.fs.cat_file(self._remote(key))
             except Exception as exc:
-                raise RemoteStoreError(self.url_of(key), f"cannot read: {describe(exc)}") from exc
-            self.gets += 1
+                raise RemoteStoreError(self.url_of(key), f"cannot read: {describe(exc)}") from None
             actual = hashlib.md5(data, usedforsecurity=False).hexdigest()
             if _is_md5(version.etag) and actual != version.etag:  # changed since it was listed
                 version = ObjectVersion(actual, len(data), None)
@@ -389,7 +392,6 @@ class Mirror:
                 self._conflict(key)
             self._unsent(key, held)
             raise RemoteStoreError(self.url_of(key), f"cannot write: {describe(exc)}") from None
-        self.puts += 1
         if held is None and self._created is not None:
             self._created.append(key)
         etag = answer.get("ETag") if isinstance(answer, dict) else None

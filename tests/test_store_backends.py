@@ -321,6 +321,19 @@ def test_a_put_over_an_object_changed_since_it_was_read_is_refused(
     assert json.loads(mirrored.read_bytes()) == other  # and the mirror holds it again
 
 
+def test_an_object_key_that_would_lead_out_of_the_mirror_is_never_written(
+    on_s3: tuple[S3, str, RemoteStore],
+) -> None:
+    s3, url, store = on_s3
+    s3.put(f"{url}/../escaped.json", b"{}")  # outside every session folder: nothing holds it back
+    s3.put(f"{url}/instances/../../../../escaped.json", b"{}")
+    s3.put(f"{url}/agents//HelloPete/x/session.json", b"{}")
+    store.refresh(force=True)
+    cache = store.remote.cache_dir
+    assert not list(cache.parent.rglob("escaped.json")) and not (cache / "escaped.json").exists()
+    assert [s.uuid for s in store.sessions()] == [SESSION_UUID]
+
+
 def test_no_credential_or_option_is_written_into_the_cache(on_s3: tuple[S3, str, RemoteStore]) -> None:
     s3, _, store = on_s3
     cache = store.remote.cache_dir
