@@ -136,6 +136,19 @@ class Manifest:
             self._db.execute(
                 "CREATE TABLE IF NOT EXISTS objects (key TEXT PRIMARY KEY, etag TEXT, size INTEGER, modified REAL)"
             )
+            self._db.execute("CREATE TABLE IF NOT EXISTS files (key TEXT PRIMARY KEY, signature TEXT)")
+
+    def note_file(self, key: str, signature: str | None) -> None:
+        """The mirrored file's signature once it holds the version noted for ``key``."""
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO files VALUES (?, ?)", (key, signature))
+
+    def file_signatures(self, under: str = "") -> dict[str, str | None]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT key, signature FROM files WHERE substr(key, 1, ?) = ?", (len(under), under)
+            ).fetchall()
+        return dict(rows)
 
     def versions(self, under: str = "") -> dict[str, ObjectVersion]:
         with self._lock:
@@ -160,6 +173,7 @@ class Manifest:
     def drop(self, key: str) -> None:
         with self._lock:
             self._db.execute("DELETE FROM objects WHERE key=?", (key,))
+            self._db.execute("DELETE FROM files WHERE key=?", (key,))
 
     def close(self) -> None:
         with self._lock:
@@ -268,11 +282,23 @@ class Mirror:
                 self.manifest.drop(key)
             for key in plan.refresh:
                 self.manifest.put(key, listed[key])
-            for key in plan.fetch:
+            for key in [*self._changed_here(listed, plan, under), *plan.fetch]:
                 self._fetch(key, listed[key])
             if not under:
                 self.last_pull = time.monotonic()
             return plan
+
+    def _changed_here(self, listed: dict[str, ObjectVersion], plan: PullPlan, under: str) -> list[str]:
+        """Mirrored files that no longer are what was fetched or put (a writer killed
+        between its local write and its PUT, a hand edit): fetched back, mostly from the
+        blob cache, so the mirror never serves what the bucket does not hold."""
+        pending = {*plan.fetch, *plan.held}
+        noted = self.manifest.file_signatures(under)
+        return sorted(
+            key
+            for key, signature in noted.items()
+            if key in listed and key not in pending and _file_signature(self.root / key) != signature
+        )
 
     @contextlib.contextmanager
     def _pull_lock(self) -> Iterator[None]:
@@ -306,6 +332,7 @@ class Mirror:
             shutil.copyfile(blob, staging)
         os.replace(staging, target)
         self.manifest.put(key, version)
+        self.manifest.note_file(key, _file_signature(target))
 
     def prune_blobs(self) -> int:
         """Remove the blobs no tree file links to any more; how many went."""
@@ -401,6 +428,7 @@ class Mirror:
             self.fs.invalidate_cache()
             version = version_of(self.fs.info(remote))
         self.manifest.put(key, version)
+        self.manifest.note_file(key, _file_signature(self.root / key))
 
     def _unsent(self, key: str, held: ObjectVersion | None) -> None:
         """A file the bucket did not take: the mirror must not keep it as if it had. A
@@ -443,6 +471,16 @@ _BUCKETED = {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss"}
 def _protocols(fs: Any) -> tuple[str, ...]:
     protocol = getattr(fs, "protocol", ())
     return (protocol,) if isinstance(protocol, str) else tuple(protocol)
+
+
+def _file_signature(path: Path) -> str | None:
+    """Size, modification time and inode: not the change time, which a hard link to the
+    same blob moves without changing the file."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return f"{info.st_size}:{info.st_mtime_ns}:{info.st_ino}"
 
 
 def _is_md5(etag: str) -> bool:

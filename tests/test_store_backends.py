@@ -334,6 +334,22 @@ def test_an_object_key_that_would_lead_out_of_the_mirror_is_never_written(
     assert [s.uuid for s in store.sessions()] == [SESSION_UUID]
 
 
+def test_a_mirrored_file_changed_behind_the_mirror_is_put_back_from_the_blob_cache(
+    on_s3: tuple[S3, str, RemoteStore],
+) -> None:
+    s3, url, store = on_s3
+    prefix = url.removeprefix("s3://")
+    rel = f"{SESSION_REL}/{CHILD_ID}.json"
+    mirrored = store.remote.root / rel
+    mirrored.unlink()  # as a writer killed between its local write and its PUT leaves it
+    mirrored.write_bytes(b'{"not": "what the bucket holds"}')
+    gets = s3.log.count(prefix)
+    store.refresh(force=True)
+    assert mirrored.read_bytes() == fixture_files()[rel]
+    assert s3.log.count(prefix) == gets  # from the blob cache, no download
+    assert store.load_session(SESSION_UUID).contexts[CHILD_ID].id == CHILD_ID
+
+
 def test_no_credential_or_option_is_written_into_the_cache(on_s3: tuple[S3, str, RemoteStore]) -> None:
     s3, _, store = on_s3
     cache = store.remote.cache_dir
