@@ -6,11 +6,24 @@ from __future__ import annotations
 from pathlib import Path
 
 from importers._errors import ImporterError
-from soap_core import INVOCATIONS_DIR, InvocationRecord, SoapError, Store, read_json, write_invocation
+from soap_core import (
+    INVOCATIONS_DIR,
+    InvocationRecord,
+    SoapError,
+    Store,
+    is_remote,
+    read_json,
+    write_invocation,
+)
+from soap_core import open_store as open_any_store
 
 
 def open_store(store_dir: Path | str) -> Store:
-    """The store at ``store_dir``, created if missing; ImporterError when it cannot be."""
+    """The store at ``store_dir``, created if missing; ImporterError when it cannot be.
+    A URL on object storage (``s3://bucket/prefix``) opens its mirror
+    (:func:`soap_core.open_store`): what the import writes goes to the bucket."""
+    if is_remote(store_dir):
+        return open_any_store(store_dir)
     root = Path(store_dir).expanduser()
     if root.exists() and not root.is_dir():
         raise ImporterError(root, "the store is not a directory")

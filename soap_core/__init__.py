@@ -51,6 +51,7 @@ from soap_core._marks import (
     set_mark,
 )
 from soap_core._message import Message, Role
+from soap_core._mirror import RemoteStoreError
 from soap_core._overview import (
     MessageRow,
     SearchHit,
@@ -91,6 +92,17 @@ from soap_core._records import (
     write_call,
     write_invocation,
 )
+from soap_core._remote import (
+    STORAGE_OPTIONS_ENV,
+    RemoteStore,
+    is_remote,
+    local_root,
+    open_store,
+    parse_storage_options,
+    shown,
+    storage_options_from_env,
+    use_storage_options,
+)
 from soap_core._saves import SAVE_LOCKS_DIR, SaveConflictError
 from soap_core._session import OBJECT_KEY, SOURCE_KEY, THREAD_ID_KEY, Session
 from soap_core._store import SESSION_FILE, SessionSummary, Store
@@ -114,6 +126,7 @@ __all__ = [
     "SAVE_LOCKS_DIR",
     "SESSION_FILE",
     "SOURCE_KEY",
+    "STORAGE_OPTIONS_ENV",
     "SYSTEM_PROMPT_ANCHOR",
     "THREAD_ID_KEY",
     "TOOLS_ANCHOR",
@@ -138,6 +151,8 @@ __all__ = [
     "OutsideStoreError",
     "Part",
     "Party",
+    "RemoteStore",
+    "RemoteStoreError",
     "Role",
     "SaveConflictError",
     "SearchHit",
@@ -172,12 +187,16 @@ __all__ = [
     "get_encoding",
     "inside",
     "is_marked",
+    "is_remote",
     "kind_code",
+    "local_root",
     "locate",
     "mark_of",
     "message_rows",
     "new_record_id",
+    "open_store",
     "parse_stamp",
+    "parse_storage_options",
     "part_from_dict",
     "part_to_dict",
     "preview",
@@ -192,8 +211,11 @@ __all__ = [
     "session_overview",
     "set_app_branch",
     "set_mark",
+    "shown",
+    "storage_options_from_env",
     "time_text",
     "tool_schema",
+    "use_storage_options",
     "utc_now",
     "write_call",
     "write_invocation",

@@ -24,6 +24,7 @@ import orjson
 
 from soap_core._errors import FormatError, StoreError
 from soap_core._tempfiles import in_flight, sweep_after_write, temp_prefix
+from soap_core._write_hooks import file_written
 
 _BOM = b"\xef\xbb\xbf"
 _DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
@@ -282,12 +283,12 @@ def write_text_atomic(path: Path, text: str) -> None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp_name)
             raise
-    if _unsynced:
-        return
-    with contextlib.suppress(OSError):  # not every file system lets a folder be fsynced
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-    sweep_after_write(path.parent)
+    if not _unsynced:
+        with contextlib.suppress(OSError):  # not every file system lets a folder be fsynced
+            dir_fd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        sweep_after_write(path.parent)
+    file_written(path)  # a remote store's mirror uploads it (soap_core._write_hooks)

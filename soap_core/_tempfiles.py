@@ -36,6 +36,8 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from soap_core._write_hooks import folder_made
+
 STALE_AFTER_S = 3600.0
 """Age after which any temp file of ours is a leftover, whoever wrote it."""
 
@@ -197,3 +199,4 @@ def new_folder(directory: Path, *, sync: bool = True) -> Iterator[Path]:
             raise
     if sync:
         _fsync_folder(directory.parent)
+    folder_made(directory)  # a remote store's mirror uploads it (soap_core._write_hooks)

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from soap_core import SoapError
 from soap_core._redact import redact
-from soapwb.common import Handler, UsageError, terminal_safe_output
+from soapwb.common import Handler, UsageError, terminal_safe_output, use_storage_options
 
 COMMAND_MODULES = {
     "ls": "store_commands",
@@ -92,6 +92,7 @@ def _run(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     handler: Handler = args.handler
     try:
+        use_storage_options(args)  # before any store is opened, by the command or an importer
         return handler(args)
     except UsageError as exc:
         print(f"soapwb: error: {exc}", file=sys.stderr)

@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import orjson
 
-from soap_core import Store, time_text
+from soap_core import STORAGE_OPTIONS_ENV, Store, parse_storage_options, shown, time_text
+from soap_core import open_store as open_any_store
+from soap_core import use_storage_options as set_storage_options
 from soap_core._names import distinct_names, escape_controls
 
 if TYPE_CHECKING:
@@ -37,12 +39,40 @@ def store_command(parser: argparse.ArgumentParser, handler: Handler) -> None:
     parser.set_defaults(handler=handler)
     parser.add_argument(
         "--store",
-        metavar="DIR",
+        metavar="DIR|URL",
         default=os.environ.get("SOAPWB_STORE"),
         help="the store: a peteos config dir (holding peteos.json, .peteos/, agents/ or sessions/), "
-        "or its agents/ or sessions/ folder (default: $SOAPWB_STORE)",
+        "or its agents/ or sessions/ folder, or such a folder on object storage "
+        "(s3://bucket/prefix) (default: $SOAPWB_STORE)",
     )
+    add_storage_option(parser)
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def add_storage_option(parser: argparse.ArgumentParser) -> None:
+    """``--storage-option KEY=VALUE`` (repeatable): fsspec options for a store given as a
+    URL (``endpoint_url=http://127.0.0.1:9000``, ``anon=true``)."""
+    parser.add_argument(
+        "--storage-option",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="for a store on object storage (s3://bucket/prefix): an fsspec storage option, "
+        "e.g. endpoint_url=http://127.0.0.1:9000 or anon=true (repeatable; credentials also come "
+        "from the usual AWS_* variables)",
+    )
+
+
+def use_storage_options(args: argparse.Namespace) -> None:
+    """Make the command's ``--storage-option`` flags every store opener's default."""
+    pairs = getattr(args, "storage_option", None)
+    if pairs:
+        try:
+            options = parse_storage_options(pairs)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        set_storage_options(options)
+        os.environ[STORAGE_OPTIONS_ENV] = json.dumps(options)  # for the command's worker processes
 
 
 SESSION_HELP = (
@@ -54,7 +84,8 @@ SESSION_HELP = (
 def open_store(args: argparse.Namespace) -> Store:
     if not args.store:
         raise UsageError("no store given: pass --store DIR or set SOAPWB_STORE")
-    store = Store(args.store)
+    use_storage_options(args)
+    store = open_any_store(args.store)
     refuse_non_store(store)
     return store
 
@@ -141,7 +172,7 @@ class TerminalText:
         self.terminal = terminal
 
     def write(self, text: str) -> int:
-        self.terminal.write(escape_controls(text))
+        self.terminal.write(escape_controls(shown(text)))  # a remote store's URL, not its cache path
         return len(text)
 
     def writelines(self, lines: Iterable[str]) -> None:

@@ -14,8 +14,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from soap_core import SoapError
-from soapwb.common import UsageError
+from soap_core import STORAGE_OPTIONS_ENV, SoapError, is_remote, parse_storage_options
+from soapwb.common import UsageError, add_storage_option
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
 
@@ -24,10 +24,11 @@ def register(commands: Any) -> None:
     ui = commands.add_parser("ui", help="open the workbench (Streamlit) on a store")
     ui.add_argument(
         "--store",
-        metavar="DIR",
+        metavar="DIR|URL",
         default=os.environ.get("SOAPWB_STORE"),
-        help="the sOAP config dir (default: $SOAPWB_STORE)",
+        help="the sOAP config dir, or one on object storage (s3://bucket/prefix) (default: $SOAPWB_STORE)",
     )
+    add_storage_option(ui)
     ui.add_argument("--host", default="127.0.0.1", help="address to serve on (default: 127.0.0.1)")
     ui.add_argument("--port", type=int, default=8501, help="port to serve on (default: 8501)")
     ui.add_argument("--json", action="store_true", help="print the addresses as one JSON line")
@@ -80,7 +81,15 @@ def cmd_ui(args: argparse.Namespace) -> int:
         raise UsageError("no store given: pass --store DIR or set SOAPWB_STORE")
     if not APP.is_file():
         raise SoapError(f"{APP}: the workbench app is missing (soapwb ui runs from a source checkout)")
-    env = {**os.environ, "SOAPWB_STORE": str(Path(args.store).resolve())}
+    env = {
+        **os.environ,
+        "SOAPWB_STORE": args.store if is_remote(args.store) else str(Path(args.store).resolve()),
+    }
+    if args.storage_option:  # the pages open the store with them (workbench.views.open_store)
+        try:
+            env[STORAGE_OPTIONS_ENV] = json.dumps(parse_storage_options(args.storage_option))
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     with contextlib.ExitStack() as stack:
         if not env.get("OPENAI_BASE_URL") and not args.no_model:
             from local_model import LocalModelServer

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from tests.demo_store import demo_build, demo_store  # noqa: F401  (built once, 
 from tests.llm import llm_server  # noqa: F401  (the one session-wide local model server)
 from tests.peers.otel_traces import events, latest, written  # noqa: F401  (real instrumentations' traces)
 from tests.peers.phoenix import phoenix  # noqa: F401  (a real Phoenix on 127.0.0.1, session-wide)
+from tests.s3_server import S3, start_server
 from tests.workbench_store import workbench_store  # noqa: F401  (a small store with every kind of record)
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -88,3 +90,41 @@ def browser() -> Iterator[Browser]:
         chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         yield chromium
         chromium.close()
+
+
+S3_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3]:
+    """A moto S3 server on 127.0.0.1 (a free port) with one bucket, for the session."""
+    saved = {name: os.environ.get(name) for name in S3_ENV}
+    os.environ.update(S3_ENV)
+    try:
+        yield from start_server()
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@pytest.fixture
+def s3(
+    s3_server: S3, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[S3]:
+    """The S3 server, with this test's own cache folder (no mirror leaks into ~/.cache
+    or into another test) and the test's credentials in the environment."""
+    from soap_core._remote import forget_mirrors
+
+    for name, value in S3_ENV.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("SOAPWB_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+    forget_mirrors()
+    yield s3_server
+    forget_mirrors()

@@ -36,11 +36,12 @@ from soap_core import (
     SessionOverview,
     SoapError,
     Store,
+    is_remote,
     search_store,
     session_overview,
 )
 from workbench.context_views import ContextIndex, build_index
-from workbench.views import StoreSignature, error_first, escape_markdown, store_signature
+from workbench.views import StoreSignature, error_first, escape_markdown, open_store, store_signature
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ class Scope:
     def writable(self) -> tuple[Store, Session]:
         """The store and a fresh load of the session, for a run that writes to them (the
         scope's session may be the one shared by every rerun); raises SoapError."""
-        store = Store(self.root)
+        store = open_store(self.root)
         return store, store.load_session(self.session.uuid, require_active=False)
 
     @property
@@ -92,7 +93,12 @@ def chosen_store() -> str:
     if not path:
         st.info("No store chosen: enter the path of a sOAP config dir in the sidebar, or set SOAPWB_STORE.")
         st.stop()
-    if not Path(path).is_dir():
+    if is_remote(path):
+        try:
+            open_store(path)  # reached, listed and pulled once; pages reuse the mirror
+        except SoapError as exc:
+            show_error_and_stop(exc)
+    elif not Path(path).is_dir():
         st.error(escape_markdown(f"{path}: no such store directory"))
         st.stop()
     return path
@@ -105,7 +111,7 @@ def chosen_store() -> str:
 @st.cache_data(show_spinner="Reading the store…", max_entries=8)
 def session_overviews(root: str, signature: StoreSignature) -> list[SessionOverview]:
     """One listing row per session of the store, broken ones included."""
-    store = Store(root)
+    store = open_store(root)
     return [session_overview(store, summary) for summary in store.sessions()]
 
 
@@ -114,7 +120,7 @@ def agent_names(root: str, signature: StoreSignature) -> dict[str, str]:
     """The agent name of every OpenPoke execution session, by uuid: their role is the
     same for all, so the pickers name them by the agent the import recorded. Reads
     ``session.json`` of those sessions only, once per state of the store."""
-    store = Store(root)
+    store = open_store(root)
     names = {}
     for summary in store.sessions():
         if summary.role != EXECUTION_ROLE or summary.error:
@@ -131,12 +137,12 @@ def agent_names(root: str, signature: StoreSignature) -> dict[str, str]:
 @st.cache_data(show_spinner="Searching…", max_entries=16)
 def search_hits(root: str, query: str, signature: StoreSignature) -> list[SearchHit]:
     """Messages of the store containing ``query``, each once."""
-    return search_store(Store(root), query, refresh=False)  # taking the signature refreshed it
+    return search_store(open_store(root), query, refresh=False)  # taking the signature refreshed it
 
 
 @st.cache_data(show_spinner="Loading the session…", max_entries=16)
 def _session(root: str, ref: str, signature: StoreSignature) -> Session:
-    session = Store(root).load_session(ref, require_active=False)
+    session = open_store(root).load_session(ref, require_active=False)
     for context in session.contexts.values():
         context.total_token_count()  # fills each message's token cache before pickling
     return session
@@ -150,7 +156,7 @@ def load_session(root: str, ref: str, signature: StoreSignature | None = None) -
 
 @st.cache_resource(show_spinner="Loading the session…", max_entries=3)
 def _shared_session(root: str, ref: str, signature: StoreSignature) -> Session:
-    return Store(root).load_session(ref, require_active=False)
+    return open_store(root).load_session(ref, require_active=False)
 
 
 def read_only_session(root: str, ref: str, signature: StoreSignature | None = None) -> Session:
@@ -167,7 +173,7 @@ def read_only_session(root: str, ref: str, signature: StoreSignature | None = No
 def context_index(scope: Scope) -> ContextIndex:
     """The :class:`~workbench.context_views.ContextIndex` of the scope's context: one
     pass over its messages the first time, a small copy afterwards."""
-    return build_index(scope.session, scope.chosen, Store(scope.root).message_facts)
+    return build_index(scope.session, scope.chosen, open_store(scope.root).message_facts)
 
 
 @st.cache_data(show_spinner="Counting tokens…", max_entries=32, hash_funcs=SCOPED)

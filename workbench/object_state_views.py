@@ -23,8 +23,9 @@ from deepdiff import DeepDiff
 from deepdiff.helper import NotPresent
 from plotly.subplots import make_subplots
 
-from soap_core import Store, time_text
+from soap_core import time_text
 from soap_core.runtime import InvocationRecord, read_invocations
+from workbench.views import open_store
 
 BASE_COLUMNS = ("time", "prompt", "outcome", "invocation")
 DIFF_COLUMNS = ("attribute", "change", "before", "after")
@@ -72,7 +73,7 @@ def agent_records(records: Sequence[InvocationRecord]) -> list[InvocationRecord]
 def load_session_invocations(root: str, session_uuid: str) -> list[InvocationRecord]:
     """The session's own invocation records, read from its folder in the store at ``root``;
     raises SoapError for an unknown session or a broken record."""
-    return session_invocations(Store(root).find(session_uuid).path, session_uuid)
+    return session_invocations(open_store(root).find(session_uuid).path, session_uuid)
 
 
 def state_cell(value: Any) -> Any:

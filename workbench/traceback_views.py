@@ -20,7 +20,7 @@ import plotly.graph_objects as go
 from pandas.io.formats.style import Styler
 
 from replay import short_id
-from soap_core import NO_TIME, CallRecord, Store, time_text
+from soap_core import NO_TIME, CallRecord, time_text
 from soap_core.runtime import (
     InvocationChain,
     InvocationRecord,
@@ -32,6 +32,7 @@ from soap_core.runtime import (
     read_invocations,
 )
 from workbench.transcript import short_value
+from workbench.views import open_store
 
 OUTCOME_ICONS = {"ok": "✅", "refused": "⛔", "error": "❌", "running": "⏳", "interrupted": "💥"}
 OUTCOME_COLOURS = {
@@ -132,7 +133,7 @@ def load_traces(root: str, session_uuid: str) -> SessionTraces:
     sessions; call records are read once per session of the chain. Each frame is read
     and built once, whatever the nesting. Raises SoapError for a broken store or record.
     """
-    store = Store(root)
+    store = open_store(root)
     directories = {s.uuid: s.path for s in store.sessions()}
     summary = store.find(session_uuid)
     own = read_invocations(summary.path)

@@ -29,8 +29,11 @@ from soap_core import (
     SoapError,
     Store,
     describe_node,
+    is_remote,
+    local_root,
     time_text,
 )
+from soap_core import open_store as open_any_store
 
 StoreSignature = tuple[tuple[str, int, int], ...]
 """(path, mtime_ns, size) of every folder and file that a listing or a load reads."""
@@ -92,6 +95,13 @@ def _listing(path: str) -> list[str]:
         return []
 
 
+def open_store(root: str) -> Store:
+    """The store a page works on: a folder, or a URL on object storage (its mirror,
+    shared by every page run of the process; storage options from
+    ``$SOAPWB_STORAGE_OPTIONS``, which ``soapwb ui --storage-option`` sets)."""
+    return open_any_store(root) if is_remote(root) else Store(root)
+
+
 def store_signature(root: str) -> StoreSignature:
     """A key that changes whenever the store does: the catalog's state after it caught
     up with the files (``stat`` calls only, one small row read), or, without a catalog,
@@ -101,7 +111,7 @@ def store_signature(root: str) -> StoreSignature:
     rename, peteos rewriting a file in place) changes it, so it is a sound cache key
     for everything read from the store.
     """
-    store = Store(root)
+    store = open_store(root)
     catalog = store.catalog()
     if catalog is not None:
         try:
@@ -316,6 +326,11 @@ _PART_LIMIT = 20
 def store_relative(path: str | Path, root: str | Path | None = None) -> str:
     """``path`` as a person finds it in the store: relative to the store folder, and when
     still long, the long folder names in the middle (session uuids) cut short."""
+    if root is not None and is_remote(str(root)):
+        url = str(root).rstrip("/")
+        if str(path) == url or str(path).startswith(url + "/"):
+            return str(path)[len(url) + 1 :] or "."  # an error naming the bucket's object
+        root = local_root(url)  # the errors name the mirror's files
     shown = Path(path)
     if root is not None:
         for base in (Path(root), Path(root).resolve()):
@@ -361,6 +376,7 @@ def error_first(error: BaseException | str, root: str | Path | None = None) -> s
     pushes the problem off to the right behind a long path; here the path comes last,
     relative to the store ``root``."""
     path = getattr(error, "path", None) if isinstance(error, BaseException) else None
+    path = getattr(error, "url", None) or path  # an object on a bucket: its URL, not a mangled path
     problem = getattr(error, "problem", None) if isinstance(error, BaseException) else None
     if isinstance(problem, str):
         json_path = getattr(error, "json_path", None)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from soap_core._context import Context
+from soap_core._remote import open_store
 from soap_core._store import Store
 from soap_core.runtime._llm import LLMEndpoint
 from soap_core.runtime._tools import ToolSpec
@@ -49,7 +50,7 @@ class Runtime:
     """Where agentic objects keep their sessions and which model they call."""
 
     def __init__(self, store: Store | Path | str, endpoint: LLMEndpoint) -> None:
-        self.store = store if isinstance(store, Store) else Store(store)
+        self.store = store if isinstance(store, Store) else open_store(store)  # a folder or a URL
         self.store.root.mkdir(parents=True, exist_ok=True)  # a runtime writes: its store exists
         self.endpoint = endpoint
 

@@ -39,7 +39,7 @@ from analysis import (
 )
 from analysis._settings import numbers_of, strategy_spec, suggested_numbers
 from replay import short_id
-from soap_core import SoapError, Store
+from soap_core import SoapError
 from soap_core.runtime import LLMEndpoint
 from workbench.compaction_views import (
     DRIFT_COLUMNS,
@@ -69,7 +69,7 @@ from workbench.compaction_views import (
 )
 from workbench.loading import SCOPED, Scope, load_session, show_error_and_stop
 from workbench.selection import selected_scope
-from workbench.views import blanks_as, escape_markdown
+from workbench.views import blanks_as, escape_markdown, open_store
 
 DRIFT_JOB = "compaction_drift_job"
 NOISE_SAMPLES = 2  # unchanged re-runs per call of what the session sent: the fewest that make a band
@@ -233,7 +233,7 @@ def run_job(scope: Scope, job: DriftJob) -> None:
     try:
         endpoint = LLMEndpoint(job.base_url)
         runner = DriftRunner(  # with a copy of the session: replay adds its forks to it
-            Store(scope.root),
+            open_store(scope.root),
             load_session(scope.root, scope.session.uuid, scope.signature),
             [parse_strategy(s) for s in job.key[1]],
             endpoint,

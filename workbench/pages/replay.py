@@ -75,7 +75,7 @@ from replay import (
 from replay import (
     run_batch as replay_batch,
 )
-from soap_core import Message, Session, SoapError, Store, ToolPart
+from soap_core import Message, Session, SoapError, ToolPart
 from soap_core.runtime import LLMEndpoint
 from workbench.loading import SCOPED, Scope, chosen_store, show_error_and_stop
 from workbench.replay_views import (
@@ -125,7 +125,14 @@ from workbench.replay_views import (
 )
 from workbench.selection import keep_in_url, selected_context, selected_scope
 from workbench.times import viewer_zone
-from workbench.views import StoreSignature, coloured_words, context_label, escape_markdown, store_signature
+from workbench.views import (
+    StoreSignature,
+    coloured_words,
+    context_label,
+    escape_markdown,
+    open_store,
+    store_signature,
+)
 
 RERUNS_KEY = "replay_reruns"
 REPLAY_TAB = "Replay"
@@ -863,7 +870,7 @@ def continue_form(scope: Scope, result: RerunResult, base_url: str) -> None:
 
 @st.cache_data(show_spinner="Finding the context…", max_entries=16)
 def _reference(root: str, ref: str, signature: StoreSignature) -> Reference:
-    return resolve_reference(Store(root), ref)
+    return resolve_reference(open_store(root), ref)
 
 
 DIFF_PARAMS = ("diff_a", "diff_b")

@@ -11,7 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from replay import short_id
-from soap_core import UNKNOWN_ROLE, SessionOverview, SoapError, Store
+from soap_core import UNKNOWN_ROLE, SessionOverview, SoapError
 from workbench.loading import agent_names, chosen_store, search_hits
 from workbench.openpoke_views import (
     ImportSummary,
@@ -25,6 +25,7 @@ from workbench.views import (
     StoreSignature,
     error_first,
     escape_markdown,
+    open_store,
     overview_table,
     session_label,
     store_signature,
@@ -152,7 +153,7 @@ overviews = store_overviews(root, store_state)
 broken = sum(1 for o in overviews if o.error)
 counted = f"{len(overviews)} session{'' if len(overviews) == 1 else 's'}"
 st.text(counted + (f", {broken} broken (see the error column)" if broken else ""))
-for problem in Store(root).instance_problems():
+for problem in open_store(root).instance_problems():
     st.warning(
         escape_markdown(
             f"unreadable: {error_first(problem, root)} (the sessions it claims are listed as {UNKNOWN_ROLE})"

@@ -24,7 +24,7 @@ from analysis import (
     threshold_start,
 )
 from replay import short_id
-from soap_core import SoapError, Store
+from soap_core import SoapError
 from workbench.loading import SCOPED, Scope, show_error_and_stop
 from workbench.selection import keep_in_url, selected_context, selected_scope
 from workbench.token_budget_views import (
@@ -43,7 +43,7 @@ from workbench.token_budget_views import (
     window_choice_note,
     window_choice_table,
 )
-from workbench.views import escape_markdown
+from workbench.views import escape_markdown, open_store
 
 THRESHOLD_FOR = "threshold_session"  # the session the threshold field was last set up for
 WINDOW_SECTION = "window_choice"  # the rolling-window section's open state
@@ -73,7 +73,7 @@ def _budget_figure(scope: Scope, threshold: int | None) -> go.Figure:
 @st.cache_data(show_spinner="Walking the invocation chain…", max_entries=16, hash_funcs=SCOPED)
 def _chain_budget(scope: Scope) -> list[SessionSpend]:
     uuid = scope.session.uuid
-    return chain_budget(Store(scope.root), uuid, known={uuid: _call_budgets(scope)})
+    return chain_budget(open_store(scope.root), uuid, known={uuid: _call_budgets(scope)})
 
 
 @st.cache_data(show_spinner=False, max_entries=16, hash_funcs=SCOPED)
