@@ -95,6 +95,7 @@ from soap_core._records import (
 from soap_core._remote import (
     STORAGE_OPTIONS_ENV,
     RemoteStore,
+    default_storage_options,
     is_remote,
     local_root,
     open_store,
@@ -180,6 +181,7 @@ __all__ = [
     "chat_request",
     "collector_paused",
     "count_text",
+    "default_storage_options",
     "describe_node",
     "dump_json",
     "facts_of",

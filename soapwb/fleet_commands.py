@@ -24,6 +24,7 @@ from fleet import (
     write_suite,
 )
 from replay import ToolModes
+from soap_core import default_storage_options, is_remote
 from soapwb.common import (
     MIB,
     Progress,
@@ -101,7 +102,10 @@ def run_on_engine(
 
 def store_location(store: str) -> Location:
     """Where workers find the store: a URL as given, a path made absolute (a Ray
-    worker does not run in the folder the command was started in)."""
+    worker does not run in the folder the command was started in), with the command's
+    ``--storage-option`` flags."""
+    if is_remote(store):
+        return Location(store, default_storage_options())
     return Location(store if "://" in store else os.path.abspath(store))
 
 

@@ -157,3 +157,38 @@ def test_suite_and_session_options_are_refused_together(
     suite.write_text('{"session": "x"}\n', "utf-8")
     code, _, err = run(capsys, "replay", "--suite", suite, "--store", small_store)
     assert code != 0 and "suite.jsonl" in err and "Traceback" not in err
+
+
+def test_verify_of_a_store_on_s3_gives_on_dask_workers_the_report_of_its_local_copy(
+    generated: Path, s3: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The workers reach the bucket with the options the location carries: the endpoint
+    is in no environment variable the workers could inherit."""
+    from fleet import Location, run_partitions, verify_partitions, verify_report, verify_task
+    from soap_core import STORAGE_OPTIONS_ENV, open_store
+    from tests.test_store_backends import upload
+
+    monkeypatch.delenv(STORAGE_OPTIONS_ENV, raising=False)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    url = s3.fresh_prefix()
+    upload(s3, generated, url)
+    location = Location(url, s3.options)
+    partitions = verify_partitions(open_store(url, s3.options))
+    on_dask = run_partitions(location, partitions, verify_task, engine="dask", workers=2, retries=0)
+    local = Location(str(generated))
+    here = run_partitions(local, verify_partitions(Store(generated)), verify_task, workers=1, retries=0)
+    assert all(r.ok for r in on_dask), [r.error for r in on_dask]
+    assert verify_report(on_dask) == verify_report(here)
+    assert verify_report(here)["calls"] > 20
+
+
+def test_soapwb_verify_on_s3_passes_its_storage_options_to_the_workers(generated: Path, s3: Any) -> None:
+    from tests.test_store_backends import upload
+
+    url = s3.fresh_prefix()
+    upload(s3, generated, url)
+    option = f"endpoint_url={s3.endpoint}"
+    remote = soapwb("verify", "--store", url, "--storage-option", option, "--workers", "2", "--json")
+    local = soapwb("verify", "--store", generated, "--workers", "2", "--json")
+    assert remote.returncode == 0, remote.stderr
+    assert json.loads(remote.stdout) == json.loads(local.stdout)
