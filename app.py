@@ -13,6 +13,7 @@ import os
 
 import streamlit as st
 
+from workbench.live import follow
 from workbench.selection import remember_selection, restore_selection
 
 STORE_KEY = "store_path"
@@ -66,7 +67,8 @@ page = st.navigation(
         st.Page("workbench/pages/object_state.py", title="Object state", icon=":material/data_object:"),
     ]
 )
-pick_store()
+with st.sidebar:
+    follow(pick_store())  # before the page reads the store (workbench.live)
 try:
     page.run()
 finally:  # also when the page stops early (st.stop) or reruns
