@@ -8,7 +8,8 @@ before it), so the test can tell how long the page took to show it:
 * ``session``: saves a new session (role ``Livewriter``) with one context → ``saved``;
 * ``message TEXT``: appends a user message to its active context, saves → ``appended``;
 * ``fork``: forks the active context (its first two messages) and saves → ``forked``;
-* ``call``: writes an LLM call record into the session → ``called``;
+* ``call``: appends an assistant message, saves, then writes the record of the LLM call
+  that produced it → ``called``;
 * ``invoke WAIT_FILE``: invokes the ``Waiter`` object through the real runtime (scripted
   answers); its tool prints ``running <session uuid>`` and waits until ``WAIT_FILE``
   exists, then the invocation ends and the writer prints ``invoked``;
@@ -79,10 +80,16 @@ class Writer:
         tell("forked", time.time(), child.id)
 
     def call(self) -> None:
+        """An answer from the model, saved, then the record of the call that produced it."""
         session = self.current()
         context = session.active_context
+        answer = context.append(Message.create("assistant", [TextPart("a live answer")]))
+        self.store.save_session(session)
         request = {"model": "m", "messages": [{"role": "user", "content": "a live call"}]}
-        record = CallRecord("live-call-1", session.uuid, ROLE, context.id, context.message_count - 1, request, "h")
+        record = CallRecord(
+            "live-call-1", session.uuid, ROLE, context.id, context.message_count - 1, request, "h",
+            message_id=answer.id, latency_s=0.42,
+        )
         write_call(self.store.session_dir(ROLE, session.uuid), record)
         tell("called", time.time(), record.id)
 
