@@ -182,7 +182,7 @@ class StoreFollower:
             if self._refresh is not None:
                 self._refresh()
             return self._signature()
-        except Exception as exc:  # noqa: BLE001 - any failure of a pull is a state to show
+        except Exception as exc:  # any failure of a pull is a state to show
             return ("error", type(exc).__name__, str(exc))
 
 

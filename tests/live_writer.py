@@ -87,8 +87,15 @@ class Writer:
         self.store.save_session(session)
         request = {"model": "m", "messages": [{"role": "user", "content": "a live call"}]}
         record = CallRecord(
-            "live-call-1", session.uuid, ROLE, context.id, context.message_count - 1, request, "h",
-            message_id=answer.id, latency_s=0.42,
+            "live-call-1",
+            session.uuid,
+            ROLE,
+            context.id,
+            context.message_count - 1,
+            request,
+            "h",
+            message_id=answer.id,
+            latency_s=0.42,
         )
         write_call(self.store.session_dir(ROLE, session.uuid), record)
         tell("called", time.time(), record.id)

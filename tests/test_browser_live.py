@@ -132,7 +132,9 @@ def test_messages_forks_and_calls_written_meanwhile_appear_on_the_open_context_p
     for n in range(1, 4):  # several saves while the page follows: never an error between them
         writer.send(f"message live-message-{n}")
         appended = float(writer.answer("appended")[1])
-        print(f"\nlive follow: message {n} shown after {shown_after(page, f'live-message-{n}', appended):.2f} s")
+        print(
+            f"\nlive follow: message {n} shown after {shown_after(page, f'live-message-{n}', appended):.2f} s"
+        )
         no_error_shown(page)
     writer.send("fork")
     forked = float(writer.answer("forked")[1])
