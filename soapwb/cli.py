@@ -38,6 +38,7 @@ COMMAND_MODULES = {
     "import": "import_commands",
     "export": "export_commands",
     "gen-store": "gen_commands",
+    "follow": "follow_commands",
 }
 """Which module registers each command: a command imports only its own module, so
 ``soapwb ls`` does not pay for replay, pandas and openai (a test checks this map

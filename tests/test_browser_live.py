@@ -21,12 +21,16 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page
 
-from soap_core import Store
+from soap_core import Store, StoreFollower
 from tests.test_browser import ROOT, SHOTS, open_page, streamlit_app
 
 SHOWN_WITHIN_S = 10.0
 """How long the test waits for the page to show a write: far above the 2 s goal, so a
 loaded two-core machine does not fail it; the goal itself is a benchmark."""
+
+
+IDLE_S = 3.0
+"""How long an idle open page is watched for writes of its own."""
 
 
 class LiveWriter:
@@ -118,6 +122,12 @@ def test_a_session_saved_by_another_process_appears_on_the_open_sessions_page(
     no_error_shown(page)
     assert page.url.startswith(f"{url}/?store="), "no navigation happened"
     shot(page, "sessions-after")
+    watching = StoreFollower(store)  # the page left open writes nothing that counts as a change,
+    try:  # or it would rerun itself forever
+        time.sleep(IDLE_S)
+        assert watching.generation == 0
+    finally:
+        watching.stop()
     page.close()
 
 
