@@ -32,6 +32,7 @@ import os
 import threading
 from collections.abc import Callable, Hashable
 from pathlib import Path, PurePath
+from typing import TYPE_CHECKING
 
 from watchdog.events import (
     DirCreatedEvent,
@@ -43,12 +44,13 @@ from watchdog.events import (
     FileSystemEvent,
     FileSystemEventHandler,
 )
-from watchdog.observers import Observer
-from watchdog.observers.api import BaseObserver
 
 from soap_core._catalog import is_catalog_file
 from soap_core._layout import INSTANCE_FILE
 from soap_core._tempfiles import is_temp_name
+
+if TYPE_CHECKING:  # the observers' modules load inotify: imported when a follower starts
+    from watchdog.observers.api import BaseObserver
 
 POLL_EVERY_S = 1.0
 """How often the polling fallback takes the store's signature."""
@@ -157,6 +159,8 @@ class StoreFollower:
         (inotify unavailable or out of watches, a folder that went away)."""
         if not self.root.is_dir():
             return False
+        from watchdog.observers import Observer  # 10 ms of imports: only for a follower
+
         observer = Observer()
         try:
             observer.schedule(_Bumper(self), str(self.root), recursive=True)
