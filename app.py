@@ -13,6 +13,7 @@ import os
 
 import streamlit as st
 
+from workbench.live import follow
 from workbench.selection import remember_selection, restore_selection
 
 STORE_KEY = "store_path"
@@ -34,13 +35,15 @@ def first_store() -> None:
 
 
 def pick_store() -> str:
-    """The store path typed in the sidebar (it starts as :func:`first_store`)."""
+    """The store path or URL typed in the sidebar (it starts as :func:`first_store`)."""
     first_store()
     path = st.sidebar.text_input(
-        "Store directory",
+        "Store (folder or URL)",
         key=STORE_KEY,
         help="A peteos store of either generation: the folder holding peteos.json, its .peteos/, "
-        "or the agents/ (peteos 0.5, our runtime) or sessions/ (peteos 0.6) folder itself.",
+        "or the agents/ (peteos 0.5, our runtime) or sessions/ (peteos 0.6) folder itself; or "
+        "such a folder on object storage, as a URL (s3://bucket/prefix, with the storage options "
+        "`soapwb ui --storage-option` was given).",
     ).strip()
     if path:
         st.query_params["store"] = path
@@ -66,7 +69,8 @@ page = st.navigation(
         st.Page("workbench/pages/object_state.py", title="Object state", icon=":material/data_object:"),
     ]
 )
-pick_store()
+with st.sidebar:
+    follow(pick_store())  # before the page reads the store (workbench.live)
 try:
     page.run()
 finally:  # also when the page stops early (st.stop) or reruns

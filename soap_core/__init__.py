@@ -32,6 +32,7 @@ from soap_core._facts import (
     facts_of,
     kind_code,
 )
+from soap_core._follow import StoreFollower, files_signature
 from soap_core._jsonio import dump_json, read_json, write_json_atomic, write_text_atomic
 from soap_core._layout import (
     INSTANCE_FILE,
@@ -164,6 +165,7 @@ __all__ = [
     "SoapError",
     "Store",
     "StoreError",
+    "StoreFollower",
     "TextPart",
     "ThinkingPart",
     "ToolPart",
@@ -185,6 +187,7 @@ __all__ = [
     "describe_node",
     "dump_json",
     "facts_of",
+    "files_signature",
     "fork_tree",
     "get_encoding",
     "inside",

@@ -39,6 +39,7 @@ COMMAND_MODULES = {
     "export": "export_commands",
     "gen-store": "gen_commands",
     "suite": "fleet_commands",
+    "follow": "follow_commands",
 }
 """Which module registers each command: a command imports only its own module, so
 ``soapwb ls`` does not pay for replay, pandas and openai (a test checks this map

@@ -266,9 +266,9 @@ def test_the_first_request_of_a_new_server_for_a_page_url_gets_the_apps_navigati
 ) -> None:
     with streamlit_app(workbench_store, tmp_path / "streamlit.log") as url:
         page = open_page(browser, f"{url}/traceback")
-        page.wait_for_selector('[data-testid="stSidebar"] >> text=Store directory', timeout=20_000)
+        page.wait_for_selector('[data-testid="stSidebar"] >> text=Store (folder or URL)', timeout=20_000)
         sidebar = page.inner_text('[data-testid="stSidebar"]')
-        assert "Store directory" in sidebar and "Token budget" in sidebar
+        assert "Store (folder or URL)" in sidebar and "Token budget" in sidebar
         assert "No store chosen" not in page.inner_text('[data-testid="stMain"]')
         page.close()
 

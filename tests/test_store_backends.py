@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,9 +21,14 @@ import pytest
 
 from soap_core import (
     CallRecord,
+    Context,
+    Message,
     RemoteStore,
     SaveConflictError,
+    Session,
     Store,
+    StoreFollower,
+    TextPart,
     is_remote,
     open_store,
     search_store,
@@ -427,3 +433,20 @@ def test_a_plain_path_and_a_file_url_open_the_same_local_store(tmp_path: Path) -
     )
     by_url = open_store(f"file://{SOAP_FIXTURE}")
     assert type(by_url) is Store and by_url.root == SOAP_FIXTURE
+
+
+def test_a_follower_of_the_store_sees_a_session_another_machine_saves(backend: Backend) -> None:
+    """What keeps an open page live: file events on a folder; on object storage, a poll of
+    the mirror that pulls the bucket first."""
+    follower = StoreFollower.of(backend.store)
+    try:
+        assert follower.polling == (backend.name != "local")
+        time.sleep(0.3)  # the watches are in place, the first poll taken
+        seen = follower.generation
+        context = Context.create("from elsewhere")
+        context.append(Message.create("user", [TextPart("saved on another machine")]))
+        backend.second_opener().save_session(Session.create("Elsewhere", context))
+        assert follower.wait_for_change(seen, 15.0) != seen
+        assert "Elsewhere" in {s.role for s in backend.store.sessions()}
+    finally:
+        follower.stop()

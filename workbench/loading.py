@@ -41,7 +41,14 @@ from soap_core import (
     session_overview,
 )
 from workbench.context_views import ContextIndex, build_index
-from workbench.views import StoreSignature, error_first, escape_markdown, open_store, store_signature
+from workbench.views import (
+    StoreSignature,
+    error_first,
+    escape_markdown,
+    open_store,
+    records_signature,
+    store_signature,
+)
 
 
 @dataclass(frozen=True)
@@ -55,9 +62,18 @@ class Scope:
     signature: StoreSignature
     session: Session
     context: Context | None = None
+    records: StoreSignature = ()
+    """The state of the session's record folders (:func:`~workbench.views.records_signature`):
+    a new call or invocation record changes no file the store's signature looks at."""
 
-    def key(self) -> tuple[str, StoreSignature, str, str | None]:
-        return self.root, self.signature, self.session.uuid, self.context.id if self.context else None
+    def key(self) -> tuple[str, StoreSignature, StoreSignature, str, str | None]:
+        context_id = self.context.id if self.context else None
+        return self.root, self.signature, self.records, self.session.uuid, context_id
+
+    @classmethod
+    def of(cls, root: str, signature: StoreSignature, session: Session) -> Scope:
+        """The scope of ``session``, with the state of its record folders taken now."""
+        return cls(root, signature, session, records=records_signature(session.directory))
 
     def at(self, context: Context) -> Scope:
         return replace(self, context=context)

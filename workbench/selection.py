@@ -93,7 +93,7 @@ def selected_scope(*, read_only: bool = False) -> Scope:
     changes it, so a long context is not copied and rebuilt on every click."""
     root = chosen_store()
     signature = store_signature(root)  # once a run: it stats every file of the store
-    return Scope(root, signature, selected_session(root, signature, read_only=read_only))
+    return Scope.of(root, signature, selected_session(root, signature, read_only=read_only))
 
 
 def selected_session(root: str, signature: StoreSignature, *, read_only: bool = False) -> Session:

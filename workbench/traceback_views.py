@@ -124,6 +124,14 @@ class SessionTraces:
         return self.chains[invocation.chain].trace(invocation.id)
 
 
+def still_running(traced: SessionTraces) -> bool:
+    """Whether any frame of the session's chains was running when they were read. Such a
+    reading is not kept: its process may since have ended, or died, which a killed
+    process does without changing a file, so the next run reads the records again (and
+    the reader settles a dead one as ``interrupted``, :func:`soap_core.read_invocations`)."""
+    return any(frame.outcome == "running" for chain in traced.chains for frame in chain.frames)
+
+
 def load_traces(root: str, session_uuid: str) -> SessionTraces:
     """The chains through every invocation of the session, with the prompt, the LLM
     calls and tool runs, and the calling tool of each frame.

@@ -647,4 +647,4 @@ except (SessionNotFoundError, AmbiguousSessionError):
     loaded = selected_session(root, signature, read_only=True)
 except SoapError as exc:
     show_error_and_stop(exc)
-show_session(Scope(root, signature, loaded))
+show_session(Scope.of(root, signature, loaded))

@@ -33,6 +33,7 @@ from workbench.traceback_views import (
     problem_frames,
     problem_message,
     stack_table,
+    still_running,
     timeline_figure,
     trace_frames,
     workbench_runs,
@@ -141,6 +142,8 @@ st.title("Traceback")
 page_scope = selected_scope()
 try:
     traced = session_traces(page_scope)
+    if still_running(traced):  # may have ended or died since; a killed writer changes no file
+        traced = load_traces(page_scope.root, page_scope.session.uuid)
 except SoapError as exc:
     show_error_and_stop(exc)
 if not traced.has_records:
