@@ -135,10 +135,12 @@ class StoreFollower:
     @classmethod
     def of(cls, store: Store) -> StoreFollower:
         """The follower of ``store``: file events on a folder; on object storage, a poll
-        of the mirror, each look pulling what changed on the bucket first (a listing at
-        most every ``$SOAPWB_REMOTE_REFRESH_S``)."""
+        of the mirror, each look (every :data:`POLL_EVERY_S`) pulling what changed on the
+        bucket first: one listing of the bucket a second while a page is open, so that a
+        save shows within about a second plus one listing."""
         if isinstance(store, RemoteStore):
-            return cls(store.root, refresh=store.refresh, poll=True)
+            remote = store
+            return cls(store.root, refresh=lambda: remote.refresh(force=True), poll=True)
         return cls(store.root)
 
     @property
