@@ -55,34 +55,29 @@ from soap_core._tempfiles import is_temp_name, temp_prefix
 from soap_core._write_hooks import listen, stop_listening
 
 
-class RemoteSaveConflictError(SaveConflictError):
+class _NamedByURL(StoreError):
+    """An error about an object or a store on object storage: its message starts with the
+    URL (``path`` would mangle ``s3://`` into ``s3:/``), and it survives pickling, so a
+    batch worker's error reaches the command whole."""
+
+    def __init__(self, url: str, problem: str) -> None:
+        super().__init__(url, problem)
+        self.url = url
+        self.args = (f"{url}: {problem}",)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+    def __reduce__(self) -> tuple[type[_NamedByURL], tuple[str, str]]:  # type: ignore[override]
+        return (type(self), (self.url, self.problem))
+
+
+class RemoteSaveConflictError(_NamedByURL, SaveConflictError):
     """:class:`SaveConflictError` for an object on the bucket: names its URL."""
 
-    def __init__(self, url: str, problem: str) -> None:
-        super().__init__(url, problem)
-        self.url = url
-        self.args = (f"{url}: {problem}",)
 
-    def __str__(self) -> str:
-        return str(self.args[0])
-
-    def __reduce__(self) -> tuple[type[RemoteSaveConflictError], tuple[str, str]]:  # type: ignore[override]
-        return (type(self), (self.url, self.problem))
-
-
-class RemoteStoreError(StoreError):
+class RemoteStoreError(_NamedByURL):
     """A store on object storage cannot be reached, listed or written: names the URL."""
-
-    def __init__(self, url: str, problem: str) -> None:
-        super().__init__(url, problem)
-        self.url = url
-        self.args = (f"{url}: {problem}",)
-
-    def __str__(self) -> str:
-        return str(self.args[0])
-
-    def __reduce__(self) -> tuple[type[RemoteStoreError], tuple[str, str]]:  # type: ignore[override]
-        return (type(self), (self.url, self.problem))
 
 
 def describe(exc: BaseException) -> str:
