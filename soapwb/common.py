@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import orjson
 
-from soap_core import STORAGE_OPTIONS_ENV, Store, parse_storage_options, shown, time_text
+from soap_core import Store, parse_storage_options, shown, time_text
 from soap_core import open_store as open_any_store
 from soap_core import use_storage_options as set_storage_options
 from soap_core._names import distinct_names, escape_controls
@@ -71,8 +71,7 @@ def use_storage_options(args: argparse.Namespace) -> None:
             options = parse_storage_options(pairs)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-        set_storage_options(options)
-        os.environ[STORAGE_OPTIONS_ENV] = json.dumps(options)  # for the command's worker processes
+        set_storage_options(options)  # batch workers get them in their task (fleet.Location)
 
 
 SESSION_HELP = (
