@@ -312,15 +312,23 @@ class Context:
 
     def append(self, message: Message, anchor: str = MESSAGES_ANCHOR) -> Message:
         """Insert ``message`` at ``anchor`` and give it the next sequence number."""
-        position = next((i for i, (name, _) in enumerate(self.anchor_points) if name == anchor), None)
-        if position is None:
-            raise KeyError(f"context {self.id} has no anchor {anchor!r}")
+        position = self._anchor_position(anchor)
         index = self.anchor_points[position][1]
         self.messages.insert(index, message)
         self.anchor_points[position:] = [(n, i + 1) for n, i in self.anchor_points[position:]]
         message.sequence_number = self._take_mutation()
         self.message_sequence += 1
         return message
+
+    def _anchor_position(self, anchor: str) -> int:
+        """Where ``anchor`` is in :attr:`anchor_points`, looked for from the end: the
+        anchors messages go to (``messages``, a new tool result's) are the last ones, so
+        a long context's appends stay linear. Names are unique (:meth:`add_anchor`)."""
+        anchors = self.anchor_points
+        for position in range(len(anchors) - 1, -1, -1):
+            if anchors[position][0] == anchor:
+                return position
+        raise KeyError(f"context {self.id} has no anchor {anchor!r}")
 
     def append_tool_results(self, assistant: Message, results: Sequence[ToolResultPart]) -> Message:
         """Record the results of an assistant's tool calls the way the sOAP runner does:
@@ -390,23 +398,38 @@ class Context:
         message, in the parent's order; messages are appended in display order at their
         home anchors and renumbered, keeping their ids and cached token counts. The
         parent gains the child's id in ``children`` and nothing else changes in it.
+
+        Linear in the context: the homes come from one pass over the anchors, and the
+        child is laid out as those appends would lay it out (each anchor's messages in
+        display order, anchor by anchor) without appending one by one. A parent whose
+        messages are not built yet stays so: the copies are built from its file.
         """
         indices = sorted(set(selected))
-        homes = {i: self.home_anchor(i) for i in indices}
-        wanted = set(DEFAULT_ANCHORS) | set(homes.values())
+        homes = self._home_anchors(indices)
+        wanted = set(DEFAULT_ANCHORS) | set(homes)
         child = Context()
         child.content_map = dict(self.content_map)
         child.origin_context_id = self.id
         child.parent_mutation_counter = self.mutation_counter
-        for name, _ in self.anchor_points:
-            if name in wanted:
-                child.add_anchor(name, 0)
-        for name in DEFAULT_ANCHORS:
-            if all(name != existing for existing, _ in child.anchor_points):
-                child.add_anchor(name, 0)
-        for i in indices:
-            child.append(self.messages[i].copy(), homes[i])
-        ids = {m.id for m in child.messages}
+        names = [name for name, _ in self.anchor_points if name in wanted]
+        names += [name for name in DEFAULT_ANCHORS if name not in names]
+        if len(set(names)) != len(names):
+            raise ValueError(f"context {self.id} has an anchor twice")
+        by_anchor: dict[str, list[int]] = {name: [] for name in names}
+        for i, home in zip(indices, homes, strict=True):
+            by_anchor[home].append(i)
+        sequence = {i: len(names) + rank for rank, i in enumerate(indices)}  # appended in display order
+        messages: list[Message] = []
+        for name in names:
+            for i in by_anchor[name]:
+                message = self._copy_of(i)
+                message.sequence_number = sequence[i]
+                messages.append(message)
+            child.anchor_points.append((name, len(messages)))
+        child._messages = messages
+        child.mutation_counter = len(names) + len(messages)  # add_anchor and append each take one
+        child.message_sequence = len(messages)
+        ids = {m.id for m in messages}
         child.system_prompt_message_id = (
             self.system_prompt_message_id if self.system_prompt_message_id in ids else None
         )
@@ -415,6 +438,32 @@ class Context:
         )
         self.children.append(child.id)
         return child
+
+    def _home_anchors(self, indices: list[int]) -> list[str]:
+        """:meth:`home_anchor` of each of the sorted ``indices``, in one pass over the
+        anchors when their ends never decrease (as :meth:`add_anchor` keeps them)."""
+        anchors = self.anchor_points
+        if any(anchors[k][1] > anchors[k + 1][1] for k in range(len(anchors) - 1)):
+            return [self.home_anchor(i) for i in indices]  # out of order (a hand-edited file)
+        homes: list[str] = []
+        position = 0
+        for i in indices:
+            while position < len(anchors) and anchors[position][1] <= i:
+                position += 1
+            homes.append(anchors[position][0] if position < len(anchors) else MESSAGES_ANCHOR)
+        return homes
+
+    def _copy_of(self, index: int) -> Message:
+        """A copy of the message at ``index``; built from the file, if the messages are
+        not built yet, without building the parent's."""
+        unread = self._unread
+        if unread is None:
+            return self._messages[index].copy()
+        built = self._built.get(index)
+        if built is not None:
+            return built.copy()
+        fresh = self._build_one(unread, index)  # spanned: parsed afresh, shares nothing
+        return fresh if not isinstance(unread.raw, list) else fresh.copy()
 
     def _special_indices(self) -> list[int]:
         return [i for i, m in enumerate(self.messages) if m.is_special]
