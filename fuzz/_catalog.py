@@ -37,6 +37,7 @@ TABLES = [
     "context_files",
     "messages",
     "message_text",
+    "text_backlog",
     "record_dirs",
     "calls",
     "invocations",

@@ -84,13 +84,13 @@ from soap_core._tokens import count_text, message_token_text
 T = TypeVar("T")
 
 CATALOG_FILE = ".soapwb-catalog.sqlite3"
-SCHEMA_VERSION = "7"
+SCHEMA_VERSION = "8"
 """Bumped whenever what the catalog vouches for changes: a context file it indexed is
 loaded without its messages being checked again (they are built on first use), so a
 catalog written under older reading rules must not vouch for a file the current rules
 refuse (4: ids, records and links checked as in soap_core._ids; 5: message spans and
 facts, soap_core._spans; 6: the facts of soap_core._facts; 7: signatures with the change
-time, the stamp in the lock file)."""
+time, the stamp in the lock file; 8: the text backlog)."""
 LOCK_SUFFIX = ".lock"
 """The lock file beside the database (``.soapwb-catalog.sqlite3.lock``): its ``flock``
 orders builds, rebuilds and checkpoints across processes; its bytes are the stamp."""
@@ -166,6 +166,11 @@ CREATE TABLE messages(
 );
 CREATE UNIQUE INDEX messages_at ON messages(dir, file, idx);
 CREATE VIRTUAL TABLE message_text USING fts5(text, tokenize='trigram');
+CREATE TABLE text_backlog(         -- context files whose messages' text is not in
+    dir TEXT NOT NULL,             -- message_text yet: a save of a long context leaves
+    file TEXT NOT NULL,            -- it to the next search (trigram indexing is most
+    PRIMARY KEY(dir, file)         -- of what indexing a message costs)
+) WITHOUT ROWID;
 CREATE TABLE record_dirs(dir TEXT NOT NULL, kind TEXT NOT NULL, sig TEXT NOT NULL,
     digest TEXT, PRIMARY KEY(dir, kind)) WITHOUT ROWID;
 CREATE TABLE calls(dir TEXT NOT NULL, id TEXT NOT NULL, context_id TEXT, message_index INTEGER,
@@ -1233,10 +1238,14 @@ class Catalog:
                 info = _stat(directory / name)
                 if context is None or info is None:
                     continue
+                if _moved_messages(db, rel, directory / name, info, context):
+                    continue
                 _delete_messages(db, rel, name)
                 counts = [m.count_tokens() for m in context.messages]
-                spans = _spans_of(directory / name, info, len(context.messages))
-                _put_context(db, rel, name, _signature(info), context, counts, spans=spans)
+                spans, digest = _spans_of(directory / name, info, len(context.messages))
+                later = len(context.messages) >= SPANNED_FROM  # a long fork's text: at the next search
+                sig = _signature(info)
+                _put_context(db, rel, name, sig, context, counts, digest, spans, text_later=later)
             info = _stat(directory / SESSION_FILE)
             if info is not None:
                 layout = "sessions" if rel.startswith(f"{SESSIONS_DIR}/") else "agents"
@@ -1442,6 +1451,23 @@ class Catalog:
         )
         return [self.config_dir / d for (d,) in rows]
 
+    def _fill_text_backlog(self) -> None:
+        """Put the text of the files a save left in the backlog into the trigram index,
+        from the files as they are: a file whose signature or messages moved since is
+        left to the refresh that indexes it again (which clears its backlog row)."""
+        waiting = self._db.execute(
+            "SELECT b.dir, b.file, c.sig, c.messages FROM text_backlog b "
+            "JOIN context_files c ON c.dir = b.dir AND c.file = b.file"
+        ).fetchall()
+        for rel, file, sig, count in waiting:
+            path = self.config_dir / rel / file
+            texts = None if self._leads_out(str(path)) else _texts_of(path, sig, count)
+            if texts is None:
+                continue
+            with self._write() as db:
+                _put_texts(db, rel, file, texts)
+                db.execute("DELETE FROM text_backlog WHERE dir=? AND file=?", (rel, file))
+
     def search(self, query: str) -> Iterator[CatalogHit]:
         """Messages whose searchable text may contain ``query``, case-insensitively: in
         the listing's order of sessions, the active context's file first, then by file
@@ -1466,6 +1492,7 @@ class Catalog:
                     self._depth += 1
                     try:
                         self._ensure_current()
+                        self._fill_text_backlog()
                         cursor = self._db.execute(sql, params)
                         skip = handed
                         while batch := cursor.fetchmany(256):
@@ -1497,6 +1524,22 @@ class Catalog:
 # -- rows -----------------------------------------------------------------------------------
 
 
+def _texts_of(path: Path, sig: str, count: int) -> dict[int, str] | None:
+    """The searchable text of each message of the context file ``path``, by index, if
+    it is still the file indexed at ``sig`` with ``count`` messages; else None."""
+    info = _stat(path)
+    if info is None or _signature(info) != sig.removeprefix("racy:"):
+        return None
+    raw = _read_bytes(path)
+    try:
+        context = Context.from_dict(parse_json_bytes(path, raw)) if raw is not None else None
+    except SoapError:
+        return None
+    if context is None or context.message_count != count:
+        return None
+    return {i: text for i, m in enumerate(context.messages) if (text := m.searchable_text())}
+
+
 def _int_array(typecode: str, raw: Any) -> array[int] | None:
     """A BLOB column of integers read back; None if it is not one this code wrote."""
     values = array(typecode)
@@ -1513,16 +1556,17 @@ def _read_bytes(path: Path) -> bytes | None:
         return None
 
 
-def _spans_of(path: Path, info: os.stat_result, count: int) -> array[int] | None:
-    """The message spans of a big context file just written (read back once), None for
-    a small one or one that changed since ``info`` was taken."""
+def _spans_of(path: Path, info: os.stat_result, count: int) -> tuple[array[int] | None, str | None]:
+    """The message spans of a big context file just written, and the digest of its
+    bytes (read back once: the next refresh finds the same bytes and indexes nothing),
+    (None, None) for a small one or one that changed since ``info`` was taken."""
     if count < SPANNED_FROM:
-        return None
+        return None, None
     raw = _read_bytes(path)
     after = _stat(path)
     if raw is None or after is None or _signature(after) != _signature(info):
-        return None
-    return message_spans(raw, count)
+        return None, None
+    return message_spans(raw, count), _digest(raw)
 
 
 def _digest(*parts: bytes) -> str:
@@ -1572,6 +1616,41 @@ def _delete_messages(db: sqlite3.Connection, rel: str, file: str | None = None) 
     where, params = ("dir=? AND file=?", (rel, file)) if file is not None else ("dir=?", (rel,))
     db.execute(f"DELETE FROM message_text WHERE rowid IN (SELECT rowid FROM messages WHERE {where})", params)
     db.execute(f"DELETE FROM messages WHERE {where}", params)
+    db.execute(f"DELETE FROM text_backlog WHERE {where}", params)
+
+
+def _moved_messages(
+    db: sqlite3.Connection, rel: str, path: Path, info: os.stat_result, context: Context
+) -> bool:
+    """Note a file a save wrote around its unchanged messages' bytes (a new ``children``
+    entry of a long context): its messages' rows, text, counts and facts stay as they
+    are; the file's signature, children, digest and the messages' spans (found again in
+    the bytes read back) change. False (index it whole) unless the row kept is the one
+    of the file as read and the file read back is the one written."""
+    written, context.written_spans = context.written_spans, None
+    if written is None or written[0] is None or context.messages_built:
+        return False
+    was = written[0]
+    spans, digest = _spans_of(path, info, context.message_count)
+    if spans is None:
+        return False
+    kept = db.execute(
+        "UPDATE context_files SET sig=?, children=?, spans=?, digest=? WHERE dir=? AND file=? "
+        "AND sig IN (?, ?) AND id=? AND messages=? AND spans IS NOT NULL",
+        (
+            _settled(_signature(info)),
+            json.dumps(context.children),
+            spans.tobytes(),
+            digest,
+            rel,
+            path.name,
+            was,
+            f"racy:{was}",
+            context.id,
+            context.message_count,
+        ),
+    )
+    return kept.rowcount == 1
 
 
 def _put_session(
@@ -1615,7 +1694,11 @@ def _put_context(
     counts: list[int],
     digest: str | None = None,
     spans: array[int] | None = None,
+    *,
+    text_later: bool = False,
 ) -> None:
+    """Index one context file's messages; with ``text_later`` their text waits in the
+    backlog for the next search (:meth:`Catalog.search` fills it in first)."""
     stamps = sorted(m.creation_timestamp for m in context.messages if m.creation_timestamp)
     db.execute(
         "INSERT OR REPLACE INTO context_files VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -1662,6 +1745,14 @@ def _put_context(
         "VALUES (?,?,?,?,?,?,?,?,?)",
         rows,
     )
+    if text_later:
+        db.execute("INSERT OR IGNORE INTO text_backlog VALUES (?, ?)", (rel, file))
+        return
+    _put_texts(db, rel, file, texts)
+
+
+def _put_texts(db: sqlite3.Connection, rel: str, file: str, texts: dict[int, str]) -> None:
+    """The searchable text of one file's messages, by index, into the trigram index."""
     rowids = db.execute("SELECT rowid, idx FROM messages WHERE dir=? AND file=?", (rel, file)).fetchall()
     db.executemany(
         "INSERT INTO message_text(rowid, text) VALUES (?, ?)",

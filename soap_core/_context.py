@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from array import array
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, overload
@@ -29,6 +30,7 @@ from soap_core._ids import checked_id
 from soap_core._jsonio import fingerprint
 from soap_core._message import Message
 from soap_core._parts import ThinkingPart, ToolPart, ToolResultPart
+from soap_core._spans import SpannedMessages
 from soap_core._tokens import DEFAULT_ENCODING
 
 Anchor = tuple[str, int]
@@ -141,6 +143,14 @@ class Context:
         self._file_keys: frozenset[str] = frozenset()
         self._saved_fingerprint: bytes | None = None
         self._read_as: tuple[str, dict[str, Any]] | None = None
+        self._spliced_rest: bytes | None = None
+        """Fingerprint of the file's dict without its messages, as read or last written,
+        while the messages are unbuilt spans of that file: a save then compares only
+        the rest, and writes the messages' bytes back unchanged (:meth:`splice_source`)."""
+        self.written_spans: tuple[str | None, array[int]] | None = None
+        """The signature of the file as read and the message spans of the file a
+        spliced save just wrote in its place (the catalog takes them instead of reading
+        the file again)."""
         self.saved_children: tuple[str, ...] | None = None
         """``children`` as last read or written (a save merges a fork made elsewhere
         against it: :mod:`soap_core._saves`)."""
@@ -255,8 +265,48 @@ class Context:
         """Note the file ``path`` (at ``signature``) and its parsed dict this context was
         built from; its fingerprint is taken when first needed, not at every read."""
         self._saved_fingerprint, self._read_as = None, (path, data)
+        spanned = isinstance(data.get("messages"), SpannedMessages)
+        self._spliced_rest = fingerprint({**data, "messages": []}) if spanned else None
         if self._unread is not None:
             self._unread = replace(self._unread, path=path, signature=signature)
+
+    # -- saves that write back the bytes of unchanged messages ---------------------------
+
+    def splice_source(self) -> tuple[bytes, array[int]] | None:
+        """The bytes of the ``messages`` array of the file this context was read from,
+        when a save can write them back as they are: the messages are unbuilt spans of
+        that file and none was handed out (so none changed), and the bytes are what
+        ``json.dumps(indent=2)`` writes for them (the layout the spans need, ASCII);
+        with their spans in that file."""
+        unread = self._unread
+        if unread is None or self._built or self._spliced_rest is None:
+            return None
+        raw = unread.raw
+        if not isinstance(raw, SpannedMessages):
+            return None
+        region = raw.array_bytes()
+        return (region, raw.spans) if region.isascii() else None
+
+    def rest_unchanged(self, rest: dict[str, Any]) -> bool:
+        """Whether ``rest`` (:meth:`to_dict` without messages) is the file's rest as
+        read or last written."""
+        return self._spliced_rest is not None and fingerprint(rest) == self._spliced_rest
+
+    def dict_without_messages(self) -> dict[str, Any]:
+        """:meth:`to_dict` with an empty ``messages`` array in its place."""
+        return self._to_dict([])
+
+    def note_spliced_write(
+        self, path: str, rest: dict[str, Any], signature: str | None, spans: array[int]
+    ) -> None:
+        """After a save wrote ``rest`` around this context's unchanged messages into
+        ``path``: the next save compares with that, and a content comparison (another
+        process saved meanwhile) fingerprints the whole of it, messages parsed then."""
+        unread = self._unread
+        assert unread is not None
+        data = {key: unread.raw if key == "messages" else value for key, value in rest.items()}
+        self.written_spans = (unread.signature, spans)
+        self.remember_read_as(path, data, signature)
 
     # -- building -----------------------------------------------------------------------
 
@@ -731,8 +781,11 @@ class Context:
         if self._built:
             self._build_messages()  # a message built alone may have been changed
         unread = self._unread
+        return self._to_dict([m.to_dict() for m in self._messages] if unread is None else list(unread.raw))
+
+    def _to_dict(self, messages: list[Any]) -> dict[str, Any]:
         values: dict[str, Any] = {
-            "messages": [m.to_dict() for m in self._messages] if unread is None else list(unread.raw),
+            "messages": messages,
             "id": self.id,
             "content_map": dict(self.content_map),
             "anchor_points": [[name, index] for name, index in self.anchor_points],

@@ -202,9 +202,26 @@ def fingerprint(value: Any) -> bytes | None:
         return None
 
 
+_FRACTION_LINE = re.compile(rb'^ *(?:"(?:[^"\\\n]|\\.)*": )?-?[0-9]+[.eE]', re.MULTILINE)
+"""A line of ``indent=2`` output whose value is a number with a fraction or an
+exponent (orjson and Python spell some floats apart: ``0.00001`` against ``1e-05``)."""
+
+
 def dump_json(value: Any) -> str:
-    """The text peteos writes for ``value``."""
-    return json.dumps(value, indent=2)
+    """The text peteos writes for ``value``: ``json.dumps(value, indent=2)``.
+
+    Python's encoder with an indent is its pure-Python one (1.4 s for a context of
+    25,000 messages); orjson writes the same layout in a few milliseconds. Its text is
+    taken only where it must be the same: ASCII throughout (Python escapes the rest,
+    DEL included), no float (the two spell some apart), and read back equal to
+    ``value`` (orjson writes NaN as null, and refuses what it cannot write)."""
+    try:
+        raw = orjson.dumps(value, option=orjson.OPT_INDENT_2)
+    except (TypeError, orjson.JSONEncodeError):
+        return json.dumps(value, indent=2)
+    if not raw.isascii() or b"\x7f" in raw or _FRACTION_LINE.search(raw) or orjson.loads(raw) != value:
+        return json.dumps(value, indent=2)
+    return raw.decode("ascii")
 
 
 def write_json_atomic(path: Path, value: Any, before_write: Callable[[], None] | None = None) -> bool:

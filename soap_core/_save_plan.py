@@ -5,6 +5,7 @@ process's save where the two can be merged, or it raises :class:`SaveConflictErr
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,22 @@ class FileWrite:
     memory keeps its older messages, and the next save compares content again."""
     already_there: bool = False
     """The disk holds this very content already: nothing to write."""
+    splice: tuple[bytes, array[int]] | None = None
+    """The bytes of the file's ``messages`` array, unchanged since it was read, and
+    their spans in it:
+    ``value`` is then the dict without them, and the file is written as the two
+    spliced (:func:`~soap_core._spans.spliced_text`), not dumped whole."""
+    path: str = ""
+    """The file as memory names it (its fingerprint's path)."""
+    written_spans: array[int] | None = None
+    """The messages' spans in the spliced file written."""
+
+    def whole(self) -> None:
+        """Turn a spliced write into a whole one (a merge needs every message)."""
+        if self.splice is None or self.context is None:
+            return
+        self.value, self.splice = self.context.to_dict(), None
+        self.digest = fingerprint([self.path, self.value])
 
 
 def plan_save(session: Session, directory: Path, folder: Path) -> list[FileWrite]:
@@ -60,6 +77,13 @@ def plan_save(session: Session, directory: Path, folder: Path) -> list[FileWrite
         safe_name(name, "context file name", directory)
         if name in session.load_errors:
             raise StoreError(directory / name, "refusing to overwrite a file that failed to load")
+        splice = context.splice_source()
+        if splice is not None:  # the messages are the file's own bytes: only the rest can differ
+            rest = context.dict_without_messages()
+            if context.rest_unchanged(rest) and (folder / name).is_file():
+                continue
+            plans.append(FileWrite(name, rest, context, splice=splice, path=str(directory / name)))
+            continue
         value = context.to_dict()
         digest = fingerprint([str(directory / name), value])
         if digest is not None and digest == context.saved_fingerprint and (folder / name).is_file():
@@ -109,6 +133,9 @@ def _checked_context(plan: FileWrite, base: SavedBase, directory: Path, trusted:
     path = directory / plan.name
     now = file_signature(path)
     was = base.signatures.get(plan.name)
+    if now is not None and was is not None and trusted and now == was:
+        return plan  # as it was read (nobody saved since)
+    plan.whole()  # compared with another process's file: by content, messages and all
     if was is None:  # a context this session made: its file is new on this side
         if now is None:
             return plan
@@ -180,7 +207,11 @@ def saved(session: Session, plans: list[FileWrite], folder: Path, token: str) ->
         if plan.context is not None:
             if plan.children is not None:
                 plan.context.children = list(plan.children)
-            plan.context.saved_fingerprint = plan.digest
+            if plan.splice is not None and plan.written_spans is not None:
+                signature = file_signature(folder / plan.name)
+                plan.context.note_spliced_write(plan.path, plan.value, signature, plan.written_spans)
+            else:
+                plan.context.saved_fingerprint = plan.digest
             plan.context.saved_children = tuple(plan.context.children)
         elif plan.header is not None:
             session.adopt_header(plan.header)

@@ -95,6 +95,14 @@ class SpannedMessages(Sequence[Any]):
     def __len__(self) -> int:
         return len(self._spans) // 2 - 1
 
+    def array_bytes(self) -> bytes:
+        """The bytes of the whole ``messages`` array (``[`` to ``]``)."""
+        return self._raw[self._spans[0] : self._spans[1]]
+
+    @property
+    def spans(self) -> array[int]:
+        return self._spans
+
     @overload
     def __getitem__(self, index: int) -> Any: ...
     @overload
@@ -130,3 +138,21 @@ class SpannedMessages(Sequence[Any]):
 
     def __iter__(self) -> Iterator[Any]:
         return (self[i] for i in range(len(self)))
+
+
+MESSAGES_PLACEHOLDER = '\n  "messages": []'
+
+
+def spliced_text(rest_text: str, messages: bytes, spans: array[int]) -> tuple[str, array[int]] | None:
+    """``rest_text`` (``json.dumps(indent=2)`` of a context dict whose ``messages`` is
+    empty) with the bytes ``messages`` (an ASCII ``messages`` array laid out as
+    ``indent=2`` lays it out at that depth, framed by ``spans`` in the file they came
+    from) in place of the empty array: the text ``json.dumps`` writes for the whole
+    dict, and the spans of its messages in it. None if ``rest_text`` has no such key."""
+    at = rest_text.find(MESSAGES_PLACEHOLDER)
+    if at < 0 or rest_text.find(MESSAGES_PLACEHOLDER, at + 1) >= 0:
+        return None
+    opened = at + len(MESSAGES_PLACEHOLDER) - 2
+    text = rest_text[:opened] + messages.decode("ascii") + rest_text[opened + 2 :]
+    shift = opened - spans[0]
+    return text, array("q", (x + shift for x in spans))

@@ -39,7 +39,15 @@ from soap_core._errors import (
     StoreError,
 )
 from soap_core._facts import MessageFacts, facts_of
-from soap_core._jsonio import fingerprint, parse_json_bytes, read_json, syncing, write_json_atomic
+from soap_core._jsonio import (
+    dump_json,
+    fingerprint,
+    parse_json_bytes,
+    read_json,
+    syncing,
+    write_json_atomic,
+    write_text_atomic,
+)
 from soap_core._layout import UNKNOWN_ROLE, InstanceClaim, Layout, locate, read_instances
 from soap_core._names import distinct_names, pick_role
 from soap_core._paths import (
@@ -64,7 +72,7 @@ from soap_core._saves import (
 )
 from soap_core._session import SESSION_FILE as SESSION_FILE
 from soap_core._session import Session
-from soap_core._spans import SpannedMessages, without_messages
+from soap_core._spans import SpannedMessages, spliced_text, without_messages
 from soap_core._tempfiles import new_folder, sweep_leftovers
 
 _DATE_PREFIX = re.compile(r"^\d{8}-")
@@ -695,9 +703,31 @@ class Store:
                 token_replaced = True
 
         for plan in plans:
-            if not plan.already_there and write_json_atomic(folder / plan.name, plan.value, first_write):
+            if plan.already_there:
+                continue
+            if plan.splice is not None:
+                _write_spliced(folder / plan.name, plan, first_write)
+                written.append(directory / plan.name)
+            elif write_json_atomic(folder / plan.name, plan.value, first_write):
                 written.append(directory / plan.name)
         return written
+
+
+def _write_spliced(path: Path, plan: FileWrite, before_write: Callable[[], None]) -> None:
+    """Write a context file as its rest dumped around its unchanged messages' bytes: the
+    text ``json.dumps(indent=2)`` of the whole dict gives, at the cost of the rest (the
+    plan knows it differs from the file's). A rest without its ``messages`` key (never
+    seen) is dumped whole."""
+    assert plan.splice is not None
+    region, spans = plan.splice
+    spliced = spliced_text(dump_json(plan.value), region, spans)
+    if spliced is None:
+        plan.whole()
+        write_json_atomic(path, plan.value, before_write)
+        return
+    text, plan.written_spans = spliced
+    before_write()
+    write_text_atomic(path, text)
 
 
 def _signature_of(path: Path) -> str | None:
