@@ -26,10 +26,7 @@ own ``put`` / ``put_writes`` with the rows ``update_state`` writes (the tests ch
 read back the same as a thread built with ``update_state``), llm's with its own hashes
 and SQL in one transaction. The measured operations are the peers' public ones.
 
-Our fork of the long conversation is measured at an earlier step than its state:
-``Context.fork`` appends message by message and each append scans the context's anchor
-list (one anchor per tool group), so forking the ~27,000 messages of step k would take
-about a minute (quadratic: twice the turns, four to five times the time). Our store's
+Our fork of the long conversation is measured at an early step and at the last one. Our store's
 catalog is brought up to date (it indexes the long conversation; a new store's indexes
 every file) in another process while the peers are built; nothing is timed until both
 are done.
@@ -888,48 +885,9 @@ def _measure(bench: Bench, setup: Setup, repeat: int) -> None:
             ),
         )
 
-    # Our fork is measured at an earlier step (see the module's docstring): forking the
-    # 27,000 messages of step k takes about a minute. The peer is asked the same.
-    f = min(long.turns - 1, bench.scale(FORK_STEP, long.turns // 2))
-    fork_at = long.our_ends[f]
-    session = store.load_session(long.uuid)
-    parent = session.active_context
-    expected = our_texts(parent.messages[:fork_at])
-
-    split: dict[str, float] = {}
-
-    def ours_fork() -> Session:
-        begun = time.perf_counter()
-        session.set_active_context(parent.fork(range(fork_at)))
-        split["fork"] = time.perf_counter() - begun
-        store.save_session(session)
-        split["save"] = time.perf_counter() - begun - split["fork"]
-        return session
-
-    ours = best_time(ours_fork, bench.scale(1, repeat))  # each is seconds: its noise is small
-    assert our_texts(store.load_session(long.uuid).active_context.messages) == expected
-    if lg is not None:
-        config = lg.configs[long.uuid][f]
-        forked = langgraph_fork(lg, config)
-        assert langchain_texts(lg.state(forked)) == expected, "LangGraph's fork differs from ours"
-        theirs = best_time(lambda: langgraph_fork(lg, config), repeat)
-        _ratio(
-            bench,
-            "fork at step f of the long conversation: ours / LangGraph",
-            ours,
-            theirs,
-            baseline=(
-                f"graph.update_state(config of step f, no new messages): reads the state at f and, the thread "
-                f"having moved on, saves it whole in the new checkpoint ({lg_about})"
-            ),
-            note=(
-                f"ours: Context.fork(range(f's messages)) made active, then Store.save_session on the loaded "
-                f"session (the new file, the parent's again for its new child, session.json, each fsynced; the "
-                f"catalog indexing them); of which the fork {_ms(split['fork'])}, the save {_ms(split['save'])}; "
-                f"step f = {f:,} of {long.turns:,} turns ({fork_at:,} messages): Context.fork is quadratic "
-                f"in the context's tool groups, so not at step k"
-            ),
-        )
+    # A fork at an early step and at the last one (goal: any step), each saved.
+    for f in sorted({min(long.turns - 1, bench.scale(FORK_STEP, long.turns // 2)), long.turns - 1}):
+        _fork_at_step(bench, store, long, lg, f, repeat, lg_about)
 
     # -- read conversation k of all of them
     def ours_read() -> None:
@@ -999,3 +957,51 @@ def _measure(bench: Bench, setup: Setup, repeat: int) -> None:
             "MB",
             note=f"built in {setup.llm_seconds:.0f} s in one transaction with llm's own hashes and SQL",
         )
+
+
+def _fork_at_step(
+    bench: Bench, store: Store, long: Conversation, lg: Any, f: int, repeat: int, lg_about: str
+) -> None:
+    """Fork the long conversation at turn ``f`` and save it, ours against LangGraph's
+    ``update_state`` at the same step."""
+    fork_at = long.our_ends[f]
+    expected = our_texts(store.load_session(long.uuid).active_context.messages[:fork_at])
+    session = store.load_session(long.uuid)  # its messages unbuilt, as a replay or compaction finds it
+    parent = session.active_context
+    split: dict[str, float] = {}
+
+    def ours_fork() -> Session:
+        begun = time.perf_counter()
+        session.set_active_context(parent.fork(range(fork_at)))
+        split["fork"] = time.perf_counter() - begun
+        store.save_session(session)
+        split["save"] = time.perf_counter() - begun - split["fork"]
+        return session
+
+    ours = best_time(ours_fork, bench.scale(3, repeat))
+    assert our_texts(store.load_session(long.uuid).active_context.messages) == expected
+    if lg is None:
+        return
+    config = lg.configs[long.uuid][f]
+    forked = langgraph_fork(lg, config)
+    assert langchain_texts(lg.state(forked)) == expected, "LangGraph's fork differs from ours"
+    theirs = best_time(lambda: langgraph_fork(lg, config), repeat)
+    last = " (the last)" if f == long.turns - 1 else ""
+    bench.ratio(
+        f"fork at step {f:,}{last} of the long conversation, saved: ours / LangGraph",
+        ours,
+        theirs,
+        2,
+        baseline_is=(
+            f"graph.update_state(config of step f, no new messages): reads the state at f and saves it in a "
+            f"new checkpoint ({lg_about})"
+        ),
+        note=(
+            f"ours {_ms(ours)}, theirs {_ms(theirs)}; ours: Context.fork(range(f's messages)) made active, then "
+            f"Store.save_session of the loaded session: the new file, the parent's again for its new child "
+            f"(its messages' bytes written back as read, soap_core._spans.spliced_text), session.json, each "
+            f"fsynced, and the catalog's rows (the parent's kept, the fork's text left to the next search); "
+            f"of which the fork {_ms(split['fork'])}, the save {_ms(split['save'])}; {fork_at:,} of "
+            f"{long.our_ends[-1]:,} messages, {long.turns:,} turns"
+        ),
+    )
