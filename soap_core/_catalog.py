@@ -61,6 +61,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from soap_core import _trust as trust
 from soap_core._context import Context
 from soap_core._errors import ContextNotFoundError, FormatError, SoapError, StoreError
 from soap_core._facts import MessageFacts, decode_facts, encode_facts, facts_of
@@ -201,6 +202,11 @@ def cache_catalog_path(config_dir: Path) -> Path:
     """Where the catalog of a store that cannot be written lives: the user's cache."""
     key = hashlib.sha256(str(config_dir.resolve()).encode("utf-8", "surrogatepass")).hexdigest()[:20]
     return _cache_home() / "catalogs" / f"{key}.sqlite3"
+
+
+_LISTINGS: dict[str, tuple[tuple[str, int], list[SessionRow]]] = {}
+"""The last whole listing of each catalog file, by its build and generation."""
+_LISTINGS_LOCK = threading.Lock()
 
 
 def _storable(value: Any) -> Any:
@@ -1058,9 +1064,16 @@ class Catalog:
 
         ``records=True`` also looks at every session's ``calls/`` and ``invocations/``
         (two more ``stat`` calls a session); listings and lookups do not need them."""
+        roots = self.real_roots()
+        build = self._run(lambda: self._handle.build)  # another process's rebuild: walk again
+        unchanged, generation = trust.unchanged_since_walk(roots, records, build)
+        if unchanged:  # a file watcher saw nothing happen since the last walk (soap_core._trust)
+            return self.generation
         claims, _errors = read_instances(self.layout.instances_dir)
         found = self._walk(claims, records)  # stat calls only, outside the lock
-        return self._run(lambda: self._apply_walk(found))
+        done = self._run(lambda: self._apply_walk(found))
+        trust.walked(roots, records, generation, self._handle.build)
+        return done
 
     def _refresh_now(self, *, records: bool) -> int:
         claims, _errors = read_instances(self.layout.instances_dir)
@@ -1308,7 +1321,29 @@ class Catalog:
             FROM sessions s LEFT JOIN context_files c
                  ON c.dir = s.dir AND c.file = s.active_context_id || '.json'
             {where} ORDER BY s.sort_key"""
-        return self._run(lambda: [self._row(*row) for row in self._db.execute(query, params).fetchall()])
+
+        def rows() -> list[SessionRow]:
+            return [self._row(*row) for row in self._db.execute(query, params).fetchall()]
+
+        return self._run(rows if where else lambda: self._whole_listing(rows))
+
+    def _whole_listing(self, rows: Callable[[], list[SessionRow]]) -> list[SessionRow]:
+        """Every session's row, kept per catalog file for as long as its build and
+        generation stand (any change to what it holds moves the generation, in any
+        process): a long-running process lists 10,000 sessions without building 10,000
+        rows again."""
+        handle = self._handle
+        if handle.path is None:
+            return rows()
+        key = (handle.build, self._generation_now())
+        with _LISTINGS_LOCK:
+            kept = _LISTINGS.get(str(handle.path))
+        if kept is not None and kept[0] == key:
+            return list(kept[1])
+        listed = rows()
+        with _LISTINGS_LOCK:
+            _LISTINGS[str(handle.path)] = (key, listed)
+        return list(listed)
 
     def _row(self, *row: Any) -> SessionRow:
         rel, layout, role, instance, uuid, thread_id, is_active, active, error, files = row[:10]
@@ -1614,8 +1649,10 @@ def _delete_messages(db: sqlite3.Connection, rel: str, file: str | None = None) 
     the text table is reached through the messages' rowids (an FTS table has no index
     on anything else)."""
     where, params = ("dir=? AND file=?", (rel, file)) if file is not None else ("dir=?", (rel,))
-    db.execute(f"DELETE FROM message_text WHERE rowid IN (SELECT rowid FROM messages WHERE {where})", params)
-    db.execute(f"DELETE FROM messages WHERE {where}", params)
+    rowids = db.execute(f"SELECT rowid FROM messages WHERE {where}", params).fetchall()
+    if rowids:  # by rowid, one by one: FTS5 scans its whole table for ``rowid IN (SELECT …)``
+        db.executemany("DELETE FROM message_text WHERE rowid=?", rowids)
+        db.execute(f"DELETE FROM messages WHERE {where}", params)
     db.execute(f"DELETE FROM text_backlog WHERE {where}", params)
 
 

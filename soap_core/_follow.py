@@ -38,6 +38,7 @@ from watchdog.events import (
     DirCreatedEvent,
     DirDeletedEvent,
     DirMovedEvent,
+    EventsLostEvent,
     FileClosedEvent,
     FileDeletedEvent,
     FileMovedEvent,
@@ -45,6 +46,7 @@ from watchdog.events import (
     FileSystemEventHandler,
 )
 
+from soap_core import _trust as trust
 from soap_core._catalog import is_catalog_file
 from soap_core._layout import INSTANCE_FILE
 from soap_core._remote import RemoteStore
@@ -71,7 +73,9 @@ def counts(event: FileSystemEvent, root: Path) -> bool:
         return _store_data(_text(event.src_path), root, locks=True)
     if isinstance(event, FileDeletedEvent | DirDeletedEvent | DirCreatedEvent):
         return _store_data(_text(event.src_path), root)
-    return False  # opened, modified, a folder's mtime: a step of a write not yet done
+    # The kernel's queue overflowed: anything may have changed. Else opened, modified, a
+    # folder's mtime: a step of a write not yet done.
+    return isinstance(event, EventsLostEvent)
 
 
 def _text(path: str | bytes) -> str:
@@ -106,7 +110,10 @@ class StoreFollower:
     ``signature``: what the polling fallback compares (by default
     :func:`files_signature`);
     ``refresh``: called before each poll (a remote store's pull); ``poll``: poll even
-    where file events would work (tests, and stores the kernel cannot see change)."""
+    where file events would work (tests, and stores the kernel cannot see change);
+    ``background``: put the watches in place in a thread (one per folder: seconds for a
+    store of 10,000 sessions, which a page's first draw need not wait for), then bump
+    once, so that what was written meanwhile is read again."""
 
     def __init__(
         self,
@@ -116,6 +123,7 @@ class StoreFollower:
         refresh: Callable[[], None] | None = None,
         poll: bool = False,
         poll_every_s: float = POLL_EVERY_S,
+        background: bool = False,
     ) -> None:
         self.root = Path(root)
         self._signature = signature or (lambda: files_signature(self.root))
@@ -127,13 +135,27 @@ class StoreFollower:
         self._stopped = threading.Event()
         self._observer: BaseObserver | None = None
         self._poller: threading.Thread | None = None
-        self.polling = poll or refresh is not None or not self._watch()
+        self.polling = poll or refresh is not None
+        if not self.polling and background:
+            threading.Thread(target=self._watch_or_poll, name=f"soapwb-watch {root}", daemon=True).start()
+            return
+        self.polling = self.polling or not self._watch()
         if self.polling:
-            self._poller = threading.Thread(target=self._poll, name=f"soapwb-follow {root}", daemon=True)
-            self._poller.start()
+            self._start_polling()
+
+    def _start_polling(self) -> None:
+        self._poller = threading.Thread(target=self._poll, name=f"soapwb-follow {self.root}", daemon=True)
+        self._poller.start()
+
+    def _watch_or_poll(self) -> None:
+        if self._watch():
+            self.bump()  # changes made while the watches were put in place: read them again
+        elif not self._stopped.is_set():
+            self.polling = True
+            self._start_polling()
 
     @classmethod
-    def of(cls, store: Store) -> StoreFollower:
+    def of(cls, store: Store, *, background: bool = False) -> StoreFollower:
         """The follower of ``store``: file events on a folder; on object storage, a poll
         of the mirror, each look (every :data:`POLL_EVERY_S`) pulling what changed on the
         bucket first: one listing of the bucket a second while a page is open, so that a
@@ -141,7 +163,7 @@ class StoreFollower:
         if isinstance(store, RemoteStore):
             remote = store
             return cls(store.root, refresh=lambda: remote.refresh(force=True), poll=True)
-        return cls(store.root)
+        return cls(store.root, background=background)
 
     @property
     def generation(self) -> int:
@@ -159,8 +181,16 @@ class StoreFollower:
             self._changed.wait_for(lambda: self._generation != seen, timeout=timeout_s)
             return self._generation
 
+    def watching(self) -> bool:
+        """Whether every change under the store is being counted by file events (the
+        catalog then trusts the count between them: :mod:`soap_core._trust`)."""
+        observer = self._observer
+        return observer is not None and observer.is_alive() and not self._stopped.is_set()
+
     def stop(self) -> None:
-        self._stopped.set()
+        trust.unwatch(self.root, self)
+        with self._lock:
+            self._stopped.set()
         if self._observer is not None:
             self._observer.stop()
             self._observer.join(timeout=5)
@@ -181,7 +211,12 @@ class StoreFollower:
         except OSError:
             observer.stop()
             return False
-        self._observer = observer
+        with self._lock:
+            if self._stopped.is_set():  # stopped while the watches were put in place
+                observer.stop()
+                return True
+            self._observer = observer
+        trust.watch(self.root, self)  # its watches are in place: every change from now on counts
         return True
 
     def _poll(self) -> None:

@@ -477,6 +477,9 @@ def test_ls_recount_rebuilds_counts_the_catalog_had_wrong(
     capsys.readouterr()
     with sqlite3.connect(root / CATALOG_FILE) as db:  # a stale cache: a count off by 1,000
         db.execute("UPDATE context_files SET tokens = tokens + 1000")
+        # moving the generation, as every writer of the catalog does (this process keeps
+        # its last listing while the generation stands)
+        db.execute("UPDATE meta SET value = CAST(value + 1 AS TEXT) WHERE key = 'generation'")
     assert main(["ls", "--store", str(root), "--json"]) == 0
     assert [r["tokens"] for r in json.loads(capsys.readouterr().out)] == [t + 1000 for t in truth]
     assert main(["ls", "--store", str(root), "--json", "--recount"]) == 0

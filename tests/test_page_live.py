@@ -26,8 +26,11 @@ def save_a_session(root: Path) -> None:
 def test_a_change_to_the_store_moves_the_count_past_the_page_and_a_rerun_shows_it(store_copy: Path) -> None:
     at = open_app_page(store_copy, "sessions")
     assert at.toggle(key=FOLLOW_KEY).value is True, "following is on by default"
-    seen = at.session_state[SEEN]
     follower = store_follower(str(store_copy))
+    follower.wait_for_change(0, WAIT_S)  # its watches in place (put there in the background)
+    assert follower.watching()
+    at.run()  # the one rerun that readiness asks for
+    seen = at.session_state[SEEN]
     assert not moved(seen, follower.generation), "an idle page is not rerun"
     save_a_session(store_copy)
     assert follower.wait_for_change(seen, WAIT_S) != seen

@@ -33,7 +33,7 @@ _SEEN_KEY = "follow_seen_generation"
 def store_follower(root: str) -> StoreFollower:
     """The one follower of the store ``root`` in this server process (a folder, or a URL
     on object storage: :meth:`~soap_core.StoreFollower.of`)."""
-    return StoreFollower.of(open_store(root))
+    return StoreFollower.of(open_store(root), background=True)
 
 
 def following(root: str) -> StoreFollower | None:
