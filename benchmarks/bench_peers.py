@@ -57,6 +57,7 @@ from soap_core import (
     Message,
     Session,
     Store,
+    StoreFollower,
     TextPart,
     ThinkingPart,
     ToolPart,
@@ -849,6 +850,7 @@ def _measure(bench: Bench, setup: Setup, repeat: int) -> None:
             baseline=f"llm's threads with their turns' count and times, one SQL query ({llm_about})",
             note=f"{listing}; llm has no command listing conversations",
         )
+        _followed_listing(bench, store, count, theirs, shape, llm_about)
     else:
         _skipped(bench, "llm", setup.llm_error or "")
 
@@ -1005,3 +1007,39 @@ def _fork_at_step(
             f"{long.our_ends[-1]:,} messages, {long.turns:,} turns"
         ),
     )
+
+
+def _followed_listing(
+    bench: Bench, store: Store, count: int, llm_seconds: float, shape: str, about: str
+) -> None:
+    """The listing of a long-running process (the workbench, ``soapwb follow``) that
+    follows the store by file events: it trusts its catalog between them
+    (soap_core._trust), against llm's one SQL query."""
+    follower = StoreFollower.of(store)
+    try:
+        store.sessions()  # the walk the trust starts from
+
+        def ours() -> list[tuple[str, int | None, int | None]]:
+            rows = Store(store.root).sessions()  # a new Store, as each page run opens one
+            return [
+                (s.uuid, s.figures.messages if s.figures else None, s.figures.tokens if s.figures else None)
+                for s in rows
+            ]
+
+        assert len(ours()) == count
+        seconds = best_time(ours, 5)
+        bench.ratio(
+            "list conversations in a long-running process: ours / llm",
+            seconds,
+            llm_seconds,
+            1,
+            baseline_is=f"llm's threads with their turns' count and times, one SQL query ({about})",
+            note=(
+                f"ours {_ms(seconds)}, theirs {_ms(llm_seconds)}; Store.sessions() in a process whose StoreFollower "
+                f"watches the store (file events: {follower.watching()}): no walk while no file changed, the "
+                f"rows kept while the catalog's generation stands; each row with the active context's "
+                f"messages, tokens and times; {shape}"
+            ),
+        )
+    finally:
+        follower.stop()
