@@ -888,8 +888,9 @@ def _measure(bench: Bench, setup: Setup, repeat: int) -> None:
         )
 
     # A fork at an early step and at the last one (goal: any step), each saved.
+    long_id = store.load_session(long.uuid).active_context_id or ""  # each fork saved is made active
     for f in sorted({min(long.turns - 1, bench.scale(FORK_STEP, long.turns // 2)), long.turns - 1}):
-        _fork_at_step(bench, store, long, lg, f, repeat, lg_about)
+        _fork_at_step(bench, store, long, long_id, lg, f, repeat, lg_about)
 
     # -- read conversation k of all of them
     def ours_read() -> None:
@@ -962,14 +963,14 @@ def _measure(bench: Bench, setup: Setup, repeat: int) -> None:
 
 
 def _fork_at_step(
-    bench: Bench, store: Store, long: Conversation, lg: Any, f: int, repeat: int, lg_about: str
+    bench: Bench, store: Store, long: Conversation, long_id: str, lg: Any, f: int, repeat: int, lg_about: str
 ) -> None:
     """Fork the long conversation at turn ``f`` and save it, ours against LangGraph's
     ``update_state`` at the same step."""
     fork_at = long.our_ends[f]
-    expected = our_texts(store.load_session(long.uuid).active_context.messages[:fork_at])
+    expected = our_texts(store.load_session(long.uuid).contexts[long_id].messages[:fork_at])
     session = store.load_session(long.uuid)  # its messages unbuilt, as a replay or compaction finds it
-    parent = session.active_context
+    parent = session.contexts[long_id]
     split: dict[str, float] = {}
 
     def ours_fork() -> Session:

@@ -194,8 +194,10 @@ def test_a_quick_run_records_every_comparison(tmp_path: Path) -> None:
     bench.group = "peers"
     bp.run(bench)
     ratios = {f.what: f for f in bench.figures if f.unit == "x"}
-    assert len(ratios) == 7
-    assert all(f.met is None and f.goal == "" for f in bench.figures)
+    assert len(ratios) == 9
+    held = {f.what: f.goal for f in bench.figures if f.goal}
+    assert sorted(held.values()) == ["≤ 1x", "≤ 2x", "≤ 2x"], held  # the two forks and the followed listing
+    assert all(f.met is not None for f in bench.figures if f.goal)
     assert all(math.isfinite(f.value) and f.value > 0 for f in ratios.values())
     assert not [f for f in bench.figures if "not measured" in f.what]
 
@@ -240,7 +242,7 @@ def test_the_runs_store_is_linked_and_left_as_it_was(tmp_path: Path) -> None:
         assert setup.long.uuid not in listed and setup.long.turns >= 30
         bench = Bench(work, quick=True)
         bp._measure(bench, setup, 1)
-        assert len([f for f in bench.figures if f.unit == "x"]) == 7
+        assert len([f for f in bench.figures if f.unit == "x"]) == 9
     finally:
         setup.close()
         setup.remove()
