@@ -92,6 +92,12 @@ class SpannedMessages(Sequence[Any]):
         self._on_stale = on_stale
         self._whole: list[Any] | None = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy (``pickle``: ``st.cache_data``) keeps the bytes and spans but not the
+        catalog's callback (a bound method of a catalog with its locks and connection):
+        a stale span in the copy still falls back to parsing the bytes whole."""
+        return {**self.__dict__, "_on_stale": None}
+
     def __len__(self) -> int:
         return len(self._spans) // 2 - 1
 

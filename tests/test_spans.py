@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -311,3 +312,20 @@ def test_the_context_pages_first_open_builds_only_the_messages_it_shows(big: tup
     assert not context.messages_built, "the page built every message of the context"
     assert len(context._built) <= 3 * PAGE_SIZE, f"{len(context._built)} messages built for one page"
     assert MESSAGES // 2 in context._built
+
+
+def test_a_long_session_read_through_the_catalog_is_copied_whole_by_the_pages_cache(
+    big: tuple[Path, Session], tmp_path: Path
+) -> None:
+    """``st.cache_data`` (workbench.loading.load_session, the Replay page's) pickles the
+    session: an unbuilt context's spans went with the catalog's callback, locks and all,
+    and every such page failed. The copy holds the same messages as the file."""
+    root = fresh_copy(big[0], tmp_path / "store")
+    uuid = big[1].uuid
+    session = load(root, uuid)
+    assert not session.active_context.messages_built  # spans of the bytes, as a page finds them
+    copy = pickle.loads(pickle.dumps(session))
+    expected = [m.to_dict() for m in load(root, uuid, catalog=False).active_context.messages]
+    assert [m.to_dict() for m in copy.active_context.messages] == expected
+    cached = loading.load_session(str(root), uuid)
+    assert [m.to_dict() for m in cached.active_context.messages] == expected
