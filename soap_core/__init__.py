@@ -77,6 +77,7 @@ from soap_core._parts import (
     part_to_dict,
 )
 from soap_core._paths import OutsideStoreError, UnsafeNameError, inside
+from soap_core._progress import reporting as reporting_progress
 from soap_core._records import (
     CALL_FORMAT,
     CALLS_DIR,
@@ -210,6 +211,7 @@ __all__ = [
     "read_invocations",
     "read_json",
     "read_mark",
+    "reporting_progress",
     "request_hash",
     "search_store",
     "searchable_text",

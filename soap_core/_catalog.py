@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -61,6 +62,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from soap_core import _progress as progress
 from soap_core import _trust as trust
 from soap_core._context import Context
 from soap_core._errors import ContextNotFoundError, FormatError, SoapError, StoreError
@@ -105,6 +107,8 @@ CHECKPOINT_BYTES = 4 * 1024 * 1024
 """The write-ahead log is copied back into the database once it grows past this (what
 SQLite's own automatic checkpoint does at 1,000 pages), and when a catalog is closed."""
 _STAMP_BYTES = 160
+TEXT_BATCH = 20_000
+"""Messages whose text :meth:`Catalog.fill_text` writes in one transaction."""
 
 SESSION_FILE = "session.json"
 
@@ -168,9 +172,9 @@ CREATE TABLE messages(
 CREATE UNIQUE INDEX messages_at ON messages(dir, file, idx);
 CREATE VIRTUAL TABLE message_text USING fts5(text, tokenize='trigram');
 CREATE TABLE text_backlog(         -- context files whose messages' text is not in
-    dir TEXT NOT NULL,             -- message_text yet: a save of a long context leaves
-    file TEXT NOT NULL,            -- it to the next search (trigram indexing is most
-    PRIMARY KEY(dir, file)         -- of what indexing a message costs)
+    dir TEXT NOT NULL,             -- message_text yet: a refresh, and a save of a long
+    file TEXT NOT NULL,            -- context, leave it to Catalog.fill_text (trigram
+    PRIMARY KEY(dir, file)         -- indexing is most of what indexing a message costs)
 ) WITHOUT ROWID;
 CREATE TABLE record_dirs(dir TEXT NOT NULL, kind TEXT NOT NULL, sig TEXT NOT NULL,
     digest TEXT, PRIMARY KEY(dir, kind)) WITHOUT ROWID;
@@ -1092,8 +1096,10 @@ class Catalog:
                 changed = bool(gone)
                 for rel in gone:
                     _delete_session(db, rel)
-                for item in changes:
+                progress.report(progress.SESSIONS, 0, len(changes))
+                for done, item in enumerate(changes, 1):
                     changed = self._index_found(db, item, known) or changed
+                    progress.report(progress.SESSIONS, done, len(changes))
                 if changed:
                     self._bump(db)
             return self._generation_now()
@@ -1172,8 +1178,9 @@ class Catalog:
             return exc
 
     def _index_context_file(self, db: sqlite3.Connection, rel: str, path: Path, sig: str) -> bool:
-        """Index one context file; False if its bytes are what was indexed before (a
-        racy file read again), which then only takes the new signature."""
+        """Index one context file, its text left to :meth:`fill_text` (the trigram
+        index is most of what a first indexing costs); False if its bytes are what was
+        indexed before (a racy file read again), which then only takes the new signature."""
         raw = None if self._leads_out(str(path)) else _read_bytes(path)
         digest = None if raw is None else _digest(raw)
         row = db.execute(
@@ -1200,7 +1207,7 @@ class Catalog:
             return True
         counts = self._true_counts(db, context.messages)
         spans = message_spans(raw, len(context.messages)) if len(context.messages) >= SPANNED_FROM else None
-        _put_context(db, rel, path.name, sig, context, counts, digest, spans)
+        _put_context(db, rel, path.name, sig, context, counts, digest, spans, text_later=True)
         return True
 
     def _true_counts(self, db: sqlite3.Connection, messages: list[Message]) -> list[int]:
@@ -1486,22 +1493,51 @@ class Catalog:
         )
         return [self.config_dir / d for (d,) in rows]
 
-    def _fill_text_backlog(self) -> None:
-        """Put the text of the files a save left in the backlog into the trigram index,
-        from the files as they are: a file whose signature or messages moved since is
-        left to the refresh that indexes it again (which clears its backlog row)."""
-        waiting = self._db.execute(
-            "SELECT b.dir, b.file, c.sig, c.messages FROM text_backlog b "
-            "JOIN context_files c ON c.dir = b.dir AND c.file = b.file"
-        ).fetchall()
-        for rel, file, sig, count in waiting:
+    def text_waiting(self) -> int:
+        """How many context files wait for their text to go into the trigram index (a
+        refresh indexes everything else of a file at once and leaves its text to
+        :meth:`fill_text`, which every search runs first)."""
+        return int(self._run(lambda: self._db.execute("SELECT count(*) FROM text_backlog").fetchone()[0]))
+
+    def fill_text(self) -> int:
+        """Put the text of every file in the backlog into the trigram index, reporting
+        ``("text", done, total)`` files (:mod:`soap_core._progress`); returns how many
+        went in. Files are read and parsed outside the catalog's lock and written in
+        batches of :data:`TEXT_BATCH` messages, a transaction each (FTS5 writes a segment
+        per transaction: one per file costs twice the indexing), so listings and lookups
+        go on meanwhile (a background thread may run this). A file whose signature or
+        messages moved since it was indexed is left to the refresh that indexes it
+        again (which clears its row)."""
+        waiting = self._run(lambda: self._db.execute(_BACKLOG).fetchall())
+        if not waiting:
+            return 0
+        progress.report(progress.TEXT, 0, len(waiting))
+        filled = 0
+        batch: list[tuple[str, str, str, int, dict[int, str]]] = []
+        held = 0  # messages in the batch
+        for done, (rel, file, sig, count) in enumerate(waiting, 1):
             path = self.config_dir / rel / file
             texts = None if self._leads_out(str(path)) else _texts_of(path, sig, count)
-            if texts is None:
-                continue
-            with self._write() as db:
+            if texts is not None:
+                batch.append((rel, file, sig, count, texts))
+                held += len(texts)
+            if done == len(waiting) or held >= TEXT_BATCH:
+                filled += self._run(functools.partial(self._put_waiting_texts, batch))
+                batch, held = [], 0
+            progress.report(progress.TEXT, done, len(waiting))
+        return filled
+
+    def _put_waiting_texts(self, batch: list[tuple[str, str, str, int, dict[int, str]]]) -> int:
+        put = 0
+        with self._write() as db:
+            for rel, file, sig, count, texts in batch:
+                row = db.execute(f"{_BACKLOG} WHERE b.dir=? AND b.file=?", (rel, file)).fetchone()
+                if row is None or tuple(row[2:]) != (sig, count):
+                    continue  # filled meanwhile, or indexed again since it was read
                 _put_texts(db, rel, file, texts)
                 db.execute("DELETE FROM text_backlog WHERE dir=? AND file=?", (rel, file))
+                put += 1
+        return put
 
     def search(self, query: str) -> Iterator[CatalogHit]:
         """Messages whose searchable text may contain ``query``, case-insensitively: in
@@ -1519,6 +1555,7 @@ class Catalog:
             JOIN context_files c ON c.dir = m.dir AND c.file = m.file
             WHERE {where} AND s.error IS NULL
             ORDER BY s.sort_key, (c.id IS NOT s.active_context_id), m.file, m.idx"""
+        self.fill_text()  # outside the lock: a listing in another thread goes on meanwhile
         handed = 0  # hits already yielded: a question asked again after a rebuild skips them
         failures = 0
         while True:
@@ -1527,7 +1564,7 @@ class Catalog:
                     self._depth += 1
                     try:
                         self._ensure_current()
-                        self._fill_text_backlog()
+                        self.fill_text()
                         cursor = self._db.execute(sql, params)
                         skip = handed
                         while batch := cursor.fetchmany(256):
@@ -1557,6 +1594,12 @@ class Catalog:
 
 
 # -- rows -----------------------------------------------------------------------------------
+
+
+_BACKLOG = (
+    "SELECT b.dir, b.file, c.sig, c.messages FROM text_backlog b "
+    "JOIN context_files c ON c.dir = b.dir AND c.file = b.file"
+)
 
 
 def _texts_of(path: Path, sig: str, count: int) -> dict[int, str] | None:
@@ -1650,8 +1693,10 @@ def _delete_messages(db: sqlite3.Connection, rel: str, file: str | None = None) 
     on anything else)."""
     where, params = ("dir=? AND file=?", (rel, file)) if file is not None else ("dir=?", (rel,))
     rowids = db.execute(f"SELECT rowid FROM messages WHERE {where}", params).fetchall()
-    if rowids:  # by rowid, one by one: FTS5 scans its whole table for ``rowid IN (SELECT …)``
+    waiting = file is not None and db.execute(f"SELECT 1 FROM text_backlog WHERE {where}", params).fetchone()
+    if rowids and not waiting:  # by rowid: FTS5 scans its whole table for ``rowid IN (SELECT …)``
         db.executemany("DELETE FROM message_text WHERE rowid=?", rowids)
+    if rowids:
         db.execute(f"DELETE FROM messages WHERE {where}", params)
     db.execute(f"DELETE FROM text_backlog WHERE {where}", params)
 

@@ -14,9 +14,16 @@ import os
 import sys
 from collections.abc import Sequence
 
-from soap_core import SoapError
+from soap_core import SoapError, reporting_progress
 from soap_core._redact import redact
-from soapwb.common import Handler, UsageError, terminal_safe_output, use_storage_options
+from soapwb.common import (
+    Handler,
+    Progress,
+    StoreWorkProgress,
+    UsageError,
+    terminal_safe_output,
+    use_storage_options,
+)
 
 COMMAND_MODULES = {
     "ls": "store_commands",
@@ -94,7 +101,8 @@ def _run(argv: list[str]) -> int:
     handler: Handler = args.handler
     try:
         use_storage_options(args)  # before any store is opened, by the command or an importer
-        return handler(args)
+        with reporting_progress(StoreWorkProgress(Progress(args))):  # a new store's first indexing
+            return handler(args)
     except UsageError as exc:
         print(f"soapwb: error: {exc}", file=sys.stderr)
         return 2

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TextIO
@@ -295,6 +296,49 @@ class Progress:
         """A line redrawn over the previous one (``last``: then left standing)."""
         if self.on:
             progress_line(text, last=last)
+
+
+STORE_WORK_SHOWN_AFTER_S = 0.5
+"""The catalog's work that ends sooner draws no bar (a listing that reads three files)."""
+
+
+class StoreWorkProgress:
+    """The catalog's long work (``soap_core.reporting_progress``: a new store's first
+    indexing, the text search filling in) as a bar on stderr, under the same rules as
+    :class:`Progress`, drawn once the work has taken :data:`STORE_WORK_SHOWN_AFTER_S`
+    and redrawn at most ten times a second; a line when it ends says what it did."""
+
+    def __init__(self, progress: Progress, clock: Callable[[], float] = time.monotonic) -> None:
+        self._progress = progress
+        self._clock = clock
+        self._started = 0.0
+        self._drawn_at: float | None = None
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if not self._progress.on:
+            return
+        now = self._clock()
+        if done == 0:
+            self._started, self._drawn_at = now, None
+            return
+        ended = done >= total
+        if self._drawn_at is None and now - self._started < STORE_WORK_SHOWN_AFTER_S:
+            return
+        if not ended and self._drawn_at is not None and now - self._drawn_at < 0.1:
+            return
+        self._drawn_at = now
+        if not ended:
+            unit = "sessions indexed (once)" if stage == "sessions" else "files' text indexed for search"
+            self._progress.bar(done, total, unit, last=False)
+            return
+        took = now - self._started
+        said = (
+            f"indexed {total:,} new or changed sessions in {took:.1f} s; "
+            "the text search fills in at the first search"
+            if stage == "sessions"
+            else f"indexed the text of {total:,} files for search in {took:.1f} s"
+        )
+        self._progress.status(said.ljust(72), last=True)  # over the whole bar
 
 
 @contextlib.contextmanager

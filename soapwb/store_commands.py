@@ -11,6 +11,7 @@ from soap_core._tree import tree_lines
 from soapwb.common import (
     SESSION_HELP,
     UsageError,
+    add_progress_option,
     emit_json,
     format_table,
     open_store,
@@ -28,6 +29,7 @@ def register(commands: Any) -> None:
         help="rebuild the store's catalog from the files, counting every token again "
         "(the catalog otherwise reads only files that changed)",
     )
+    add_progress_option(ls)
     store_command(ls, cmd_ls)
 
     show = commands.add_parser("show", help="show the messages of a session's context")
@@ -47,6 +49,7 @@ def register(commands: Any) -> None:
     )
     search.add_argument("text", metavar="TEXT", help="the text to find: text, thinking and tool traffic")
     search.add_argument("--limit", type=int, default=200, metavar="N", help="at most N hits (default 200)")
+    add_progress_option(search)
     store_command(search, cmd_search)
 
 

@@ -175,6 +175,10 @@ def test_a_long_forks_text_waits_for_the_next_search_which_finds_it(two_copies: 
     with_catalog, _ = two_copies
     store = Store(with_catalog)
     store.sessions()
+    catalog = store.catalog()
+    assert catalog is not None
+    catalog.fill_text()  # the first listing's text, filled in behind it
+    assert backlog(with_catalog) == []
     forked_and_saved(store, "long-fork", range(SPANNED_FROM + 10))
     assert [file for _, file in backlog(with_catalog)] == ["long-fork.json"]
     Store(with_catalog).sessions()  # a listing does not index it: it reads the same bytes

@@ -33,9 +33,11 @@ from soap_core import (
     describe_node,
     is_remote,
     local_root,
+    reporting_progress,
     time_text,
 )
 from soap_core import open_store as open_any_store
+from workbench.indexing import PageProgress, fill_text_behind
 
 StoreSignature = tuple[tuple[str, int, int], ...]
 """(path, mtime_ns, size) of every folder and file that a listing or a load reads."""
@@ -104,6 +106,16 @@ def open_store(root: str) -> Store:
     return open_any_store(root) if is_remote(root) else Store(root)
 
 
+def text_waiting(root: str) -> int:
+    """How many context files of the store wait for their text to go into the search
+    index (filled in behind the listing: :mod:`workbench.indexing`)."""
+    catalog = open_store(root).catalog()
+    try:
+        return catalog.text_waiting() if catalog is not None else 0
+    except SoapError:
+        return 0
+
+
 def store_signature(root: str) -> StoreSignature:
     """A key that changes whenever the store does: the catalog's state after it caught
     up with the files (``stat`` calls only, one small row read), or, without a catalog,
@@ -117,7 +129,10 @@ def store_signature(root: str) -> StoreSignature:
     catalog = store.catalog()
     if catalog is not None:
         try:
-            catalog.refresh()
+            with reporting_progress(PageProgress()):  # a bar when a new store takes a while
+                catalog.refresh()
+            if catalog.text_waiting():
+                fill_text_behind(str(store.root), lambda: open_store(root).catalog())
             return (("catalog:" + catalog.state, 0, 0),)
         except SoapError:
             pass  # an unlistable folder: the walk below shows what can be seen

@@ -29,6 +29,7 @@ from workbench.views import (
     overview_table,
     session_label,
     store_signature,
+    text_waiting,
 )
 
 
@@ -59,10 +60,16 @@ def show_search(root: str, signature: StoreSignature) -> None:
     """A text search over every message's content; each hit links to its context."""
     st.subheader("Search message content")
     query = st.text_input("Text to find (case-insensitive)", value=st.query_params.get("q", ""), key="search")
+    hits = search_hits(root, query, signature) if query else []  # a search fills in what waits first
+    waiting = text_waiting(root)
+    if waiting:
+        st.caption(
+            f"Text search is still indexing {waiting:,} file{'' if waiting == 1 else 's'} of this store "
+            "in the background; a search made now waits for them."
+        )
     if not query:
         return
     st.query_params["q"] = query
-    hits = search_hits(root, query, signature)
     one = len(hits) == 1
     st.text(f"{len(hits)} message{'' if one else 's'} contain{'s' if one else ''} {query!r}")
     if not hits:
