@@ -84,3 +84,31 @@ def best_time(action: Callable[[], object], repeat: int = 3) -> float:
         action()
         best = min(best, time.perf_counter() - started)
     return best
+
+
+_PEAK = """
+import resource, sys
+from soapwb.cli import main
+code = main(sys.argv[1:])
+status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
+own = int(status["VmHWM"].split()[0])
+children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+sys.__stderr__.write(f"PEAK {own} {children}\\n")
+sys.exit(code)
+"""
+
+
+def peak_rss_mb(soapwb_args: list[str]) -> tuple[float, float]:
+    """The peak resident memory of a `soapwb` command, in MB: of its own process (VmHWM,
+    which starts at its own start: not the bench's pages a fork shares before exec)
+    and of the largest process it started (0 when none); raises if it fails."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _PEAK, *soapwb_args], capture_output=True, text=True, check=False
+    )
+    peak = [line.split() for line in done.stderr.splitlines() if line.startswith("PEAK ")]
+    if done.returncode or not peak:
+        raise RuntimeError(f"soapwb {soapwb_args[:3]} exited with {done.returncode}: {done.stderr[-2000:]}")
+    return int(peak[-1][1]) / 1024, int(peak[-1][2]) / 1024

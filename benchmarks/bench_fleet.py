@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._harness import Bench
+from benchmarks._harness import Bench, peak_rss_mb
 from fleet import (
     Location,
     ReplayPartition,
@@ -37,6 +37,7 @@ from fleet import (
 )
 from local_model import LocalModelServer
 from soap_core import Store
+from soap_core._catalog import is_catalog_file
 from soap_gen import generate_store
 
 WORKERS = (1, 2, 4)
@@ -86,6 +87,26 @@ def figures(bench: Bench, what: str, rates: dict[int, float]) -> None:
         )
 
 
+VERIFY_RSS_GOAL_MB = 512
+"""Per process of a verify: a laptop runs it beside a browser and an editor."""
+
+
+def verify_memory(bench: Bench, root: Path) -> None:
+    """Peak memory of `soapwb verify` of a whole store, against the bytes it reads."""
+    size = sum(p.stat().st_size for p in root.rglob("*.json") if not is_catalog_file(p))
+    own, worker = peak_rss_mb(["verify", "--store", str(root), "--json", "--workers", "2"])
+    rss = max(own, worker)
+    bench.figure(
+        "`soapwb verify --json` of the whole store, 2 workers: peak memory of its largest process",
+        rss,
+        "MB",
+        f"≤ {VERIFY_RSS_GOAL_MB} MB",
+        rss <= VERIFY_RSS_GOAL_MB,
+        note=f"the command {own:.0f} MB, its largest worker {worker:.0f} MB; reads every session and call "
+        f"record ({size / 1e6:,.0f} MB of JSON), a session at a time per worker",
+    )
+
+
 def run(bench: Bench) -> None:
     from tests.fleet_stores import build_suite_store
 
@@ -100,6 +121,7 @@ def run(bench: Bench) -> None:
             seed=27,
         )
     figures(bench, "verify", {w: verify_throughput(generated, w) for w in WORKERS})
+    verify_memory(bench, generated)
     bench.figure("verify, Ray local cluster of 2", verify_throughput(generated, 2, engine="ray"), "calls/s")
     sessions = bench.scale(100, 20)
     suite = bench.workdir / "fleet-suite"

@@ -7,6 +7,7 @@ figure here; each is a ratio to a baseline measured in this run, on this machine
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -16,10 +17,10 @@ from pathlib import Path
 
 import orjson
 
-from benchmarks._harness import Bench, best_time
+from benchmarks._harness import Bench, best_time, peak_rss_mb
 from benchmarks._stores import shared_store, store_shape
 from soap_core import Message, Store, search_store
-from soap_core._catalog import is_catalog_file
+from soap_core._catalog import CATALOG_FILE, is_catalog_file
 from soap_core._tokens import get_encoding, message_token_text
 
 PYTHON = sys.executable
@@ -186,9 +187,98 @@ def search(bench: Bench, root: Path) -> None:
         )
 
 
+LS_RSS_GOAL_MB = 512
+"""A listing that a laptop runs beside a browser and an editor without noticing."""
+CATALOG_SHARE_GOAL = 0.25
+"""The catalog (rows, counts, spans, the trigram index) at most a quarter of the store."""
+
+
+def memory(bench: Bench, root: Path) -> None:
+    """Peak memory of `soapwb ls` and the catalog's size, each against what it reads."""
+    sessions = store_shape(bench)["sessions"]
+    Store(root).catalog().fill_text()  # type: ignore[union-attr]  # its size with the whole text index
+    catalog = sum(p.stat().st_size for p in root.glob(f"{CATALOG_FILE}*"))
+    store = sum(p.stat().st_size for p in _store_files(root))
+    rss, _ = peak_rss_mb(["ls", "--store", str(root), "--json"])
+    bench.figure(
+        f"`soapwb ls --json`, {sessions:,} sessions: peak memory",
+        rss,
+        "MB",
+        f"≤ {LS_RSS_GOAL_MB} MB",
+        rss <= LS_RSS_GOAL_MB,
+        note=f"reads the catalog ({catalog / 1e6:,.0f} MB, of which the rows of the listing are a part), "
+        "not the store's files; the process and Python itself included",
+    )
+    bench.ratio(
+        f"the catalog's size against the store's, {sessions:,} sessions",
+        catalog,
+        store,
+        CATALOG_SHARE_GOAL,
+        baseline_is=f"the store's JSON files ({store / 1e6:,.0f} MB)",
+        note=f"{catalog / 1e6:,.0f} MB: message rows, token counts, spans and facts, and the trigram "
+        "index of the messages' text (most of it)",
+    )
+
+
+def _subset(root: Path, target: Path, sessions: int) -> Path:
+    """The first ``sessions`` session folders of ``root`` (and its instances), hard-linked
+    into ``target``: a store of that size with the same shape, in no time, and no
+    catalog. Nothing here writes a store file (the catalog is its own file)."""
+    shutil.rmtree(target, ignore_errors=True)
+    found = [*root.glob("agents/*/*/session.json"), *root.glob("sessions/*/session.json")]
+    folders = sorted(p.parent for p in found)[:sessions]
+    for folder in folders:
+        shutil.copytree(folder, target / folder.relative_to(root), copy_function=os.link)
+    return target
+
+
+CURVE_LIMIT = 4.8
+"""At 4x the size, a linear cost is 4x; 20% above that for the machine's noise."""
+
+
+def curves(bench: Bench, root: Path) -> None:
+    """How the first indexing, a warm listing and `soapwb ls` grow: at 1x, 2x and 4x
+    the size, in the same run (issue 28 point 6)."""
+    base = bench.scale(1_250, 75)
+    sizes = (base, 2 * base, 4 * base)
+    indexing: dict[int, float] = {}
+    listing: dict[int, float] = {}
+    ls: dict[int, float] = {}
+    command = (
+        "import sys; from soapwb.cli import main; sys.exit(main(['ls', '--store', sys.argv[1], '--json']))"
+    )
+    for size in sizes:
+        subset = _subset(root, bench.workdir / f"curve-{size}", size)
+        catalog = Store(subset).catalog()
+        assert catalog is not None
+        started = time.perf_counter()
+        catalog.refresh()
+        indexing[size] = time.perf_counter() - started
+        listing[size] = best_time(lambda subset=subset: Store(subset).sessions(), 3)
+        ls[size] = _process_seconds(command, str(subset), repeat=3)
+        shutil.rmtree(subset)
+    for what, times in (
+        ("the catalog's first indexing", indexing),
+        ("a listing with the catalog warm (Store.sessions, a new Store)", listing),
+        ("`soapwb ls --json`, a new process", ls),
+    ):
+        bench.ratio(
+            f"{what}: {sizes[-1]:,} sessions against {sizes[0]:,}",
+            times[sizes[-1]],
+            times[sizes[0]],
+            CURVE_LIMIT,
+            baseline_is=f"the same at {sizes[0]:,} sessions (the first of the run's store, hard-linked)",
+            note=", ".join(f"{t:.3g} s at {n:,}" for n, t in times.items())
+            + "; linear is 4x, quadratic 16x"
+            + ("; a process's start and imports do not grow" if "process" in what else ""),
+        )
+
+
 def run(bench: Bench) -> None:
     root = shared_store(bench)
     listing(bench, root)
+    memory(bench, root)
+    curves(bench, root)
     cold_load(bench, root)
     token_counts(bench, root)
     search(bench, root)
