@@ -356,18 +356,22 @@ def first_indexing(bench: Bench, root: Path, what: str) -> None:
     assert catalog is not None
     indexing = timed(catalog.refresh)
     filling = timed(catalog.fill_text)
-    files = [p for p in root.rglob("*.json") if not is_catalog_file(p)]
-    size = sum(p.stat().st_size for p in files)
-    reading = timed(lambda: [orjson.loads(p.read_bytes()) for p in files])
+    every = [p for p in root.rglob("*.json") if not is_catalog_file(p)]
+    indexed = [p for p in every if p.parent.name not in ("calls", "invocations")]  # what a listing reads
+    size = sum(p.stat().st_size for p in indexed)
+    reading = min(timed(lambda: [orjson.loads(p.read_bytes()) for p in indexed]) for _ in range(2))
+    whole = timed(lambda: [orjson.loads(p.read_bytes()) for p in every])
     bench.ratio(
         f"the catalog's first indexing of a new store of {what}",
         indexing,
         reading,
         2,
-        baseline_is=f"orjson of every JSON file of the store ({len(files):,} files, {size / 1e6:,.0f} MB)",
-        note=f"{indexing:.2f} s vs {reading:.2f} s; once per new or changed file; every row, token count, "
-        f"span and fact, the messages' text left to the search index behind it; a progress bar on the page "
-        f"and in the CLI while it runs",
+        baseline_is=f"orjson of the files it indexes ({len(indexed):,} session and context files, "
+        f"{size / 1e6:,.0f} MB; best of 2, the files in the page cache as for the indexing)",
+        note=f"{indexing:.2f} s vs {reading:.2f} s; every file of the store with its call and invocation "
+        f"records ({len(every):,} files): {whole:.2f} s ({indexing / whole:.2f}x). Every row, token count, "
+        "span and fact; the messages' text is left to the search index behind it; a progress bar on the "
+        "page and in the CLI while it runs",
     )
     bench.figure(
         f"the text search filling in behind it, {what}",
