@@ -66,8 +66,8 @@ from soap_core import _progress as progress
 from soap_core import _trust as trust
 from soap_core._context import Context
 from soap_core._errors import ContextNotFoundError, FormatError, SoapError, StoreError
-from soap_core._facts import MessageFacts, decode_facts, encode_facts, facts_of
-from soap_core._jsonio import parse_json_bytes, read_json
+from soap_core._facts import MessageFacts, decode_facts, encode_facts, facts_of, prefix_facts
+from soap_core._jsonio import bytes_digest, parse_json_bytes, read_json
 from soap_core._layout import (
     AGENTS_DIR,
     SESSIONS_DIR,
@@ -1253,10 +1253,19 @@ class Catalog:
             self._index_session_dir_now(directory)  # a new session: its files, all of them
             return
         with self._write() as db:
-            for name in sorted(written_names - {SESSION_FILE}):
+            forks_first = sorted(  # a fork's rows are copied from its parent's before they move
+                written_names - {SESSION_FILE},
+                key=lambda name: (
+                    getattr(session.contexts.get(by_file.get(name, "")), "fork_source", None) is None,
+                    name,
+                ),
+            )
+            for name in forks_first:
                 context = session.contexts.get(by_file.get(name, ""))
                 info = _stat(directory / name)
                 if context is None or info is None:
+                    continue
+                if _forked_rows(db, rel, directory / name, info, context, session.context_files):
                     continue
                 if _moved_messages(db, rel, directory / name, info, context):
                     continue
@@ -1647,12 +1656,7 @@ def _spans_of(path: Path, info: os.stat_result, count: int) -> tuple[array[int] 
     return message_spans(raw, count), _digest(raw)
 
 
-def _digest(*parts: bytes) -> str:
-    hasher = hashlib.blake2b(digest_size=16)
-    for part in parts:
-        hasher.update(len(part).to_bytes(8, "little"))
-        hasher.update(part)
-    return hasher.hexdigest()
+_digest = bytes_digest
 
 
 def _subdirs_and_links(path: Path) -> tuple[list[str], set[str]]:
@@ -1706,23 +1710,25 @@ def _moved_messages(
 ) -> bool:
     """Note a file a save wrote around its unchanged messages' bytes (a new ``children``
     entry of a long context): its messages' rows, text, counts and facts stay as they
-    are; the file's signature, children, digest and the messages' spans (found again in
-    the bytes read back) change. False (index it whole) unless the row kept is the one
-    of the file as read and the file read back is the one written."""
-    written, context.written_spans = context.written_spans, None
+    are; the file's signature, children, digest and the messages' spans (as the save
+    wrote them: the file is not read again) change. False (index it whole) unless the
+    row kept is the one of the file as read. The signature taken after the write is
+    kept as racy, so the next refresh reads the file once and finds the digest written
+    (or another process's bytes)."""
+    written = context.written_spans
     if written is None or written[0] is None or context.messages_built:
         return False
-    was = written[0]
-    spans, digest = _spans_of(path, info, context.message_count)
-    if spans is None:
-        return False
+    context.written_spans = None
+    was, spans, digest = written
+    read = context.splice_source()
+    moved = None if read is not None and read[1] is spans else spans.tobytes()  # else as they were
     kept = db.execute(
-        "UPDATE context_files SET sig=?, children=?, spans=?, digest=? WHERE dir=? AND file=? "
+        "UPDATE context_files SET sig=?, children=?, spans=COALESCE(?, spans), digest=? WHERE dir=? AND file=? "
         "AND sig IN (?, ?) AND id=? AND messages=? AND spans IS NOT NULL",
         (
             _settled(_signature(info)),
             json.dumps(context.children),
-            spans.tobytes(),
+            moved,
             digest,
             rel,
             path.name,
@@ -1733,6 +1739,86 @@ def _moved_messages(
         ),
     )
     return kept.rowcount == 1
+
+
+def _forked_rows(
+    db: sqlite3.Connection,
+    rel: str,
+    path: Path,
+    info: os.stat_result,
+    context: Context,
+    files: dict[str, str],
+) -> bool:
+    """Index a new fork's file, written from its parent's messages' bytes
+    (:meth:`Context.fork`), from the parent's rows: the messages' rows copied with the
+    fork's file and positions, the counts and facts cut from the parent's, the spans and
+    digest as the save wrote them, the text left to the next search. False (index it
+    whole) unless the fork holds the parent's first messages and the parent's rows are
+    those of the file its messages were read from."""
+    written, source = context.written_spans, context.fork_source
+    if written is None or written[0] is not None or source is None or context.messages_built:
+        return False
+    context.written_spans = None
+    _was, spans, digest = written
+    count = len(source.order)
+    parent_file = files.get(source.parent_id)
+    if not source.is_prefix or source.parent_signature is None or parent_file is None:
+        return False
+    row = db.execute(
+        "SELECT counts, facts FROM context_files WHERE dir=? AND file=? AND sig IN (?, ?) AND id=? "
+        "AND messages>=? AND spans IS NOT NULL",
+        (
+            rel,
+            parent_file,
+            source.parent_signature,
+            f"racy:{source.parent_signature}",
+            source.parent_id,
+            count,
+        ),
+    ).fetchone()
+    facts = decode_facts(row[1]) if row is not None and row[1] is not None else None
+    if row is None or facts is None:
+        return False
+    counts = array("i")
+    counts.frombytes(row[0])
+    counts = counts[:count]
+    spanned = count >= SPANNED_FROM  # as a refresh indexes it
+    _delete_messages(db, rel, path.name)
+    copied = db.execute(
+        "INSERT INTO messages(dir, file, idx, id, role, tokens, cached_tokens, created, chars) "
+        "SELECT dir, ?, idx, id, role, tokens, cached_tokens, created, chars FROM messages "
+        "WHERE dir=? AND file=? AND idx<? ORDER BY idx",
+        (path.name, rel, parent_file, count),
+    ).rowcount
+    if copied != count:
+        _delete_messages(db, rel, path.name)
+        return False
+    first, last = db.execute(
+        "SELECT min(created), max(created) FROM messages WHERE dir=? AND file=? AND created != ''",
+        (rel, path.name),
+    ).fetchone()
+    db.execute(
+        "INSERT OR REPLACE INTO context_files VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        (
+            rel,
+            path.name,
+            _settled(_signature(info)),
+            context.id,
+            context.origin_context_id,
+            json.dumps(context.children),
+            count,
+            sum(counts),
+            first,
+            last,
+            counts.tobytes(),
+            None,
+            digest,
+            spans.tobytes() if spanned else None,
+            encode_facts(prefix_facts(facts, count, source.sequence_numbers)) if spanned else None,
+        ),
+    )
+    db.execute("INSERT OR IGNORE INTO text_backlog VALUES (?, ?)", (rel, path.name))
+    return True
 
 
 def _put_session(

@@ -30,7 +30,7 @@ from soap_core._ids import checked_id
 from soap_core._jsonio import fingerprint
 from soap_core._message import Message
 from soap_core._parts import ThinkingPart, ToolPart, ToolResultPart
-from soap_core._spans import SpannedMessages
+from soap_core._spans import SpannedMessages, forked_messages
 from soap_core._tokens import DEFAULT_ENCODING
 
 Anchor = tuple[str, int]
@@ -86,6 +86,24 @@ class WindowDisagreement:
 def content_hash(text: str) -> str:
     """The content-map key of a hook output: sha256 of its UTF-8 text."""
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@dataclass(frozen=True)
+class ForkSource:
+    """The parent a fork's unbuilt messages were copied from, as :meth:`Context.fork`
+    made them: which of the parent's messages (``order``, the fork's display order) and
+    the sequence number each got."""
+
+    parent_id: str
+    parent_signature: str | None
+    """The signature of the parent's file when read (the catalog's rows are of it)."""
+    order: tuple[int, ...]
+    sequence_numbers: tuple[int, ...]
+
+    @property
+    def is_prefix(self) -> bool:
+        """Whether the fork holds the parent's first messages, in order."""
+        return self.order == tuple(range(len(self.order)))
 
 
 @dataclass(frozen=True)
@@ -147,10 +165,13 @@ class Context:
         """Fingerprint of the file's dict without its messages, as read or last written,
         while the messages are unbuilt spans of that file: a save then compares only
         the rest, and writes the messages' bytes back unchanged (:meth:`splice_source`)."""
-        self.written_spans: tuple[str | None, array[int]] | None = None
-        """The signature of the file as read and the message spans of the file a
-        spliced save just wrote in its place (the catalog takes them instead of reading
-        the file again)."""
+        self.written_spans: tuple[str | None, array[int], str] | None = None
+        """The signature of the file as read, and the message spans and digest of the
+        file a spliced save just wrote in its place (the catalog takes them instead of
+        reading the file again)."""
+        self.fork_source: ForkSource | None = None
+        """Where the unbuilt messages of a fork made by :meth:`fork` came from (the
+        catalog copies their rows from the parent's instead of indexing them)."""
         self.saved_children: tuple[str, ...] | None = None
         """``children`` as last read or written (a save merges a fork made elsewhere
         against it: :mod:`soap_core._saves`)."""
@@ -272,32 +293,35 @@ class Context:
 
     # -- saves that write back the bytes of unchanged messages ---------------------------
 
-    def splice_source(self) -> tuple[bytes, array[int]] | None:
-        """The bytes of the ``messages`` array of the file this context was read from,
-        when a save can write them back as they are: the messages are unbuilt spans of
-        that file and none was handed out (so none changed), and the bytes are what
-        ``json.dumps(indent=2)`` writes for them (the layout the spans need, ASCII);
-        with their spans in that file."""
+    def splice_source(self) -> tuple[memoryview, array[int]] | None:
+        """The bytes of the ``messages`` array of the file this context was read from
+        (or of a fork's, made from its parent's bytes by :meth:`fork`), when a save can
+        write them as they are: the messages are unbuilt spans of those bytes and none
+        was handed out (so none changed), and the bytes are what ``json.dumps(indent=2)``
+        writes for them (the layout the spans need, ASCII); with their spans in them."""
         unread = self._unread
-        if unread is None or self._built or self._spliced_rest is None:
+        if unread is None or self._built or (self._spliced_rest is None and self.fork_source is None):
             return None
         raw = unread.raw
-        if not isinstance(raw, SpannedMessages):
+        if not isinstance(raw, SpannedMessages) or not raw.array_is_ascii():
             return None
-        region = raw.array_bytes()
-        return (region, raw.spans) if region.isascii() else None
+        return raw.array_bytes(), raw.spans
 
-    def rest_unchanged(self, rest: dict[str, Any]) -> bool:
-        """Whether ``rest`` (:meth:`to_dict` without messages) is the file's rest as
-        read or last written."""
-        return self._spliced_rest is not None and fingerprint(rest) == self._spliced_rest
+    def rest_unchanged(self) -> bool:
+        """Whether the context without its messages is the file's rest as read or last
+        written (fingerprinted with the anchors as the tuples they are: orjson writes a
+        tuple as the list the file holds, and a long context has tens of thousands)."""
+        return (
+            self._spliced_rest is not None
+            and fingerprint(self._to_dict([], list(self.anchor_points))) == self._spliced_rest
+        )
 
     def dict_without_messages(self) -> dict[str, Any]:
         """:meth:`to_dict` with an empty ``messages`` array in its place."""
         return self._to_dict([])
 
     def note_spliced_write(
-        self, path: str, rest: dict[str, Any], signature: str | None, spans: array[int]
+        self, path: str, rest: dict[str, Any], signature: str | None, spans: array[int], digest: str
     ) -> None:
         """After a save wrote ``rest`` around this context's unchanged messages into
         ``path``: the next save compares with that, and a content comparison (another
@@ -305,7 +329,7 @@ class Context:
         unread = self._unread
         assert unread is not None
         data = {key: unread.raw if key == "messages" else value for key, value in rest.items()}
-        self.written_spans = (unread.signature, spans)
+        self.written_spans = (unread.signature, spans, digest)
         self.remember_read_as(path, data, signature)
 
     # -- building -----------------------------------------------------------------------
@@ -469,22 +493,27 @@ class Context:
         for i, home in zip(indices, homes, strict=True):
             by_anchor[home].append(i)
         sequence = {i: len(names) + rank for rank, i in enumerate(indices)}  # appended in display order
-        messages: list[Message] = []
-        for name in names:
-            for i in by_anchor[name]:
+        order = [i for name in names for i in by_anchor[name]]
+        if not self._fork_unbuilt(child, order, [sequence[i] for i in order]):
+            messages: list[Message] = []
+            for i in order:
                 message = self._copy_of(i)
                 message.sequence_number = sequence[i]
                 messages.append(message)
-            child.anchor_points.append((name, len(messages)))
-        child._messages = messages
-        child.mutation_counter = len(names) + len(messages)  # add_anchor and append each take one
-        child.message_sequence = len(messages)
-        ids = {m.id for m in messages}
+            child._messages = messages
+        held = 0
+        for name in names:
+            held += len(by_anchor[name])
+            child.anchor_points.append((name, held))
+        child.mutation_counter = len(names) + len(order)  # add_anchor and append each take one
+        child.message_sequence = len(order)
         child.system_prompt_message_id = (
-            self.system_prompt_message_id if self.system_prompt_message_id in ids else None
+            self.system_prompt_message_id if child._holds_message(self.system_prompt_message_id) else None
         )
         child.tool_definitions_message_id = (
-            self.tool_definitions_message_id if self.tool_definitions_message_id in ids else None
+            self.tool_definitions_message_id
+            if child._holds_message(self.tool_definitions_message_id)
+            else None
         )
         self.children.append(child.id)
         return child
@@ -502,6 +531,37 @@ class Context:
                 position += 1
             homes.append(anchors[position][0] if position < len(anchors) else MESSAGES_ANCHOR)
         return homes
+
+    def _fork_unbuilt(self, child: Context, order: list[int], sequence_numbers: list[int]) -> bool:
+        """Give ``child`` the messages ``order`` of this context, renumbered, without
+        building them, when they are unbuilt spans of a file: their bytes with the new
+        numbers (:func:`~soap_core._spans.forked_messages`), which a save writes as they
+        are. A message of them built meanwhile must still be what its bytes say (a change
+        to it is copied: the messages are then built). False (build the copies) otherwise."""
+        unread = self._unread
+        if unread is None or not isinstance(unread.raw, SpannedMessages):
+            return False
+        for i in order:
+            built = self._built.get(i)
+            if built is not None and built.to_dict() != unread.raw[i]:
+                return False
+        forked = forked_messages(unread.raw, order, sequence_numbers)
+        if forked is None:
+            return False
+        counts = unread.token_counts
+        child._unread = _UnreadMessages(forked, [counts[i] for i in order], unread.encoding, unread.path)
+        child.fork_source = ForkSource(self.id, unread.signature, tuple(order), tuple(sequence_numbers))
+        return True
+
+    def _holds_message(self, message_id: str | None) -> bool:
+        """Whether a message of this context has the id ``message_id``; unbuilt spans
+        are searched as bytes (:meth:`~soap_core._spans.SpannedMessages.holds_id`)."""
+        if message_id is None:
+            return False
+        unread = self._unread
+        if unread is not None and isinstance(unread.raw, SpannedMessages) and not self._built:
+            return unread.raw.holds_id(message_id)
+        return any(m.id == message_id for m in self.message_view)
 
     def _copy_of(self, index: int) -> Message:
         """A copy of the message at ``index``; built from the file, if the messages are
@@ -783,12 +843,12 @@ class Context:
         unread = self._unread
         return self._to_dict([m.to_dict() for m in self._messages] if unread is None else list(unread.raw))
 
-    def _to_dict(self, messages: list[Any]) -> dict[str, Any]:
+    def _to_dict(self, messages: list[Any], anchors: list[Any] | None = None) -> dict[str, Any]:
         values: dict[str, Any] = {
             "messages": messages,
             "id": self.id,
             "content_map": dict(self.content_map),
-            "anchor_points": [[name, index] for name, index in self.anchor_points],
+            "anchor_points": list(map(list, self.anchor_points)) if anchors is None else anchors,
             "message_sequence": self.message_sequence,
             "_mutation_counter": self.mutation_counter,
             "children": list(self.children),

@@ -149,6 +149,23 @@ def facts_of(messages: Sequence[Message]) -> MessageFacts:
     )
 
 
+def prefix_facts(facts: MessageFacts, count: int, sequence_numbers: Sequence[int | None]) -> MessageFacts:
+    """The facts of a context's first ``count`` messages, renumbered ``sequence_numbers``
+    (a fork of them): a call answered past them is unanswered, and every result among
+    them answers the call it answered (calls and results are paired in display order,
+    each result with an earlier call)."""
+    calls = facts.calls
+    made = bisect.bisect_left(calls.call_message, count)
+    held = bisect.bisect_left(calls.result_message, count)
+    answered = array("l", (-1 if i >= count else i for i in calls.answered_by[:made]))
+    return MessageFacts(
+        facts.ids[:count],
+        list(sequence_numbers),
+        facts.kinds[:count],
+        CallPairs(calls.call_message[:made], answered, calls.result_message[:held], calls.answers[:held]),
+    )
+
+
 @contextlib.contextmanager
 def collector_paused() -> Iterator[None]:
     """Python's cyclic garbage collector off while a bulk decode allocates some 100,000

@@ -46,15 +46,17 @@ class FileWrite:
     memory keeps its older messages, and the next save compares content again."""
     already_there: bool = False
     """The disk holds this very content already: nothing to write."""
-    splice: tuple[bytes, array[int]] | None = None
+    splice: tuple[memoryview, array[int]] | None = None
     """The bytes of the file's ``messages`` array, unchanged since it was read, and
     their spans in it:
     ``value`` is then the dict without them, and the file is written as the two
-    spliced (:func:`~soap_core._spans.spliced_text`), not dumped whole."""
+    spliced (:func:`~soap_core._spans.spliced_parts`), not dumped whole."""
     path: str = ""
     """The file as memory names it (its fingerprint's path)."""
     written_spans: array[int] | None = None
     """The messages' spans in the spliced file written."""
+    written_digest: str = ""
+    """The digest of the spliced file's bytes (:func:`~soap_core._jsonio.bytes_digest`)."""
 
     def whole(self) -> None:
         """Turn a spliced write into a whole one (a merge needs every message)."""
@@ -79,9 +81,9 @@ def plan_save(session: Session, directory: Path, folder: Path) -> list[FileWrite
             raise StoreError(directory / name, "refusing to overwrite a file that failed to load")
         splice = context.splice_source()
         if splice is not None:  # the messages are the file's own bytes: only the rest can differ
-            rest = context.dict_without_messages()
-            if context.rest_unchanged(rest) and (folder / name).is_file():
+            if context.rest_unchanged() and (folder / name).is_file():
                 continue
+            rest = context.dict_without_messages()
             plans.append(FileWrite(name, rest, context, splice=splice, path=str(directory / name)))
             continue
         value = context.to_dict()
@@ -135,10 +137,10 @@ def _checked_context(plan: FileWrite, base: SavedBase, directory: Path, trusted:
     was = base.signatures.get(plan.name)
     if now is not None and was is not None and trusted and now == was:
         return plan  # as it was read (nobody saved since)
+    if was is None and now is None:  # a context this session made, its file still new
+        return plan
     plan.whole()  # compared with another process's file: by content, messages and all
-    if was is None:  # a context this session made: its file is new on this side
-        if now is None:
-            return plan
+    if was is None:  # a context this session made: another process wrote a file of its name
         if _theirs(path) == plan.value:
             plan.already_there = True
             return plan
@@ -209,7 +211,9 @@ def saved(session: Session, plans: list[FileWrite], folder: Path, token: str) ->
                 plan.context.children = list(plan.children)
             if plan.splice is not None and plan.written_spans is not None:
                 signature = file_signature(folder / plan.name)
-                plan.context.note_spliced_write(plan.path, plan.value, signature, plan.written_spans)
+                plan.context.note_spliced_write(
+                    plan.path, plan.value, signature, plan.written_spans, plan.written_digest
+                )
             else:
                 plan.context.saved_fingerprint = plan.digest
             plan.context.saved_children = tuple(plan.context.children)

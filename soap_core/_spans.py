@@ -18,6 +18,7 @@ any other way gets no spans and is read whole, as before.
 
 from __future__ import annotations
 
+import json
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -91,6 +92,7 @@ class SpannedMessages(Sequence[Any]):
         self._spans = spans
         self._on_stale = on_stale
         self._whole: list[Any] | None = None
+        self._ascii: bool | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         """A copy (``pickle``: ``st.cache_data``) keeps the bytes and spans but not the
@@ -101,13 +103,36 @@ class SpannedMessages(Sequence[Any]):
     def __len__(self) -> int:
         return len(self._spans) // 2 - 1
 
-    def array_bytes(self) -> bytes:
-        """The bytes of the whole ``messages`` array (``[`` to ``]``)."""
-        return self._raw[self._spans[0] : self._spans[1]]
+    def array_bytes(self) -> memoryview:
+        """The bytes of the whole ``messages`` array (``[`` to ``]``), not copied."""
+        return memoryview(self._raw)[self._spans[0] : self._spans[1]]
+
+    def array_is_ascii(self) -> bool:
+        """Whether the ``messages`` array is ASCII (what ``json.dumps`` writes), checked
+        once."""
+        ascii_ = self._ascii
+        if ascii_ is None:
+            ascii_ = self._ascii = self._raw[self._spans[0] : self._spans[1]].isascii()
+        return ascii_
 
     @property
     def spans(self) -> array[int]:
         return self._spans
+
+    def holds_id(self, message_id: str) -> bool:
+        """Whether a message's own ``id`` is ``message_id``, by its bytes (the key six
+        spaces in, as every ``indent=2`` writer lays a message's keys out), no message
+        parsed; parsed one by one if the id is not one the bytes could spell plainly."""
+        needle = _ID_KEY + json.dumps(message_id).encode("ascii")
+        if b"\\" in needle:
+            return any(isinstance(m, dict) and m.get("id") == message_id for m in self)
+        raw, start, end = self._raw, self._spans[0], self._spans[1]
+        at = raw.find(needle, start, end)
+        while at >= 0:
+            if raw[at + len(needle) : at + len(needle) + 1] in (b",", b"\n"):
+                return True
+            at = raw.find(needle, at + 1, end)
+        return False
 
     @overload
     def __getitem__(self, index: int) -> Any: ...
@@ -149,16 +174,78 @@ class SpannedMessages(Sequence[Any]):
 MESSAGES_PLACEHOLDER = '\n  "messages": []'
 
 
-def spliced_text(rest_text: str, messages: bytes, spans: array[int]) -> tuple[str, array[int]] | None:
-    """``rest_text`` (``json.dumps(indent=2)`` of a context dict whose ``messages`` is
-    empty) with the bytes ``messages`` (an ASCII ``messages`` array laid out as
-    ``indent=2`` lays it out at that depth, framed by ``spans`` in the file they came
-    from) in place of the empty array: the text ``json.dumps`` writes for the whole
-    dict, and the spans of its messages in it. None if ``rest_text`` has no such key."""
+def spliced_parts(rest_text: str, spans: array[int]) -> tuple[bytes, bytes, array[int]] | None:
+    """What goes around a ``messages`` array framed by ``spans`` (in the file it came
+    from, laid out as ``indent=2`` lays it out at that depth, ASCII) when it takes the
+    place of the empty array in ``rest_text`` (``json.dumps(indent=2)`` of a context
+    dict whose ``messages`` is empty): the bytes before it and after it, which with it
+    are the text ``json.dumps`` writes for the whole dict, and the spans of its messages
+    in that text (``spans`` itself where they did not move: ``messages`` is the first
+    key of a peteos file). None if ``rest_text`` has no such key."""
     at = rest_text.find(MESSAGES_PLACEHOLDER)
     if at < 0 or rest_text.find(MESSAGES_PLACEHOLDER, at + 1) >= 0:
         return None
     opened = at + len(MESSAGES_PLACEHOLDER) - 2
-    text = rest_text[:opened] + messages.decode("ascii") + rest_text[opened + 2 :]
+    head = rest_text[:opened].encode("ascii")
+    tail = rest_text[opened + 2 :].encode("ascii")
     shift = opened - spans[0]
-    return text, array("q", (x + shift for x in spans))
+    return head, tail, spans if shift == 0 else array("q", [x + shift for x in spans])
+
+
+_ID_KEY = b'\n      "id": '
+"""How a message's own ``id`` key begins in an ``indent=2`` file (see :data:`_SEQUENCE_KEY`)."""
+
+_SEQUENCE_KEY = b'\n      "_sequence_number": '
+"""How a message's own ``_sequence_number`` key begins in an ``indent=2`` file: the
+only key six spaces in (keys of objects inside a message are deeper, and no string
+holds a raw newline)."""
+
+
+def forked_messages(
+    source: SpannedMessages, order: Sequence[int], sequence_numbers: Sequence[int]
+) -> SpannedMessages | None:
+    """The messages ``order`` of ``source``, renumbered ``sequence_numbers``, as the bytes
+    a fork's file holds for them: each message's own bytes with only its
+    ``_sequence_number`` changed, which is what ``json.dumps(indent=2)`` writes for the
+    dict of that message copied and renumbered (every other key, value and place stays).
+    Linear in the bytes copied; no message is parsed. None (build the messages) when a
+    message has no sequence number of its own or the array is not ASCII."""
+    if not order or not source.array_is_ascii():
+        return None
+    raw, spans = source._raw, source.spans
+    view = memoryview(raw)
+    pieces: list[Any] = [b'{\n  "messages": [']
+    out = array("q", (len(pieces[0]) - 1, 0))
+    at = len(pieces[0])
+    find = raw.find
+    key_length = len(_SEQUENCE_KEY)
+    for rank, index in enumerate(order):
+        start, end = spans[2 * index + 2], spans[2 * index + 3]
+        key = find(_SEQUENCE_KEY, start, end)
+        if key < 0:
+            return None
+        value = key + key_length
+        stop = value
+        while stop < end and raw[stop] in _DIGITS:
+            stop += 1
+        if stop == value or raw[stop] not in _AFTER_NUMBER:
+            return None
+        number = str(sequence_numbers[rank]).encode("ascii")
+        separator = b"\n    " if rank == 0 else b",\n    "
+        pieces.append(separator)
+        at += len(separator)
+        out.append(at)
+        if raw[value:stop] == number:
+            pieces.append(view[start:end])
+        else:
+            pieces += (view[start:value], number, view[stop:end])
+        at += end - start + len(number) - (stop - value)
+        out.append(at)
+    pieces.append(b"\n  ]")
+    out[1] = at + 4
+    pieces.append(b"\n}")
+    return SpannedMessages(source.path, b"".join(pieces), out, source._on_stale)
+
+
+_DIGITS = frozenset(b"0123456789")
+_AFTER_NUMBER = frozenset(b",\n")

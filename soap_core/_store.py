@@ -45,8 +45,8 @@ from soap_core._jsonio import (
     parse_json_bytes,
     read_json,
     syncing,
+    write_bytes_atomic,
     write_json_atomic,
-    write_text_atomic,
 )
 from soap_core._layout import UNKNOWN_ROLE, InstanceClaim, Layout, locate, read_instances
 from soap_core._names import distinct_names, pick_role
@@ -72,7 +72,7 @@ from soap_core._saves import (
 )
 from soap_core._session import SESSION_FILE as SESSION_FILE
 from soap_core._session import Session
-from soap_core._spans import SpannedMessages, spliced_text, without_messages
+from soap_core._spans import SpannedMessages, spliced_parts, without_messages
 from soap_core._tempfiles import new_folder, sweep_leftovers
 
 _DATE_PREFIX = re.compile(r"^\d{8}-")
@@ -716,18 +716,19 @@ class Store:
 def _write_spliced(path: Path, plan: FileWrite, before_write: Callable[[], None]) -> None:
     """Write a context file as its rest dumped around its unchanged messages' bytes: the
     text ``json.dumps(indent=2)`` of the whole dict gives, at the cost of the rest (the
-    plan knows it differs from the file's). A rest without its ``messages`` key (never
-    seen) is dumped whole."""
+    plan knows it differs from the file's), the messages' bytes written from where they
+    lie, never copied. A rest without its ``messages`` key (never seen) is dumped whole."""
     assert plan.splice is not None
     region, spans = plan.splice
-    spliced = spliced_text(dump_json(plan.value), region, spans)
-    if spliced is None:
+    parts = spliced_parts(dump_json(plan.value), spans)
+    if parts is None:
         plan.whole()
         write_json_atomic(path, plan.value, before_write)
         return
-    text, plan.written_spans = spliced
+    head, tail, written_spans = parts
     before_write()
-    write_text_atomic(path, text)
+    plan.written_digest = write_bytes_atomic(path, [head, region, tail])
+    plan.written_spans = written_spans
 
 
 def _signature_of(path: Path) -> str | None:
