@@ -971,6 +971,8 @@ def _fork_at_step(
     expected = our_texts(store.load_session(long.uuid).contexts[long_id].messages[:fork_at])
     session = store.load_session(long.uuid)  # its messages unbuilt, as a replay or compaction finds it
     parent = session.contexts[long_id]
+    assert session.directory is not None
+    long_file = session.directory / session.context_files[long_id]
     split: dict[str, float] = {}
 
     def ours_fork() -> Session:
@@ -1001,11 +1003,12 @@ def _fork_at_step(
         ),
         note=(
             f"ours {_ms(ours)}, theirs {_ms(theirs)}; ours: Context.fork(range(f's messages)) made active, then "
-            f"Store.save_session of the loaded session: the new file, the parent's again for its new child "
-            f"(its messages' bytes written back as read, soap_core._spans.spliced_text), session.json, each "
-            f"fsynced, and the catalog's rows (the parent's kept, the fork's text left to the next search); "
-            f"of which the fork {_ms(split['fork'])}, the save {_ms(split['save'])}; {fork_at:,} of "
-            f"{long.our_ends[-1]:,} messages, {long.turns:,} turns"
+            f"Store.save_session of the loaded session: the fork's file (the parent's messages' bytes, each "
+            f"renumbered: no message built or dumped), the parent's again for its new child (its messages' "
+            f"bytes written from where they were read), session.json, each fsynced and digested, and the "
+            f"catalog's rows (the fork's copied from the parent's, its text left to the next search); of which "
+            f"the fork {_ms(split['fork'])}, the save {_ms(split['save'])}; {fork_at:,} of "
+            f"{long.our_ends[-1]:,} messages ({_size_mb(long_file):.0f} MB), {long.turns:,} turns"
         ),
     )
 
