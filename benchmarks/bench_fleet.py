@@ -114,7 +114,7 @@ def run(bench: Bench) -> None:
     if not generated.exists():
         generate_store(
             generated,
-            sessions=bench.scale(2000, 300),
+            sessions=bench.scale(1000, 300),  # a throughput: the rate, not the size, is the figure
             messages=20,
             fork_rate=0.2,
             chain_depth=3,
@@ -123,7 +123,7 @@ def run(bench: Bench) -> None:
     figures(bench, "verify", {w: verify_throughput(generated, w) for w in WORKERS})
     verify_memory(bench, generated)
     bench.figure("verify, Ray local cluster of 2", verify_throughput(generated, 2, engine="ray"), "calls/s")
-    sessions = bench.scale(100, 20)
+    sessions = bench.scale(60, 20)
     suite = bench.workdir / "fleet-suite"
     if not suite.exists():
         build_suite_store(suite, sessions=sessions, turns=2)
