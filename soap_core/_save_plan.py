@@ -216,6 +216,7 @@ def saved(session: Session, plans: list[FileWrite], folder: Path, token: str) ->
                 )
             else:
                 plan.context.saved_fingerprint = plan.digest
+                plan.context.written_spans = None  # written whole: the catalog reads it again
             plan.context.saved_children = tuple(plan.context.children)
         elif plan.header is not None:
             session.adopt_header(plan.header)
