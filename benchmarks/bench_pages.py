@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from benchmarks import inspect_view
 from benchmarks._harness import Bench
 from benchmarks._stores import shared_store, store_shape
 from soap_core import Session, Store
@@ -129,7 +130,7 @@ def context_page(
 FIRST_OPENS = 3
 
 
-def first_opens(bench: Bench, browser: Browser, root: Path, session: Session, messages: int) -> None:
+def first_opens(bench: Bench, browser: Browser, root: Path, session: Session, messages: int) -> float:
     """The Context page's first open of the session: only once per server (its caches
     keep the session after), so each of the tries starts a server of its own. Best of
     them, beside the best one-line page and the best reopening of the same link, both on
@@ -168,6 +169,7 @@ def first_opens(bench: Bench, browser: Browser, root: Path, session: Session, me
         f"against a one-line page ({baseline:.2f} s) the first open is {first / baseline:.2f}x, "
         "which also holds what drawing 50 messages costs (the ?message= ratio below)",
     )
+    return first
 
 
 def settled(tab: Page) -> None:
@@ -404,7 +406,10 @@ def run(bench: Bench) -> None:
     ):
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         try:
-            first_opens(bench, browser, long_root, session, messages)
+            first = first_opens(bench, browser, long_root, session, messages)
+            inspect_view.side_by_side(
+                bench, browser, session.active_context, first, f"one {messages:,}-message conversation"
+            )
             context_page(bench, browser, url, long_root, session, messages)
             server_memory(bench, long_root, messages)
             sessions_page(bench, browser, url, many_root, sessions)

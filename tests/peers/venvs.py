@@ -93,6 +93,9 @@ PEERS: dict[str, PeerSpec] = {
     # Arize Phoenix, started on 127.0.0.1 by the tests (tests/peers/phoenix.py): about 50
     # direct dependencies (825 MB, 73 s to install here), so a venv of its own.
     "phoenix": PeerSpec("phoenix", ("arize-phoenix==20.26.1",), (3, 11), ((3, 12), (3, 11))),
+    # UK AISI's Inspect: its own eval log API writes a conversation, and ``inspect view``
+    # serves the log viewer a user would open it in (benchmarks/bench_uis.py).
+    "inspect": PeerSpec("inspect", ("inspect_ai==0.3.285",), (3, 10), ((3, 11), (3, 12))),
 }
 
 
