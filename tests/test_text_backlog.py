@@ -223,3 +223,32 @@ def test_the_sessions_page_says_the_text_search_is_filling_in_and_a_search_waits
     scan = search_store(Store(tmp_path, use_catalog=False), "alpha")
     assert scan and any(f"{len(scan)} messages contain 'alpha'" in t.value for t in at.text)
     assert not any("still indexing" in c.value for c in at.caption)
+
+
+def test_the_search_boxs_note_goes_once_the_fill_is_done_without_a_rerun(tmp_path: Path) -> None:
+    """In a real browser the note is counted again every couple of seconds while the
+    fill runs behind the page (it bumps nothing a page reruns on), and is gone once the
+    fill is done, without the user doing anything."""
+    from tests.test_browser import CHROMIUM, FLAGS, streamlit_app
+
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no chromium at {CHROMIUM}: the browser test cannot run")
+    from playwright.sync_api import sync_playwright
+
+    from soap_gen import generate_store
+
+    root = tmp_path / "store"
+    generate_store(root, sessions=1_000, messages=20, fork_rate=0.0, chain_depth=1, seed=8, call_log_limit=0)
+    with streamlit_app(root, tmp_path / "server.log") as url, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(f"{url}/?store={root}")
+            note = page.get_by_text("Text search is still indexing")
+            note.first.wait_for(state="visible", timeout=120_000)
+            assert "file" in note.first.inner_text()
+            note.first.wait_for(state="detached", timeout=120_000)  # no click, no rerun of the page
+        finally:
+            browser.close()
+    catalog = Store(root).catalog()
+    assert catalog is not None and catalog.text_waiting() == 0

@@ -7,6 +7,8 @@ below links to it.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pandas as pd
 import streamlit as st
 
@@ -56,17 +58,29 @@ def pick_session(root: str, overviews: list[SessionOverview], names: dict[str, s
     )
 
 
-def show_search(root: str, signature: StoreSignature) -> None:
-    """A text search over every message's content; each hit links to its context."""
-    st.subheader("Search message content")
-    query = st.text_input("Text to find (case-insensitive)", value=st.query_params.get("q", ""), key="search")
-    hits = search_hits(root, query, signature) if query else []  # a search fills in what waits first
+BACKLOG_TICK_S = 2.0
+"""How often the search box's note counts again the files whose text waits."""
+
+
+@st.fragment(run_every=timedelta(seconds=BACKLOG_TICK_S))
+def text_backlog_caption(root: str) -> None:
+    """How many files the text search still waits for, counted again every couple of
+    seconds while the page stays open (the fill runs behind it); nothing once none wait."""
     waiting = text_waiting(root)
     if waiting:
         st.caption(
             f"Text search is still indexing {waiting:,} file{'' if waiting == 1 else 's'} of this store "
             "in the background; a search made now waits for them."
         )
+
+
+def show_search(root: str, signature: StoreSignature) -> None:
+    """A text search over every message's content; each hit links to its context."""
+    st.subheader("Search message content")
+    query = st.text_input("Text to find (case-insensitive)", value=st.query_params.get("q", ""), key="search")
+    hits = search_hits(root, query, signature) if query else []  # a search fills in what waits first
+    if text_waiting(root):
+        text_backlog_caption(root)
     if not query:
         return
     st.query_params["q"] = query
