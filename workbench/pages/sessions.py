@@ -58,8 +58,7 @@ def pick_session(root: str, overviews: list[SessionOverview], names: dict[str, s
     )
 
 
-BACKLOG_TICK_S = 2.0
-"""How often the search box's note counts again the files whose text waits."""
+BACKLOG_TICK_S = 2.0  # how often the search box's note counts again the files whose text waits
 
 
 @st.fragment(run_every=timedelta(seconds=BACKLOG_TICK_S))
