@@ -22,6 +22,7 @@ from soap_core._catalog import CATALOG_FILE
 from soap_core._parts import TextPart, ToolPart, ToolResultPart, ToolUsePart
 from soap_core._spans import SPANNED_FROM
 from tests.test_page_context_long import written_a_minute_ago
+from tests.test_save_splice import with_and_without_catalog
 
 MESSAGES = SPANNED_FROM + 400
 
@@ -56,10 +57,7 @@ def original(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def two_copies(original: Path, tmp_path: Path) -> tuple[Path, Path]:
-    with_catalog, without = tmp_path / "with", tmp_path / "without"
-    shutil.copytree(original, with_catalog)
-    shutil.copytree(original, without, ignore=shutil.ignore_patterns(f"{CATALOG_FILE}*"))
-    return with_catalog, without
+    return with_and_without_catalog(original, tmp_path)
 
 
 def fork_and_save(

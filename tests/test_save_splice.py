@@ -31,12 +31,17 @@ def original(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.fixture
-def two_copies(original: Path, tmp_path: Path) -> tuple[Path, Path]:
+def with_and_without_catalog(original: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """Two copies of the store ``original``: one with its catalog, one without."""
     with_catalog, without = tmp_path / "with", tmp_path / "without"
     shutil.copytree(original, with_catalog)
     shutil.copytree(original, without, ignore=shutil.ignore_patterns(f"{CATALOG_FILE}*"))
     return with_catalog, without
+
+
+@pytest.fixture
+def two_copies(original: Path, tmp_path: Path) -> tuple[Path, Path]:
+    return with_and_without_catalog(original, tmp_path)
 
 
 def forked_and_saved(store: Store, child_id: str, selected: range) -> tuple[Path, Context]:
