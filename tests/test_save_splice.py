@@ -1,6 +1,6 @@
 """A save of a long context whose only change is a new ``children`` entry (a fork, a
 replay, a compaction) writes the file as its rest dumped around the messages' bytes as
-read (soap_core._spans.spliced_text), and the catalog keeps the messages' rows and
+read (soap_core._spans.spliced_parts), and the catalog keeps the messages' rows and
 moves their spans. The ground truth is the same change saved through a store without a
 catalog, which dumps every file whole as peteos does: the bytes must be the same."""
 
