@@ -59,6 +59,7 @@ import weakref
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from itertools import repeat
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -87,13 +88,13 @@ from soap_core._tokens import count_text, message_token_text
 T = TypeVar("T")
 
 CATALOG_FILE = ".soapwb-catalog.sqlite3"
-SCHEMA_VERSION = "8"
+SCHEMA_VERSION = "9"
 """Bumped whenever what the catalog vouches for changes: a context file it indexed is
 loaded without its messages being checked again (they are built on first use), so a
 catalog written under older reading rules must not vouch for a file the current rules
 refuse (4: ids, records and links checked as in soap_core._ids; 5: message spans and
 facts, soap_core._spans; 6: the facts of soap_core._facts; 7: signatures with the change
-time, the stamp in the lock file; 8: the text backlog)."""
+time, the stamp in the lock file; 8: the text backlog; 9: token counts filled in behind)."""
 LOCK_SUFFIX = ".lock"
 """The lock file beside the database (``.soapwb-catalog.sqlite3.lock``): its ``flock``
 orders builds, rebuilds and checkpoints across processes; its bytes are the stamp."""
@@ -108,7 +109,13 @@ CHECKPOINT_BYTES = 4 * 1024 * 1024
 SQLite's own automatic checkpoint does at 1,000 pages), and when a catalog is closed."""
 _STAMP_BYTES = 160
 TEXT_BATCH = 20_000
-"""Messages whose text :meth:`Catalog.fill_text` writes in one transaction."""
+"""Messages whose text :meth:`Catalog.fill_text` (or counts :meth:`Catalog.fill_counts`)
+writes in one transaction."""
+COUNTS_BEHIND_FROM = 100
+"""A refresh asked to count behind (``refresh(counts_behind=True)``, the workbench's)
+leaves the token counts to :meth:`Catalog.fill_counts` only when it indexes at least
+this many session folders: a new store's first indexing, where counting is most of the
+cost, and not a live store's few changed files, whose counts a page shows at once."""
 
 SESSION_FILE = "session.json"
 
@@ -164,7 +171,7 @@ CREATE TABLE messages(
     idx INTEGER NOT NULL,
     id TEXT NOT NULL,
     role TEXT NOT NULL,
-    tokens INTEGER NOT NULL,
+    tokens INTEGER,                -- NULL while the file waits in count_backlog
     cached_tokens INTEGER,
     created TEXT,
     chars INTEGER NOT NULL
@@ -175,6 +182,11 @@ CREATE TABLE text_backlog(         -- context files whose messages' text is not 
     dir TEXT NOT NULL,             -- message_text yet: a refresh, and a save of a long
     file TEXT NOT NULL,            -- context, leave it to Catalog.fill_text (trigram
     PRIMARY KEY(dir, file)         -- indexing is most of what indexing a message costs)
+) WITHOUT ROWID;
+CREATE TABLE count_backlog(        -- context files whose true token counts are not
+    dir TEXT NOT NULL,             -- taken yet (their tokens and counts are NULL): a
+    file TEXT NOT NULL,            -- first indexing for the workbench leaves them to
+    PRIMARY KEY(dir, file)         -- Catalog.fill_counts, run behind it
 ) WITHOUT ROWID;
 CREATE TABLE record_dirs(dir TEXT NOT NULL, kind TEXT NOT NULL, sig TEXT NOT NULL,
     digest TEXT, PRIMARY KEY(dir, kind)) WITHOUT ROWID;
@@ -229,7 +241,10 @@ def _storable(value: Any) -> Any:
 def _storable_row(row: Any) -> Any:
     if isinstance(row, dict):
         return {k: _storable(v) for k, v in row.items()}
-    return tuple(_storable(v) for v in row)
+    for value in row:  # most rows are ASCII throughout: handed on as they are
+        if isinstance(value, str) and not value.isascii():
+            return tuple(_storable(v) for v in row)
+    return row
 
 
 class _Connection(sqlite3.Connection):
@@ -333,7 +348,7 @@ class _Found:
     outside: str | None = None
     """Why the folder is not followed: a link leading outside the store."""
 
-    @property
+    @functools.cached_property
     def path(self) -> Path:
         return Path(self.where)
 
@@ -1063,27 +1078,36 @@ class Catalog:
             records,
         )
 
-    def refresh(self, *, records: bool = False) -> int:
+    def refresh(self, *, records: bool = False, counts_behind: bool = False) -> int:
         """Bring the catalog up to date with the files; returns :attr:`generation`.
 
         ``records=True`` also looks at every session's ``calls/`` and ``invocations/``
-        (two more ``stat`` calls a session); listings and lookups do not need them."""
+        (two more ``stat`` calls a session); listings and lookups do not need them.
+
+        Every figure is complete when it returns, token counts included, unless
+        ``counts_behind``: then a refresh that indexes :data:`COUNTS_BEHIND_FROM` or more
+        session folders leaves their files' token counts to :meth:`fill_counts` (the
+        listing shows no tokens for them until then), as the workbench does for a new
+        store, with a thread that fills them in behind."""
         roots = self.real_roots()
         build = self._run(lambda: self._handle.build)  # another process's rebuild: walk again
         unchanged, generation = trust.unchanged_since_walk(roots, records, build)
         if unchanged:  # a file watcher saw nothing happen since the last walk (soap_core._trust)
-            return self.generation
-        claims, _errors = read_instances(self.layout.instances_dir)
-        found = self._walk(claims, records)  # stat calls only, outside the lock
-        done = self._run(lambda: self._apply_walk(found))
-        trust.walked(roots, records, generation, self._handle.build)
+            done = self.generation
+        else:
+            claims, _errors = read_instances(self.layout.instances_dir)
+            found = self._walk(claims, records)  # stat calls only, outside the lock
+            done = self._run(lambda: self._apply_walk(found, counts_behind))
+            trust.walked(roots, records, generation, self._handle.build)
+        if not counts_behind and self.fill_counts():  # what an earlier refresh left behind
+            done = self.generation
         return done
 
     def _refresh_now(self, *, records: bool) -> int:
         claims, _errors = read_instances(self.layout.instances_dir)
         return self._apply_walk(self._walk(claims, records))
 
-    def _apply_walk(self, found: list[_Found]) -> int:
+    def _apply_walk(self, found: list[_Found], counts_behind: bool = False) -> int:
         """Read again what the walk found changed, forget what it did not find."""
         with self._lock:
             known = self._known()
@@ -1092,13 +1116,14 @@ class Catalog:
             gone = [d for d in known.sessions if d not in on_disk]
             if not changes and not gone:
                 return self._generation_now()
+            count_now = not counts_behind or len(changes) < COUNTS_BEHIND_FROM
             with self._write() as db:
                 changed = bool(gone)
                 for rel in gone:
                     _delete_session(db, rel)
                 progress.report(progress.SESSIONS, 0, len(changes))
                 for done, item in enumerate(changes, 1):
-                    changed = self._index_found(db, item, known) or changed
+                    changed = self._index_found(db, item, known, count_now) or changed
                     progress.report(progress.SESSIONS, done, len(changes))
                 if changed:
                     self._bump(db)
@@ -1118,7 +1143,9 @@ class Catalog:
             known.records[(d, k)] = sig
         return known
 
-    def _index_found(self, db: sqlite3.Connection, item: _Found, known: _Known) -> bool:
+    def _index_found(
+        self, db: sqlite3.Connection, item: _Found, known: _Known, count_now: bool = True
+    ) -> bool:
         """Read again what changed in one session folder, and forget what vanished;
         False when every file read again held what the catalog already had."""
         changed = False
@@ -1137,7 +1164,7 @@ class Catalog:
             changed = True
         for name, sig in item.context_sigs.items():
             if files.get(name) != sig:
-                changed = self._index_context_file(db, item.rel, item.path / name, sig) or changed
+                changed = self._index_context_file(db, item.rel, item.path / name, sig, count_now) or changed
         for kind in (CALLS_DIR, INVOCATIONS_DIR) if item.with_records else ():
             record_sig = item.record_sigs.get(kind)
             if known.records.get((item.rel, kind)) != record_sig:
@@ -1177,10 +1204,13 @@ class Catalog:
         except SoapError as exc:
             return exc
 
-    def _index_context_file(self, db: sqlite3.Connection, rel: str, path: Path, sig: str) -> bool:
+    def _index_context_file(
+        self, db: sqlite3.Connection, rel: str, path: Path, sig: str, count_now: bool = True
+    ) -> bool:
         """Index one context file, its text left to :meth:`fill_text` (the trigram
-        index is most of what a first indexing costs); False if its bytes are what was
-        indexed before (a racy file read again), which then only takes the new signature."""
+        index is most of what a first indexing costs), and its token counts to
+        :meth:`fill_counts` unless ``count_now``; False if its bytes are what was indexed
+        before (a racy file read again), which then only takes the new signature."""
         raw = None if self._leads_out(str(path)) else _read_bytes(path)
         digest = None if raw is None else _digest(raw)
         row = db.execute(
@@ -1191,7 +1221,8 @@ class Catalog:
                 "UPDATE context_files SET sig=? WHERE dir=? AND file=?", (_settled(sig), rel, path.name)
             )
             return False
-        _delete_messages(db, rel, path.name)
+        if row is not None:  # rows of its bytes before (a new file has none: four queries saved)
+            _delete_messages(db, rel, path.name)
         try:
             if raw is None and self._leads_out(str(path)):
                 raise OutsideStoreError(path, outside_problem(path, "context file"))
@@ -1205,7 +1236,7 @@ class Catalog:
                 (rel, path.name, _settled(sig), str(error), digest),
             )
             return True
-        counts = self._true_counts(db, context.messages)
+        counts = self._true_counts(db, context.messages) if count_now else None
         spans = message_spans(raw, len(context.messages)) if len(context.messages) >= SPANNED_FROM else None
         _put_context(db, rel, path.name, sig, context, counts, digest, spans, text_later=True)
         return True
@@ -1502,6 +1533,84 @@ class Catalog:
         )
         return [self.config_dir / d for (d,) in rows]
 
+    def counts_waiting(self) -> int:
+        """How many context files wait for their true token counts (a first indexing for
+        the workbench leaves them to :meth:`fill_counts`); their listing rows show no
+        tokens until then, and a load counts them itself."""
+        return int(self._run(lambda: self._db.execute("SELECT count(*) FROM count_backlog").fetchone()[0]))
+
+    def fill_counts(self) -> int:
+        """Take the true token counts of every file in the count backlog, reporting
+        ``("tokens", done, total)`` files; returns how many files got theirs. As
+        :meth:`fill_text`: files are read, parsed and counted outside the catalog's lock
+        and written in batches of :data:`TEXT_BATCH` messages, each batch a transaction
+        that moves the generation (a listing then shows the new counts); a file that
+        changed since it was indexed is left to the refresh that indexes it again.
+        Counts already known by text hash (a fork's copies) are not encoded again."""
+        waiting = self._run(lambda: self._db.execute(_COUNT_BACKLOG).fetchall())
+        if not waiting:
+            return 0
+        progress.report(progress.TOKENS, 0, len(waiting))
+        filled = 0
+        batch: list[tuple[str, str, str, int, list[str]]] = []
+        held = 0
+        for done, (rel, file, sig, count) in enumerate(waiting, 1):
+            path = self.config_dir / rel / file
+            messages = None if self._leads_out(str(path)) else _messages_of(path, sig, count)
+            if messages is not None:
+                batch.append(
+                    (rel, file, sig, count, [message_token_text(m.role, m.raw_content()) for m in messages])
+                )
+                held += count
+            if done == len(waiting) or held >= TEXT_BATCH:
+                filled += self._put_waiting_counts(batch)
+                batch, held = [], 0
+            progress.report(progress.TOKENS, done, len(waiting))
+        return filled
+
+    def _put_waiting_counts(self, batch: list[tuple[str, str, str, int, list[str]]]) -> int:
+        keys = {_token_key(text): text for *_file, texts in batch for text in texts}
+        listed = list(keys)
+
+        def cached() -> dict[bytes, int]:
+            known: dict[bytes, int] = {}
+            for start in range(0, len(listed), 500):
+                chunk = listed[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                known.update(
+                    self._db.execute(f"SELECT hash, tokens FROM token_counts WHERE hash IN ({marks})", chunk)
+                )
+            return known
+
+        known = self._run(cached) if listed else {}
+        new = {key: count_text(text) for key, text in keys.items() if key not in known}  # outside the lock
+        counted = known | new
+
+        def put() -> int:
+            put = 0
+            with self._write() as db:
+                db.executemany("INSERT OR IGNORE INTO token_counts VALUES (?, ?)", new.items())
+                for rel, file, sig, count, texts in batch:
+                    row = db.execute(f"{_COUNT_BACKLOG} WHERE b.dir=? AND b.file=?", (rel, file)).fetchone()
+                    if row is None or tuple(row[2:]) != (sig, count):
+                        continue  # counted meanwhile, or indexed again since it was read
+                    counts = [counted[_token_key(text)] for text in texts]
+                    db.execute(
+                        "UPDATE context_files SET tokens=?, counts=? WHERE dir=? AND file=?",
+                        (sum(counts), array("i", counts).tobytes(), rel, file),
+                    )
+                    db.executemany(
+                        "UPDATE messages SET tokens=? WHERE dir=? AND file=? AND idx=?",
+                        ((c, rel, file, i) for i, c in enumerate(counts)),
+                    )
+                    db.execute("DELETE FROM count_backlog WHERE dir=? AND file=?", (rel, file))
+                    put += 1
+                if put:
+                    self._bump(db)
+            return put
+
+        return self._run(put)
+
     def text_waiting(self) -> int:
         """How many context files wait for their text to go into the trigram index (a
         refresh indexes everything else of a file at once and leaves its text to
@@ -1609,11 +1718,15 @@ _BACKLOG = (
     "SELECT b.dir, b.file, c.sig, c.messages FROM text_backlog b "
     "JOIN context_files c ON c.dir = b.dir AND c.file = b.file"
 )
+_COUNT_BACKLOG = (
+    "SELECT b.dir, b.file, c.sig, c.messages FROM count_backlog b "
+    "JOIN context_files c ON c.dir = b.dir AND c.file = b.file"
+)
 
 
-def _texts_of(path: Path, sig: str, count: int) -> dict[int, str] | None:
-    """The searchable text of each message of the context file ``path``, by index, if
-    it is still the file indexed at ``sig`` with ``count`` messages; else None."""
+def _messages_of(path: Path, sig: str, count: int) -> list[Message] | None:
+    """The messages of the context file ``path``, if it is still the file indexed at
+    ``sig`` with ``count`` messages; else None."""
     info = _stat(path)
     if info is None or _signature(info) != sig.removeprefix("racy:"):
         return None
@@ -1624,7 +1737,16 @@ def _texts_of(path: Path, sig: str, count: int) -> dict[int, str] | None:
         return None
     if context is None or context.message_count != count:
         return None
-    return {i: text for i, m in enumerate(context.messages) if (text := m.searchable_text())}
+    return context.messages
+
+
+def _texts_of(path: Path, sig: str, count: int) -> dict[int, str] | None:
+    """The searchable text of each message of the context file ``path``, by index, if
+    it is still the file indexed at ``sig`` with ``count`` messages; else None."""
+    messages = _messages_of(path, sig, count)
+    if messages is None:
+        return None
+    return {i: text for i, m in enumerate(messages) if (text := m.searchable_text())}
 
 
 def _int_array(typecode: str, raw: Any) -> array[int] | None:
@@ -1703,6 +1825,7 @@ def _delete_messages(db: sqlite3.Connection, rel: str, file: str | None = None) 
     if rowids:
         db.execute(f"DELETE FROM messages WHERE {where}", params)
     db.execute(f"DELETE FROM text_backlog WHERE {where}", params)
+    db.execute(f"DELETE FROM count_backlog WHERE {where}", params)
 
 
 def _moved_messages(
@@ -1766,7 +1889,7 @@ def _forked_rows(
         return False
     row = db.execute(
         "SELECT counts, facts FROM context_files WHERE dir=? AND file=? AND sig IN (?, ?) AND id=? "
-        "AND messages>=? AND spans IS NOT NULL",
+        "AND messages>=? AND spans IS NOT NULL AND counts IS NOT NULL",
         (
             rel,
             parent_file,
@@ -1859,14 +1982,15 @@ def _put_context(
     file: str,
     sig: str,
     context: Context,
-    counts: list[int],
+    counts: list[int] | None,
     digest: str | None = None,
     spans: array[int] | None = None,
     *,
     text_later: bool = False,
 ) -> None:
     """Index one context file's messages; with ``text_later`` their text waits in the
-    backlog for the next search (:meth:`Catalog.search` fills it in first)."""
+    backlog for the next search (:meth:`Catalog.search` fills it in first); without
+    ``counts`` their token counts wait for :meth:`Catalog.fill_counts`."""
     stamps = sorted(m.creation_timestamp for m in context.messages if m.creation_timestamp)
     db.execute(
         "INSERT OR REPLACE INTO context_files VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -1878,10 +2002,10 @@ def _put_context(
             context.origin_context_id,
             json.dumps(context.children),
             len(context.messages),
-            sum(counts),
+            None if counts is None else sum(counts),
             stamps[0] if stamps else None,
             stamps[-1] if stamps else None,
-            array("i", counts).tobytes(),
+            None if counts is None else array("i", counts).tobytes(),
             None,
             digest,
             None if spans is None else spans.tobytes(),
@@ -1890,9 +2014,17 @@ def _put_context(
     )
     rows = []
     texts: dict[int, str] = {}
-    for index, (message, count) in enumerate(zip(context.messages, counts, strict=True)):
+    ascii_only = (rel + file).isascii()
+    for index, (message, count) in enumerate(
+        zip(
+            context.messages,
+            counts if counts is not None else repeat(None, len(context.messages)),
+            strict=True,
+        )
+    ):
         text = message.searchable_text()
         created = message.creation_timestamp
+        ascii_only = ascii_only and (message.id + message.role + (created or "")).isascii()
         rows.append(
             (
                 rel,
@@ -1908,11 +2040,15 @@ def _put_context(
         )
         if text:
             texts[index] = text
-    db.executemany(
+    insert = sqlite3.Connection.executemany if ascii_only else type(db).executemany  # ASCII needs no check
+    insert(
+        db,
         "INSERT INTO messages(dir, file, idx, id, role, tokens, cached_tokens, created, chars) "
         "VALUES (?,?,?,?,?,?,?,?,?)",
         rows,
     )
+    if counts is None:
+        db.execute("INSERT OR IGNORE INTO count_backlog VALUES (?, ?)", (rel, file))
     if text_later:
         db.execute("INSERT OR IGNORE INTO text_backlog VALUES (?, ?)", (rel, file))
         return

@@ -1,6 +1,7 @@
 """Progress of the store's long work, for whoever shows it: the catalog's first
-indexing of a store (``"sessions"``: session folders read of those that changed) and
-the text search filling in behind it (``"text"``: context files whose text went into
+indexing of a store (``"sessions"``: session folders read of those that changed), the
+token counts it left behind (``"tokens"``: context files counted) and the text search
+filling in behind it (``"text"``: context files whose text went into
 the trigram index). A caller that shows progress (the CLI's bar, the page's) wraps its
 call in :func:`reporting`; everything else reports to no one at no cost."""
 
@@ -11,6 +12,7 @@ from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 
 SESSIONS = "sessions"
+TOKENS = "tokens"
 TEXT = "text"
 
 Report = Callable[[str, int, int], None]

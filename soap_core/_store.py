@@ -194,7 +194,14 @@ class Store:
     """A sOAP store: a config dir of either generation, its ``.peteos``, or the ``agents``
     or ``sessions`` folder itself. New sessions of our runtime go to ``agents/<role>/``."""
 
-    def __init__(self, config_dir: Path | str, *, use_catalog: bool = True) -> None:
+    def __init__(
+        self, config_dir: Path | str, *, use_catalog: bool = True, counts_behind: bool = False
+    ) -> None:
+        """``counts_behind``: a listing that finds a new store (or one that changed a lot)
+        leaves its token counts to :meth:`Catalog.fill_counts` instead of taking them
+        first (``Catalog.refresh``); for a process that fills them in behind (the
+        workbench). Everything else gets complete figures."""
+        self.counts_behind = counts_behind
         self.root = Path(config_dir)
         self.layout = locate(self.root)
         self.agents_dir = self.layout.agents_dir
@@ -298,7 +305,7 @@ class Store:
             return self.scan_sessions()
         if not self.root.is_dir():
             raise StoreError(self.root, "no such store directory")
-        catalog.refresh()
+        catalog.refresh(counts_behind=self.counts_behind)
         return [_summary_of(row) for row in catalog.session_rows()]
 
     def scan_sessions(self) -> list[SessionSummary]:
@@ -372,7 +379,7 @@ class Store:
             where, params = f"{where} AND s.role = ?", [ref, ref, role]
         rows = [r for r in catalog.session_rows(where, tuple(params)) if r.dir.is_dir()]
         if len(rows) != 1:
-            catalog.refresh()
+            catalog.refresh(counts_behind=self.counts_behind)
             rows = [r for r in catalog.session_rows() if role in (None, r.role)]
             return self._resolve(ref, [_summary_of(r) for r in rows], role)
         return _summary_of(rows[0])

@@ -328,16 +328,17 @@ class StoreWorkProgress:
             return
         self._drawn_at = now
         if not ended:
-            unit = "sessions indexed (once)" if stage == "sessions" else "files' text indexed for search"
+            unit = {"sessions": "sessions indexed (once)", "tokens": "files' tokens counted"}.get(
+                stage, "files' text indexed for search"
+            )
             self._progress.bar(done, total, unit, last=False)
             return
         took = now - self._started
-        said = (
-            f"indexed {total:,} new or changed sessions in {took:.1f} s; "
-            "the text search fills in at the first search"
-            if stage == "sessions"
-            else f"indexed the text of {total:,} files for search in {took:.1f} s"
-        )
+        said = {
+            "sessions": f"indexed {total:,} new or changed sessions in {took:.1f} s; "
+            "the text search fills in at the first search",
+            "tokens": f"counted the tokens of {total:,} files in {took:.1f} s",
+        }.get(stage, f"indexed the text of {total:,} files for search in {took:.1f} s")
         self._progress.status(said.ljust(72), last=True)  # over the whole bar
 
 

@@ -248,6 +248,9 @@ def test_the_search_boxs_note_goes_once_the_fill_is_done_without_a_rerun(tmp_pat
             note.first.wait_for(state="visible", timeout=120_000)
             assert "file" in note.first.inner_text()
             note.first.wait_for(state="detached", timeout=120_000)  # no click, no rerun of the page
+            # the token counts came first (the thread's first work): their note went with a
+            # rerun of the page that drew the table with them, not as "0 files"
+            assert page.get_by_text("Counting the tokens of").count() == 0
         finally:
             browser.close()
     catalog = Store(root).catalog()

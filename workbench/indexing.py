@@ -3,10 +3,11 @@
 A new store (or one that changed a lot while no one looked) is indexed once, on the
 first page that lists it: :class:`PageProgress` draws a progress bar for that, once it
 has taken longer than :data:`SHOWN_AFTER_S` (a listing that reads three changed files
-draws nothing). The messages' text goes into the search index behind it, in one
-background thread per store and server process (:func:`fill_text_behind`); the search
-box says how much is left while it runs, and a search made meanwhile fills in the rest
-first (:meth:`soap_core.Catalog.search`).
+draws nothing). The token counts of a new store's files and the messages' text come in
+behind it, in one background thread per store and server process
+(:func:`fill_text_behind`); the Sessions page says how much is left while it runs and
+draws the table again once the counts are in, and a search made meanwhile fills in the
+rest of the text first (:meth:`soap_core.Catalog.search`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ _FILLING_LOCK = threading.Lock()
 
 
 class _Fills(Protocol):
+    def fill_counts(self) -> int: ...
     def fill_text(self) -> int: ...
 
 
@@ -61,11 +63,10 @@ class PageProgress:
         if self._bar is not None and now - self._drawn_at < REDRAW_S:
             return
         self._drawn_at = now
-        text = (
-            f"Indexing the store, once: {done:,} of {total:,} new or changed sessions"
-            if stage == "sessions"
-            else f"Text search: indexing {done:,} of {total:,} files"
-        )
+        text = {
+            "sessions": f"Indexing the store, once: {done:,} of {total:,} new or changed sessions",
+            "tokens": f"Counting tokens: {done:,} of {total:,} files",
+        }.get(stage, f"Text search: indexing {done:,} of {total:,} files")
         if self._bar is None:
             self._bar = st.progress(done / total, text=text)
         else:
@@ -73,8 +74,9 @@ class PageProgress:
 
 
 def fill_text_behind(key: str, open_catalog: Callable[[], _Fills | None]) -> bool:
-    """Start the background thread that puts the waiting text of the store ``key`` into
-    the search index, unless one runs already in this process; True while one runs.
+    """Start the background thread that takes the waiting token counts of the store
+    ``key`` and then puts its waiting text into the search index, unless one runs
+    already in this process; True while one runs.
     The thread opens a catalog of its own (its own database connection)."""
     with _FILLING_LOCK:
         if key in _FILLING:
@@ -85,6 +87,7 @@ def fill_text_behind(key: str, open_catalog: Callable[[], _Fills | None]) -> boo
         try:
             catalog = open_catalog()
             if catalog is not None:
+                catalog.fill_counts()  # first: the listing waits for them, a search for the text
                 catalog.fill_text()
         except (SoapError, OSError, sqlite3.Error) as exc:  # a search fills in what is left
             _LOG.warning("filling in the text search of %s stopped: %s", key, exc)

@@ -103,7 +103,7 @@ def open_store(root: str) -> Store:
     """The store a page works on: a folder, or a URL on object storage (its mirror,
     shared by every page run of the process; storage options from
     ``$SOAPWB_STORAGE_OPTIONS``, which ``soapwb ui --storage-option`` sets)."""
-    return open_any_store(root) if is_remote(root) else Store(root)
+    return open_any_store(root) if is_remote(root) else Store(root, counts_behind=True)
 
 
 def text_waiting(root: str) -> int:
@@ -112,6 +112,16 @@ def text_waiting(root: str) -> int:
     catalog = open_store(root).catalog()
     try:
         return catalog.text_waiting() if catalog is not None else 0
+    except SoapError:
+        return 0
+
+
+def counts_waiting(root: str) -> int:
+    """How many context files of the store wait for their token counts (a new store's
+    first listing leaves them to the thread of :mod:`workbench.indexing`)."""
+    catalog = open_store(root).catalog()
+    try:
+        return catalog.counts_waiting() if catalog is not None else 0
     except SoapError:
         return 0
 
@@ -130,8 +140,8 @@ def store_signature(root: str) -> StoreSignature:
     if catalog is not None:
         try:
             with reporting_progress(PageProgress()):  # a bar when a new store takes a while
-                catalog.refresh()
-            if catalog.text_waiting():
+                catalog.refresh(counts_behind=True)
+            if catalog.counts_waiting() or catalog.text_waiting():
                 fill_text_behind(str(store.root), lambda: open_store(root).catalog())
             return (("catalog:" + catalog.state, 0, 0),)
         except SoapError:

@@ -25,6 +25,7 @@ from workbench.selection import choose_session, keep_in_url, store_overviews
 from workbench.session_filters import SINCE, SORTS, STATES, SessionFilter, filter_note, narrowed
 from workbench.views import (
     StoreSignature,
+    counts_waiting,
     error_first,
     escape_markdown,
     open_store,
@@ -71,6 +72,20 @@ def text_backlog_caption(root: str) -> None:
             f"Text search is still indexing {waiting:,} file{'' if waiting == 1 else 's'} of this store "
             "in the background; a search made now waits for them."
         )
+
+
+@st.fragment(run_every=timedelta(seconds=BACKLOG_TICK_S))
+def count_backlog_caption(root: str) -> None:
+    """How many files still wait for their token counts (a new store's first listing
+    leaves them to a thread behind it), counted again every couple of seconds; once
+    they are all in, the whole page runs again and the table shows them."""
+    waiting = counts_waiting(root)
+    if not waiting:
+        st.rerun()  # the table takes the counts (the store's state moved with them)
+    st.caption(
+        f"Counting the tokens of {waiting:,} file{'' if waiting == 1 else 's'} of this store in the background; "
+        "the tokens column stays empty for their sessions until then."
+    )
 
 
 def show_search(root: str, signature: StoreSignature) -> None:
@@ -184,6 +199,8 @@ shown = narrowed(overviews, *table_choices(overviews))
 note = filter_note(len(shown), overviews)
 if note:
     st.caption(note)
+if counts_waiting(root):
+    count_backlog_caption(root)
 picked = st.dataframe(
     overview_table(shown, root, names),
     hide_index=True,
