@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from benchmarks import inspect_view
+from benchmarks import inspect_view, phoenix_view
 from benchmarks._harness import Bench
 from benchmarks._stores import shared_store, store_shape
 from soap_core import Session, Store
@@ -395,6 +395,13 @@ def first_indexing(bench: Bench, root: Path, what: str) -> None:
     )
 
 
+def phoenix_store(bench: Bench) -> tuple[Path, int]:
+    """The store shown side by side with Phoenix: the shape of the big one, fewer sessions
+    (benchmarks/phoenix_view.py says why)."""
+    sessions = bench.scale(250, 30)
+    return shared_store(bench, "store-phoenix", **{**store_shape(bench), "sessions": sessions}), sessions
+
+
 def run(bench: Bench) -> None:
     from playwright.sync_api import sync_playwright
 
@@ -426,6 +433,7 @@ def run(bench: Bench) -> None:
             context_page(bench, browser, url, long_root, session, messages)
             server_memory(bench, long_root, messages)
             sessions_page(bench, browser, url, many_root, sessions)
+            phoenix_view.side_by_side(bench, browser, url, *phoenix_store(bench))
             live_follow(bench, browser, url, long_root)
         finally:
             browser.close()

@@ -350,3 +350,32 @@ def test_phoenix_receives_the_demo_store_as_exported(
         assert span.attributes["session.id"] == call.session
     roles = Counter(s.attributes["gen_ai.agent.name"] for s in of_kind(list(back.values()), "AGENT"))
     assert roles["LogAnalyzer"] == 6 and roles["InteractionAgent"] == 5
+
+
+def test_phoenixs_sessions_view_draws_the_exported_sessions_at_the_benchmarks_link(
+    demo_store: Path, exported: tuple[Path, list[Span]], phoenix: Phoenix
+) -> None:
+    """What benchmarks/phoenix_view.py times is a real list: Phoenix's Sessions view, at
+    the link the benchmark opens, draws a row for each session of ours that roots a trace."""
+    from benchmarks.phoenix_view import FIRST_ROW, SESSIONS_RANGE, _ingested
+    from tests.test_browser import CHROMIUM, FLAGS
+
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no chromium at {CHROMIUM}: the browser test cannot run")
+    from playwright.sync_api import sync_playwright
+
+    sent = exported[1]
+    assert main(["export", "otel", "--store", str(demo_store), "--endpoint", phoenix.url]) == 0
+    project = _ingested(phoenix.url, len({s.trace_id for s in sent}))
+    roots = {str(s.attributes["session.id"]) for s in sent if not s.parent_id}
+    assert roots
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(f"{phoenix.url}/projects/{project['id']}/sessions?{SESSIONS_RANGE}")
+            page.locator(FIRST_ROW).first.wait_for(state="visible", timeout=60_000)
+            drawn = {text.strip() for text in page.locator(f"{FIRST_ROW} td:first-child").all_inner_texts()}
+        finally:
+            browser.close()
+    assert roots <= drawn

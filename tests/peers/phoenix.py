@@ -9,6 +9,7 @@ skip with the reason; a Phoenix that does not come up is an error.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -78,7 +79,15 @@ def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Phoenix]:
         env = ensure_peer("phoenix")
     except PeerUnavailable as exc:
         pytest.skip(f"the phoenix side venv cannot be built here: {exc}")
-    work = tmp_path_factory.mktemp("phoenix")
+    with phoenix_server(env.root, tmp_path_factory.mktemp("phoenix")) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def phoenix_server(venv: Path, work: Path) -> Iterator[Phoenix]:
+    """``phoenix serve`` from the venv ``venv``, its database and log in ``work``, until
+    the block ends (the benchmark's side by side starts one too)."""
+    work.mkdir(parents=True, exist_ok=True)
     port = free_port()
     environment = {
         **os.environ,
@@ -91,7 +100,7 @@ def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Phoenix]:
     log = work / "phoenix.log"
     with open(log, "wb") as output:
         process = subprocess.Popen(
-            [str(env.root / "bin" / "phoenix"), "serve"],
+            [str(venv / "bin" / "phoenix"), "serve"],
             env=environment,
             stdout=output,
             stderr=subprocess.STDOUT,
