@@ -6,6 +6,7 @@ workbench.context_views, AppTest runs of the page, and one run in headless Chrom
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
@@ -494,6 +495,7 @@ def test_a_linked_message_of_a_20000_message_context_opens_marked_in_chromium(tm
 
     if not Path(CHROMIUM).exists():
         pytest.skip(f"no chromium at {CHROMIUM}: the browser test cannot run")
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import sync_playwright
 
     root = tmp_path / "store"
@@ -506,14 +508,18 @@ def test_a_linked_message_of_a_20000_message_context_opens_marked_in_chromium(tm
         linked.wait_for(state="visible", timeout=60_000)
         assert "▶ message 15000, as linked" in linked.inner_text()
         # the highlight's CSS comes with the page (its element loads lazily)
-        page.wait_for_function(MARKED, arg="message-15000", timeout=10_000)
-        page.wait_for_function(IN_VIEW, arg="message-15000", timeout=10_000)
+        # under CI's load the page's elements come in over seconds: each check waits for its state
+        page.wait_for_function(MARKED, arg="message-15000", timeout=30_000)
+        page.wait_for_function(IN_VIEW, arg="message-15000", timeout=30_000)
         settle(page)
         shown = page.locator("[class*='st-key-message-']").count()
         assert shown == PAGE_SIZE, shown
         assert page.locator('[data-testid="stException"]').count() == 0
-        sidebar = page.inner_text('[data-testid="stSidebar"]')
-        assert "Outline" in sidebar and "#14,999" in sidebar
+        sidebar = page.locator('[data-testid="stSidebar"]')
+        with contextlib.suppress(PlaywrightTimeout):  # the assertion below says what it holds
+            sidebar.get_by_text("#14,999").first.wait_for(state="visible", timeout=30_000)
+        text = sidebar.inner_text()
+        assert "Outline" in text and "#14,999" in text, text
         SHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SHOTS / "context-long-linked.png"))
         browser.close()
