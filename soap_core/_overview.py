@@ -198,7 +198,7 @@ def search_store(store: Store, query: str, limit: int = 200, *, refresh: bool = 
     if catalog is None:
         return _scan_search(store, needle, limit)
     if refresh:
-        catalog.refresh()
+        catalog.refresh(counts_behind=store.counts_behind)
     hits: list[SearchHit] = []
     seen: set[tuple[str, str]] = set()  # forks copy messages: each is listed once per session
     for hit in catalog.search(query):

@@ -223,7 +223,7 @@ def _thread_session(obj: Agent, thread: str) -> Session | None:
             if _keeps_thread(obj, session, thread):
                 return session
         if attempt == 0:
-            catalog.refresh()
+            catalog.refresh(counts_behind=store.counts_behind)
     return None
 
 
