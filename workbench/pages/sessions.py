@@ -84,7 +84,7 @@ def count_backlog_caption(root: str) -> None:
         st.rerun()  # the table takes the counts (the store's state moved with them)
     st.caption(
         f"Counting the tokens of {waiting:,} file{'' if waiting == 1 else 's'} of this store in the background; "
-        "the tokens column stays empty for their sessions until then."
+        "their sessions show None in the tokens column until then."
     )
 
 
