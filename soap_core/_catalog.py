@@ -1247,11 +1247,7 @@ class Catalog:
         file), encoded otherwise."""
         texts = [message_token_text(m.role, m.raw_content()) for m in messages]
         keys = [_token_key(t) for t in texts]
-        known: dict[bytes, int] = {}
-        for start in range(0, len(keys), 500):
-            chunk = keys[start : start + 500]
-            marks = ",".join("?" * len(chunk))
-            known.update(db.execute(f"SELECT hash, tokens FROM token_counts WHERE hash IN ({marks})", chunk))
+        known = _cached_counts(db, keys)
         counts: list[int] = []
         new: dict[bytes, int] = {}
         for message, text, key in zip(messages, texts, keys, strict=True):
@@ -1572,17 +1568,7 @@ class Catalog:
         keys = {_token_key(text): text for *_file, texts in batch for text in texts}
         listed = list(keys)
 
-        def cached() -> dict[bytes, int]:
-            known: dict[bytes, int] = {}
-            for start in range(0, len(listed), 500):
-                chunk = listed[start : start + 500]
-                marks = ",".join("?" * len(chunk))
-                known.update(
-                    self._db.execute(f"SELECT hash, tokens FROM token_counts WHERE hash IN ({marks})", chunk)
-                )
-            return known
-
-        known = self._run(cached) if listed else {}
+        known = self._run(lambda: _cached_counts(self._db, listed)) if listed else {}
         new = {key: count_text(text) for key, text in keys.items() if key not in known}  # outside the lock
         counted = known | new
 
@@ -1722,6 +1708,16 @@ _COUNT_BACKLOG = (
     "SELECT b.dir, b.file, c.sig, c.messages FROM count_backlog b "
     "JOIN context_files c ON c.dir = b.dir AND c.file = b.file"
 )
+
+
+def _cached_counts(db: sqlite3.Connection, keys: list[bytes]) -> dict[bytes, int]:
+    """The counts the content-addressed cache holds for these text keys (500 a query)."""
+    known: dict[bytes, int] = {}
+    for start in range(0, len(keys), 500):
+        chunk = keys[start : start + 500]
+        marks = ",".join("?" * len(chunk))
+        known.update(db.execute(f"SELECT hash, tokens FROM token_counts WHERE hash IN ({marks})", chunk))
+    return known
 
 
 def _messages_of(path: Path, sig: str, count: int) -> list[Message] | None:
