@@ -88,13 +88,14 @@ from soap_core._tokens import count_text, message_token_text
 T = TypeVar("T")
 
 CATALOG_FILE = ".soapwb-catalog.sqlite3"
-SCHEMA_VERSION = "9"
+SCHEMA_VERSION = "10"
 """Bumped whenever what the catalog vouches for changes: a context file it indexed is
 loaded without its messages being checked again (they are built on first use), so a
 catalog written under older reading rules must not vouch for a file the current rules
 refuse (4: ids, records and links checked as in soap_core._ids; 5: message spans and
 facts, soap_core._spans; 6: the facts of soap_core._facts; 7: signatures with the change
-time, the stamp in the lock file; 8: the text backlog; 9: token counts filled in behind)."""
+time, the stamp in the lock file; 8: the text backlog; 9: token counts filled in behind;
+10: session folders' own signatures, soap_core._catalog.Catalog._found)."""
 LOCK_SUFFIX = ".lock"
 """The lock file beside the database (``.soapwb-catalog.sqlite3.lock``): its ``flock``
 orders builds, rebuilds and checkpoints across processes; its bytes are the stamp."""
@@ -143,6 +144,7 @@ CREATE TABLE sessions(
 CREATE INDEX sessions_name ON sessions(name);
 CREATE INDEX sessions_uuid ON sessions(uuid);
 CREATE INDEX sessions_thread ON sessions(thread_id, role);
+CREATE INDEX sessions_sort ON sessions(sort_key);  -- the listing's order, without a sort
 CREATE TABLE context_files(
     dir TEXT NOT NULL,
     file TEXT NOT NULL,
@@ -187,6 +189,11 @@ CREATE TABLE count_backlog(        -- context files whose true token counts are 
     dir TEXT NOT NULL,             -- taken yet (their tokens and counts are NULL): a
     file TEXT NOT NULL,            -- first indexing for the workbench leaves them to
     PRIMARY KEY(dir, file)         -- Catalog.fill_counts, run behind it
+) WITHOUT ROWID;
+CREATE TABLE folders(              -- a session folder's own signature as a walk found
+    dir TEXT PRIMARY KEY,          -- it settled, with the names it listed then: a later
+    sig TEXT NOT NULL,             -- walk finding the same signature stats those files
+    names TEXT NOT NULL            -- without listing the folder (Catalog._found)
 ) WITHOUT ROWID;
 CREATE TABLE record_dirs(dir TEXT NOT NULL, kind TEXT NOT NULL, sig TEXT NOT NULL,
     digest TEXT, PRIMARY KEY(dir, kind)) WITHOUT ROWID;
@@ -279,6 +286,14 @@ catalog read the first (milliseconds on a coarse kernel clock, never where chang
 are fine-grained, as on Linux 6.13 and later)."""
 
 
+SETTLED_FOLDER_NS = 2_000_000_000
+"""A session folder is remembered by its own signature (so that a later walk stats its
+files without listing it) only when its modification and change times are this much
+older than the walk: the rule of :data:`RACY_NS` for folders (a file created in the
+same tick of the file system's clock as the folder's last change would leave both times
+as they were). Its own constant: tests that close the files' window keep this one."""
+
+
 def _settled(sig: str) -> str:
     """The signature to remember: marked so it never matches while it is racy."""
     if not sig or not sig[0].isdigit():
@@ -347,6 +362,9 @@ class _Found:
     """Whether the walk looked at the record folders (else they are left as indexed)."""
     outside: str | None = None
     """Why the folder is not followed: a link leading outside the store."""
+    folder: tuple[str, str] | None = None
+    """The folder's own signature and the names it listed, when the walk listed it and
+    it had settled (see :meth:`Catalog._found`): what the catalog remembers of it."""
 
     @functools.cached_property
     def path(self) -> Path:
@@ -374,6 +392,44 @@ class _Known:
         return item.with_records and any(
             self.records.get((item.rel, k)) != item.record_sigs.get(k) for k in (CALLS_DIR, INVOCATIONS_DIR)
         )
+
+
+@dataclass(frozen=True)
+class _FolderWalk:
+    """What a walk brings to each session folder: the signatures and names the catalog
+    remembers (``folders``), and the time before which a folder counts as settled."""
+
+    remembered: dict[str, tuple[str, str]]
+    settled_before: int
+
+
+def _found_by_names(
+    rel: str, path: str, layout: str, role: str, instance: str | None, records: bool, names: str
+) -> _Found | None:
+    """A folder found at its remembered signature: each remembered file stat-ed by name
+    (the folder is not listed). None when one is no longer a regular file (a link whose
+    target changed): the caller lists the folder."""
+    session_sig, session_mtime = "", 0
+    contexts: dict[str, str] = {}
+    record_sigs: dict[str, str] = {}
+    try:
+        for name in names.split("\n") if names else ():
+            if name[-1] == "/":
+                if records:
+                    record_sigs[name[:-1]] = _signature(os.stat(f"{path}/{name}"))
+                continue
+            info = os.stat(f"{path}/{name}")
+            if not stat.S_ISREG(info.st_mode):
+                return None
+            if name == SESSION_FILE:
+                session_sig, session_mtime = _signature(info), info.st_mtime_ns
+            else:
+                contexts[name] = _signature(info)
+    except OSError:
+        return None
+    return _Found(
+        rel, path, layout, role, instance, session_sig, session_mtime, contexts, record_sigs, records
+    )
 
 
 # -- the lock, the stamp, the connection ------------------------------------------------------
@@ -1001,6 +1057,7 @@ class Catalog:
         is a link leading outside the store is one broken entry, not walked into."""
         self._roots = None
         found: list[_Found] = []
+        walk = _FolderWalk(self._run(self._folders), time.time_ns() - SETTLED_FOLDER_NS)
         agents = str(self.layout.agents_dir)
         roles, role_links = _subdirs_and_links(self.layout.agents_dir)
         for role in roles:
@@ -1014,7 +1071,7 @@ class Catalog:
                 if name in links and self._leads_out(path):
                     found.append(self._outside(rel, path, "agents", role, None))
                 else:
-                    found.append(self._found(rel, path, "agents", role, None, records))
+                    found.append(self._found(rel, path, "agents", role, None, records, walk))
         sessions = str(self.layout.sessions_dir)
         names, links = _subdirs_and_links(self.layout.sessions_dir)
         for name in names:
@@ -1024,7 +1081,7 @@ class Catalog:
             if name in links and self._leads_out(path):
                 found.append(self._outside(rel, path, "sessions", role, instance))
             else:
-                found.append(self._found(rel, path, "sessions", role, instance, records))
+                found.append(self._found(rel, path, "sessions", role, instance, records, walk))
         return found
 
     def _leads_out(self, path: str) -> bool:
@@ -1039,32 +1096,71 @@ class Catalog:
 
     @staticmethod
     def _found(
-        rel: str, path: str, layout: str, role: str, instance: str | None, records: bool = True
+        rel: str,
+        path: str,
+        layout: str,
+        role: str,
+        instance: str | None,
+        records: bool = True,
+        walk: _FolderWalk | None = None,
     ) -> _Found:
+        """One session folder with the signatures of its files. A walk remembers each
+        folder's own signature (``stat``: size, times, inode) with the names it listed:
+        a folder found again at that signature holds the same entries (creating, removing
+        or renaming one moves its modification and change times), so its files are
+        stat-ed by name without listing it again. Files peteos rewrites in place are
+        still stat-ed, each one. Remembered only for a folder whose times are
+        :data:`SETTLED_FOLDER_NS` older than the walk: a change in the same tick of the
+        file system's clock could leave them as they were."""
+        kept = walk.remembered.get(rel) if walk is not None else None
+        try:
+            folder = os.stat(path) if walk is not None else None
+        except OSError:
+            folder = None
+        if folder is not None and kept is not None and kept[0] == _signature(folder):
+            item = _found_by_names(rel, path, layout, role, instance, records, kept[1])
+            if item is not None:
+                return item
         session_sig, session_mtime = "", 0
         contexts: dict[str, str] = {}
         record_sigs: dict[str, str] = {}
+        listed: list[str] = []
         try:
             with os.scandir(path) as scan:
                 entries = list(scan)
         except OSError:
-            entries = []
+            entries, folder = [], None
         temps = [e.name for e in entries if e.name[0] == "." and e.name.endswith(".tmp")]
         if temps:
             sweep_names(path, temps)
+            folder = None  # the sweep changed it
         for entry in entries:
             name = entry.name
             try:
                 if name.endswith(".json") and name[0] != "." and entry.is_file():
                     info = entry.stat()
+                    listed.append(name)
                     if name == SESSION_FILE:
                         session_sig, session_mtime = _signature(info), info.st_mtime_ns
                     else:
                         contexts[name] = _signature(info)
-                elif records and name in (CALLS_DIR, INVOCATIONS_DIR) and entry.is_dir():
-                    record_sigs[name] = _signature(entry.stat())
+                elif name in (CALLS_DIR, INVOCATIONS_DIR) and entry.is_dir():
+                    listed.append(name + "/")
+                    if records:
+                        record_sigs[name] = _signature(entry.stat())
             except OSError:
+                folder = None
                 continue  # vanished while we looked: the next walk sees what is there
+        remembered = None
+        if (
+            folder is not None
+            and walk is not None
+            and max(folder.st_mtime_ns, folder.st_ctime_ns) < walk.settled_before
+            and not any("\n" in name for name in listed)
+        ):
+            remembered = (_signature(folder), "\n".join(listed))
+            if remembered == kept:
+                remembered = None  # the catalog has it (the folder's files were listed for another reason)
         return _Found(
             rel,
             path,
@@ -1076,6 +1172,7 @@ class Catalog:
             contexts,
             record_sigs,
             records,
+            folder=remembered,
         )
 
     def refresh(self, *, records: bool = False, counts_behind: bool = False) -> int:
@@ -1114,10 +1211,13 @@ class Catalog:
             on_disk = {f.rel for f in found}
             changes = [f for f in found if known.differs(f)]
             gone = [d for d in known.sessions if d not in on_disk]
-            if not changes and not gone:
+            folders = [(f.rel, *f.folder) for f in found if f.folder is not None]
+            if not changes and not gone and not folders:
                 return self._generation_now()
             count_now = not counts_behind or len(changes) < COUNTS_BEHIND_FROM
             with self._write() as db:
+                # what a listing shows does not change with these: no new generation
+                db.executemany("INSERT OR REPLACE INTO folders VALUES (?, ?, ?)", folders)
                 changed = bool(gone)
                 for rel in gone:
                     _delete_session(db, rel)
@@ -1143,6 +1243,10 @@ class Catalog:
             known.records[(d, k)] = sig
         return known
 
+    def _folders(self) -> dict[str, tuple[str, str]]:
+        """Each session folder's remembered signature and names (``folders``)."""
+        return {d: (sig, names) for d, sig, names in self._db.execute("SELECT * FROM folders")}
+
     def _index_found(
         self, db: sqlite3.Connection, item: _Found, known: _Known, count_now: bool = True
     ) -> bool:
@@ -1151,7 +1255,7 @@ class Catalog:
         changed = False
         if item.outside is not None:
             _delete_messages(db, item.rel)
-            for table in ("context_files", "record_dirs", "calls", "invocations"):
+            for table in ("context_files", "folders", "record_dirs", "calls", "invocations"):
                 db.execute(f"DELETE FROM {table} WHERE dir=?", (item.rel,))
             _put_session(db, item, OutsideStoreError(item.path, item.outside))
             return True
@@ -1805,7 +1909,7 @@ def _sort_key(item: _Found) -> str:
 
 def _delete_session(db: sqlite3.Connection, rel: str) -> None:
     _delete_messages(db, rel)
-    for table in ("sessions", "context_files", "record_dirs", "calls", "invocations"):
+    for table in ("sessions", "context_files", "folders", "record_dirs", "calls", "invocations"):
         db.execute(f"DELETE FROM {table} WHERE dir=?", (rel,))
 
 
