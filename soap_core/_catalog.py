@@ -61,7 +61,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import repeat
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from soap_core import _progress as progress
 from soap_core import _trust as trust
@@ -78,7 +78,15 @@ from soap_core._layout import (
     read_instances,
 )
 from soap_core._message import Message
-from soap_core._paths import OutsideStoreError, inside, inside_any, link_escapes, outside_problem, real
+from soap_core._paths import (
+    OutsideStoreError,
+    inside,
+    inside_any,
+    link_escapes,
+    outside_problem,
+    real,
+    real_folders,
+)
 from soap_core._records import CALLS_DIR, INVOCATIONS_DIR, CallRecord, InvocationRecord
 from soap_core._session import OBJECT_KEY, RERUN_SESSION_KEY, Session
 from soap_core._spans import SPANNED_FROM, message_spans
@@ -306,9 +314,9 @@ def _token_key(text: str) -> bytes:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
-@dataclass(frozen=True)
-class SessionRow:
-    """What the catalog knows of one session folder (the listing's row)."""
+class SessionRow(NamedTuple):
+    """What the catalog knows of one session folder (the listing's row): a named tuple,
+    five times cheaper to build than a frozen dataclass (a listing builds 10,000)."""
 
     dir: Path
     layout: str
@@ -1045,9 +1053,7 @@ class Catalog:
         """The store's folders, symlinks followed (as :meth:`Store.real_roots`); kept for
         one walk."""
         if self._roots is None:
-            self._roots = [
-                real(p) for p in (self.config_dir, self.layout.agents_dir, self.layout.sessions_dir)
-            ]
+            self._roots = real_folders((self.config_dir, self.layout.agents_dir, self.layout.sessions_dir))
         return self._roots
 
     def _walk(self, claims: dict[str, InstanceClaim], records: bool) -> list[_Found]:

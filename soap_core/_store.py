@@ -57,7 +57,7 @@ from soap_core._paths import (
     is_safe_name,
     link_escapes,
     outside_problem,
-    real,
+    real_folders,
     safe_name,
 )
 from soap_core._save_plan import FileWrite, checked_against_disk, plan_save, saved
@@ -233,7 +233,7 @@ class Store:
         """The store's folders with symlinks followed: a path is inside the store when it
         leads into one of them (the config dir, ``agents``, ``sessions``, wherever the
         user put them)."""
-        return [real(p) for p in (self.layout.config_dir, self.agents_dir, self.sessions_dir)]
+        return real_folders((self.layout.config_dir, self.agents_dir, self.sessions_dir))
 
     def confine(self, path: Path, what: str = "path") -> Path:
         """``path`` if it leads inside the store; OutsideStoreError (not followed) if not."""

@@ -551,7 +551,7 @@ def test_the_fuzzer_reports_a_catalog_that_breaks_its_contract(
         def off_by_one(self: Catalog, *row: Any) -> SessionRow:
             found = real_row(self, *row)
             tokens = None if found.tokens is None else found.tokens + 1
-            return SessionRow(**{**found.__dict__, "tokens": tokens})
+            return found._replace(tokens=tokens)
 
         monkeypatch.setattr(Catalog, "_row", off_by_one)
     else:
