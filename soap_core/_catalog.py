@@ -415,16 +415,20 @@ def _found_by_names(
     rel: str, path: str, layout: str, role: str, instance: str | None, records: bool, names: str
 ) -> _Found | None:
     """A folder found at its remembered signature: each remembered file stat-ed by name
-    (the folder is not listed). None when one is no longer a regular file (a link whose
-    target changed): the caller lists the folder."""
+    (the folder is not listed), its record folders too unless for a listing. None when one is
+    no longer a file or a folder as it was (a link whose target changed): the caller
+    lists the folder."""
     session_sig, session_mtime = "", 0
     contexts: dict[str, str] = {}
     record_sigs: dict[str, str] = {}
     try:
         for name in names.split("\n") if names else ():
-            if name[-1] == "/":
+            if name[-1] == "/":  # a record folder: a listing leaves it alone
                 if records:
-                    record_sigs[name[:-1]] = _signature(os.stat(f"{path}/{name}"))
+                    info = os.stat(f"{path}/{name}")
+                    if not stat.S_ISDIR(info.st_mode):
+                        return None
+                    record_sigs[name[:-1]] = _signature(info)
                 continue
             info = os.stat(f"{path}/{name}")
             if not stat.S_ISREG(info.st_mode):

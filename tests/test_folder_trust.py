@@ -18,6 +18,7 @@ import pytest
 import soap_core._catalog as catalog_module
 from soap_core import Store
 from soap_core._catalog import CATALOG_FILE
+from soap_core._records import CallRecord, write_call
 from tests.test_catalog import answers, build_agents_store, build_sessions_store, full_scan, mutate
 
 
@@ -135,3 +136,38 @@ def test_a_file_added_to_a_remembered_folder_is_listed(tmp_path: Path, listed_fo
     assert str(folder) in listed_folders
     assert listing == {s.path: s.context_files for s in Store(root, use_catalog=False).sessions()}
     assert answers(Store(root)) == full_scan(root)
+
+
+def test_a_record_written_under_a_remembered_folder_is_indexed(tmp_path: Path) -> None:
+    """A walk that looks at records (a catalog's recovery) stats the remembered record
+    folders by name: a new call record moves its folder, not the session's."""
+    root = tmp_path / "store"
+    build_agents_store(root, 2, seed=4)
+    folder = Path(sorted(session_folders(root))[0])
+    write_call(folder, _call("c1"))
+    _settle()
+    Store(root).sessions()
+    assert "calls/" in remembered(root)[os.path.relpath(folder, root)][1].split("\n")
+    before = folder.stat()
+    write_call(folder, _call("c2"))
+    assert folder.stat().st_ctime_ns == before.st_ctime_ns  # the session folder did not move
+    catalog = Store(root).catalog()
+    assert catalog is not None
+    catalog._run(lambda: catalog._refresh_now(records=True))
+    with sqlite3.connect(root / CATALOG_FILE) as db:
+        ids = {
+            row[0] for row in db.execute("SELECT id FROM calls WHERE dir=?", (os.path.relpath(folder, root),))
+        }
+    assert ids == {"c1", "c2"}
+
+
+def _call(record_id: str) -> CallRecord:
+    return CallRecord(
+        id=record_id,
+        session="s",
+        role="r",
+        context_id="x",
+        message_index=0,
+        request={"model": "m", "messages": []},
+        request_hash="h",
+    )
