@@ -50,7 +50,8 @@ def listing(bench: Bench, root: Path) -> None:
         3,
         baseline_is="`python -c 'import soap_core'` process",
         note=f"{warm:.2f} s vs {baseline:.2f} s; the first `ls` of this run: {cold:.1f} s (a catalog built "
-        "from scratch is timed in the pages' section); the stat walk of every file is most of it",
+        "from scratch is timed in the pages' section); a `stat` of every session and context file (peteos "
+        "rewrites them in place) and of each session folder, listed again only when its signature moved",
     )
     store = Store(root)
     refresh = best_time(lambda: store.catalog().refresh(), 3)  # type: ignore[union-attr]
@@ -58,7 +59,8 @@ def listing(bench: Bench, root: Path) -> None:
         f"catalog refresh (stat walk), {sessions:,} sessions, nothing changed",
         refresh * 1000,
         "ms",
-        note="every session and context file is stat-ed: peteos rewrites files in place",
+        note="every session and context file is stat-ed (peteos rewrites files in place), and each session folder: "
+        "one whose signature has not moved is not listed again",
     )
 
 

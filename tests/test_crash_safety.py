@@ -32,6 +32,7 @@ import pytest
 
 import soap_core._tempfiles as tempfiles
 from soap_core import Store, count_text, write_call, write_text_atomic
+from soap_core._jsonio import DIGEST_BESIDE_BYTES, bytes_digest, write_bytes_atomic
 from soap_core._tempfiles import HOST_TAG, STALE_AFTER_S, is_leftover
 from soap_core.runtime import AgenticObject, LLMEndpoint, ModelSettings, Runtime, read_invocations, tool
 from soapwb.cli import main
@@ -406,3 +407,16 @@ def test_the_next_invoke_on_the_thread_marks_the_killed_invocation_interrupted(t
     assert [r["outcome"] for r in records] == ["interrupted", "ok"]
     assert f"pid {pid}" in records[0]["error"]
     assert records[1]["stale_owner"]["pid"] == pid
+
+
+@pytest.mark.parametrize("size", [1_000, DIGEST_BESIDE_BYTES + 3])
+def test_an_atomic_write_returns_the_digest_of_the_bytes_it_left(tmp_path: Path, size: int) -> None:
+    """Below and above the size from which the digest is taken in a thread beside the
+    writes: the file holds the pieces in order and the digest is that of its bytes."""
+    data = random.Random(size).randbytes(size)
+    view = memoryview(data)
+    pieces = [b"{", view[: size // 3], view[size // 3 :], b"}"]
+    path = tmp_path / "big.json"
+    digest = write_bytes_atomic(path, pieces)
+    assert path.read_bytes() == b"{" + data + b"}"
+    assert digest == bytes_digest(path.read_bytes())
