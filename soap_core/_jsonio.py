@@ -314,14 +314,15 @@ def write_bytes_atomic(path: Path, pieces: Sequence[bytes | memoryview]) -> str:
     joined: the messages of a long context are tens of megabytes) as
     :func:`write_text_atomic` does; the :func:`bytes_digest` of what was written."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    hasher = _digest_of_length(sum(len(piece) for piece in pieces))
+    size = sum(len(piece) for piece in pieces)
+    hasher = _digest_of_length(size)
     tmp_name = os.path.join(path.parent, f"{temp_prefix(path)}{secrets.token_hex(4)}.tmp")
     with in_flight(tmp_name):
         fd = os.open(tmp_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             os.fchmod(fd, _mode_for(path))
             with os.fdopen(fd, "wb") as handle:
-                if sum(len(piece) for piece in pieces) >= DIGEST_BESIDE_BYTES:
+                if size >= DIGEST_BESIDE_BYTES:
                     with ThreadPoolExecutor(1) as digesting:  # both release the GIL
                         digested = digesting.submit(_update_all, hasher, pieces)
                         for piece in pieces:
