@@ -256,3 +256,21 @@ def test_a_replay_prints_a_hostile_answer_escaped_and_its_progress_bar_keeps_its
     assert len(forks) == 2 and all(PAYLOAD in f.messages[-1].searchable_text() for f in forks), (
         forks
     )  # stored as sent
+
+
+@pytest.mark.parametrize("code", [*range(0x20), 0x7F, 0x85, 0x9B])
+def test_each_control_alone_in_otherwise_ascii_or_other_text_shows_escaped_on_the_terminal_and_in_json(
+    code: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The checks that skip the patterns for plain ASCII text (a listing's 4 MB) must
+    still see one control among ASCII characters, and past ASCII too."""
+    from soap_core._names import escape_controls
+    from soapwb.common import emit_json
+
+    for around in ("plain ascii text", "caf\u00e9 text"):
+        text = f"{around[:5]}{chr(code)}{around[5:]}"
+        assert escape_controls(text) == escaped(text)
+        emit_json({"text": text})
+        out = capsys.readouterr().out
+        assert json.loads(out) == {"text": text}
+        assert raw_controls(out.encode("utf-8")) == [], out
