@@ -179,7 +179,7 @@ def answers(root: Path, *, catalog: bool) -> dict[str, Any]:
     overview, search, lookups by uuid and prefix, every session loaded (each context as
     written back, with its token total), and each session's invocation trace. A typed
     error is an answer (its type and text); any other exception propagates."""
-    from soap_core import SoapError, Store, search_store, session_overview
+    from soap_core import SoapError, Store, search_store, session_overview, session_overviews
     from soap_core.runtime import invocation_chain
 
     store = Store(root, use_catalog=catalog)
@@ -212,6 +212,7 @@ def answers(root: Path, *, catalog: bool) -> dict[str, Any]:
     )
     summaries = [] if isinstance(summaries, str) else summaries
     found["overview"] = [ask(lambda s=s: session_overview(store, s).as_dict()) for s in summaries]
+    found["listing"] = ask(lambda: [o.as_dict() for o in session_overviews(store)])
     found["search"] = {q: ask(lambda q=q: [h.as_dict() for h in search_store(store, q)]) for q in QUERIES}
     refs = [s.uuid for s in summaries] + [s.path.name[:10] for s in summaries] + ["2", "nope"]
     found["find"] = {ref: ask(lambda ref=ref: str(store.find(ref).path)) for ref in refs}

@@ -62,6 +62,7 @@ from soap_core._overview import (
     search_store,
     searchable_text,
     session_overview,
+    session_overviews,
 )
 from soap_core._parts import (
     MediaPart,
@@ -216,6 +217,7 @@ __all__ = [
     "search_store",
     "searchable_text",
     "session_overview",
+    "session_overviews",
     "set_app_branch",
     "set_mark",
     "shown",

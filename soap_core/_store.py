@@ -129,7 +129,7 @@ def _summary_of(row: SessionRow) -> SessionSummary:
     )
     return SessionSummary(
         row.role,
-        row.uuid if row.uuid is not None else row.dir.name,
+        row.uuid if row.uuid is not None else row.name,
         row.dir,
         row.thread_id,
         row.is_active,
@@ -300,13 +300,21 @@ class Store:
     def sessions(self) -> list[SessionSummary]:
         """Every session of every role; broken ones marked. Through the catalog, which
         first reads what changed on disk."""
+        rows = self.session_rows()
+        return self.scan_sessions() if rows is None else [_summary_of(row) for row in rows]
+
+    def session_rows(self) -> list[SessionRow] | None:
+        """The catalog's row of every session, in the listing's order, once it has read
+        what changed on disk; None for a store without a catalog (:meth:`scan_sessions`
+        is then the listing). What :meth:`sessions` and
+        :func:`~soap_core.session_overviews` are built from."""
         catalog = self.catalog()
         if catalog is None:
-            return self.scan_sessions()
+            return None
         if not self.root.is_dir():
             raise StoreError(self.root, "no such store directory")
         catalog.refresh(counts_behind=self.counts_behind)
-        return [_summary_of(row) for row in catalog.session_rows()]
+        return catalog.session_rows()
 
     def scan_sessions(self) -> list[SessionSummary]:
         """The listing from the files alone (``session.json`` of every session)."""

@@ -13,7 +13,7 @@ import json
 import time
 from typing import Any
 
-from soap_core import SessionOverview, Store, StoreFollower, session_overview
+from soap_core import SessionOverview, Store, StoreFollower, session_overviews
 from soapwb.common import open_store, store_command
 
 Listing = dict[str, SessionOverview]
@@ -30,7 +30,7 @@ def register(commands: Any) -> None:
 
 
 def listing(store: Store) -> Listing:
-    return {s.uuid: session_overview(store, s) for s in store.sessions()}
+    return {row.uuid: row for row in session_overviews(store)}
 
 
 def changes(before: Listing, after: Listing) -> list[dict[str, Any]]:

@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 from typing import Any
 
-from soap_core import UNKNOWN_ROLE, fork_tree, message_rows, search_store, session_overview
+from soap_core import UNKNOWN_ROLE, fork_tree, message_rows, search_store, session_overviews
 from soap_core._tree import tree_lines
 from soapwb.common import (
     SESSION_HELP,
@@ -58,7 +58,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     catalog = store.catalog() if args.recount else None
     if catalog is not None:
         catalog.clear()
-    rows = [session_overview(store, summary) for summary in store.sessions()]
+    rows = session_overviews(store)
     if args.json:
         emit_json([row.as_dict() for row in rows])
         return 0

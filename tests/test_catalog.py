@@ -21,7 +21,17 @@ import pytest
 import soap_core._catalog as catalog_module
 import soap_core._message as message_module
 import soap_core._store as store_module
-from soap_core import Context, FormatError, Message, Session, Store, TextPart, search_store, session_overview
+from soap_core import (
+    Context,
+    FormatError,
+    Message,
+    Session,
+    Store,
+    TextPart,
+    search_store,
+    session_overview,
+    session_overviews,
+)
 from soap_core._catalog import CATALOG_FILE, Catalog, cache_catalog_path, is_catalog_file
 
 WORDS = [
@@ -117,6 +127,7 @@ def answers(store: Store) -> dict[str, Any]:
     return {
         "sessions": [(s.role, s.uuid, str(s.path), s.layout, s.instance, s.error) for s in summaries],
         "overviews": [session_overview(store, s).as_dict() for s in summaries],
+        "listing": [o.as_dict() for o in session_overviews(store)],  # from the catalog's rows
         "search": {q: [h.as_dict() for h in search_store(store, q)] for q in QUERIES},
         "find": found,
     }
@@ -501,3 +512,34 @@ def test_the_state_holds_while_fresh_files_are_read_again_unchanged(tmp_path: Pa
     path.write_text(path.read_text().replace("alpha", "omega", 1))
     catalog.refresh()
     assert catalog.state != state
+
+
+def test_the_listing_built_from_the_catalogs_rows_equals_the_overview_of_each_summary(tmp_path: Path) -> None:
+    """``session_overviews`` builds each row straight from the catalog's (no summary):
+    it must show what :func:`session_overview` shows, and what a scan of the files
+    shows, for a healthy session, an unreadable ``session.json``, one without a uuid,
+    a missing active context and a broken one."""
+    root = tmp_path / "store"
+    build_agents_store(root, 6, seed=8)
+    sessions = sorted(p.parent for p in root.rglob("session.json"))
+    (sessions[0] / "session.json").write_text("{not json")
+    data = json.loads((sessions[1] / "session.json").read_text())
+    del data["uuid"]
+    (sessions[1] / "session.json").write_text(json.dumps(data))
+    data = json.loads((sessions[2] / "session.json").read_text())
+    data["active_context_id"] = "missing-id"
+    (sessions[2] / "session.json").write_text(json.dumps(data))
+    active = json.loads((sessions[3] / "session.json").read_text())["active_context_id"]
+    (sessions[3] / f"{active}.json").write_text('{"messages": [')
+    _age(root)
+    store = Store(root)
+    listed = [o.as_dict() for o in session_overviews(store)]
+    assert listed == [session_overview(store, s).as_dict() for s in store.sessions()]
+    scanned = Store(root, use_catalog=False)
+    assert listed == [o.as_dict() for o in session_overviews(scanned)]
+    errors = {o["uuid"]: o["error"] for o in listed}
+    assert "not valid JSON" in errors[sessions[0].name], errors  # named by its folder
+    assert "missing key 'uuid'" in errors[sessions[1].name], errors
+    assert "has no file" in errors[sessions[2].name] and "not valid JSON" in errors[sessions[3].name], errors
+    healthy = [o for o in listed if o["error"] is None]
+    assert len(healthy) == 2 and all(o["messages"] and o["tokens"] for o in healthy), listed

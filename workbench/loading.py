@@ -38,7 +38,9 @@ from soap_core import (
     Store,
     is_remote,
     search_store,
-    session_overview,
+)
+from soap_core import (
+    session_overviews as listing_of,
 )
 from workbench.context_views import ContextIndex, build_index
 from workbench.views import (
@@ -128,7 +130,7 @@ def chosen_store() -> str:
 def session_overviews(root: str, signature: StoreSignature) -> list[SessionOverview]:
     """One listing row per session of the store, broken ones included."""
     store = open_store(root)
-    return [session_overview(store, summary) for summary in store.sessions()]
+    return listing_of(store)
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
