@@ -429,12 +429,20 @@ class _FolderWalk:
 
 
 def _found_by_names(
-    rel: str, path: str, layout: str, role: str, instance: str | None, records: bool, names: str
+    rel: str,
+    path: str,
+    layout: str,
+    role: str,
+    instance: str | None,
+    records: bool,
+    names: str,
+    at: tuple[str, int | None],
 ) -> _Found | None:
     """A folder found at its remembered signature: each remembered file stat-ed by name
     (the folder is not listed), its record folders too unless for a listing. None when one is
     no longer a file or a folder as it was (a link whose target changed): the caller
-    lists the folder."""
+    lists the folder. ``at``: the folder as ``os.stat`` takes it (see :meth:`Catalog._found`)."""
+    folder, parent = at
     session_sig, session_mtime = "", 0
     contexts: dict[str, str] = {}
     record_sigs: dict[str, str] = {}
@@ -442,12 +450,12 @@ def _found_by_names(
         for name in names.split("\n") if names else ():
             if name[-1] == "/":  # a record folder: a listing leaves it alone
                 if records:
-                    info = os.stat(f"{path}/{name}")
+                    info = os.stat(f"{folder}/{name}", dir_fd=parent)
                     if not stat.S_ISDIR(info.st_mode):
                         return None
                     record_sigs[name[:-1]] = _signature(info)
                 continue
-            info = os.stat(f"{path}/{name}")
+            info = os.stat(f"{folder}/{name}", dir_fd=parent)
             if not stat.S_ISREG(info.st_mode):
                 return None
             if name == SESSION_FILE:
@@ -1093,22 +1101,26 @@ class Catalog:
                 found.append(self._outside(f"{AGENTS_DIR}/{role}", role_dir, "agents", role, None))
                 continue
             names, links = _subdirs_and_links(Path(role_dir))
-            for name in names:
-                rel, path = f"{AGENTS_DIR}/{role}/{name}", f"{role_dir}/{name}"
-                if name in links and self._leads_out(path):
-                    found.append(self._outside(rel, path, "agents", role, None))
-                else:
-                    found.append(self._found(rel, path, "agents", role, None, records, walk))
+            with _opened_folder(role_dir) as parent:
+                for name in names:
+                    rel, path = f"{AGENTS_DIR}/{role}/{name}", f"{role_dir}/{name}"
+                    if name in links and self._leads_out(path):
+                        found.append(self._outside(rel, path, "agents", role, None))
+                    else:
+                        at = (name, parent) if parent is not None else (path, None)
+                        found.append(self._found(rel, path, "agents", role, None, records, walk, at))
         sessions = str(self.layout.sessions_dir)
         names, links = _subdirs_and_links(self.layout.sessions_dir)
-        for name in names:
-            claim = claims.get(name)
-            role, instance = (claim.role, claim.instance) if claim else (UNKNOWN_ROLE, None)
-            rel, path = f"{SESSIONS_DIR}/{name}", f"{sessions}/{name}"
-            if name in links and self._leads_out(path):
-                found.append(self._outside(rel, path, "sessions", role, instance))
-            else:
-                found.append(self._found(rel, path, "sessions", role, instance, records, walk))
+        with _opened_folder(sessions) as parent:
+            for name in names:
+                claim = claims.get(name)
+                role, instance = (claim.role, claim.instance) if claim else (UNKNOWN_ROLE, None)
+                rel, path = f"{SESSIONS_DIR}/{name}", f"{sessions}/{name}"
+                if name in links and self._leads_out(path):
+                    found.append(self._outside(rel, path, "sessions", role, instance))
+                else:
+                    at = (name, parent) if parent is not None else (path, None)
+                    found.append(self._found(rel, path, "sessions", role, instance, records, walk, at))
         return found
 
     def _leads_out(self, path: str) -> bool:
@@ -1130,6 +1142,7 @@ class Catalog:
         instance: str | None,
         records: bool = True,
         walk: _FolderWalk | None = None,
+        at: tuple[str, int | None] | None = None,
     ) -> _Found:
         """One session folder with the signatures of its files. A walk remembers each
         folder's own signature (``stat``: size, times, inode) with the names it listed:
@@ -1138,14 +1151,19 @@ class Catalog:
         stat-ed by name without listing it again. Files peteos rewrites in place are
         still stat-ed, each one. Remembered only for a folder whose times are
         :data:`SETTLED_FOLDER_NS` older than the walk: a change in the same tick of the
-        file system's clock could leave them as they were."""
+        file system's clock could leave them as they were.
+
+        ``at``: the folder's name and an open descriptor of its parent, which its stats
+        start from (a third less time than a whole path's, at 32,000 stats a listing),
+        or the path and None."""
         kept = walk.remembered.get(rel) if walk is not None else None
+        at = at or (path, None)
         try:
-            folder = os.stat(path) if walk is not None else None
+            folder = os.stat(at[0], dir_fd=at[1]) if walk is not None else None
         except OSError:
             folder = None
         if folder is not None and kept is not None and kept[0] == _signature(folder):
-            item = _found_by_names(rel, path, layout, role, instance, records, kept[1])
+            item = _found_by_names(rel, path, layout, role, instance, records, kept[1], at)
             if item is not None:
                 return item
         session_sig, session_mtime = "", 0
@@ -1925,6 +1943,21 @@ def _subdirs_and_links(path: Path) -> tuple[list[str], set[str]]:
         sweep_names(path, temps)
     dirs = sorted(e.name for e in entries if not e.name.startswith(".") and e.is_dir())
     return dirs, {e.name for e in entries if e.is_symlink()}
+
+
+@contextlib.contextmanager
+def _opened_folder(path: str) -> Iterator[int | None]:
+    """A descriptor of the folder ``path`` for the block (None when it cannot be opened:
+    the walk then stats by whole paths)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        yield None
+        return
+    try:
+        yield fd
+    finally:
+        os.close(fd)
 
 
 def _like_escape(text: str) -> str:
