@@ -63,6 +63,8 @@ from itertools import repeat
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
+import orjson
+
 from soap_core import _progress as progress
 from soap_core import _trust as trust
 from soap_core._context import Context
@@ -96,7 +98,7 @@ from soap_core._tokens import count_text, message_token_text
 T = TypeVar("T")
 
 CATALOG_FILE = ".soapwb-catalog.sqlite3"
-SCHEMA_VERSION = "10"
+SCHEMA_VERSION = "11"
 """Bumped whenever what the catalog vouches for changes: a context file it indexed is
 loaded without its messages being checked again (they are built on first use), so a
 catalog written under older reading rules must not vouch for a file the current rules
@@ -213,6 +215,10 @@ CREATE TABLE invocations(dir TEXT NOT NULL, id TEXT NOT NULL, parent_invocation_
     PRIMARY KEY(dir, id)) WITHOUT ROWID;
 CREATE INDEX invocations_parent ON invocations(parent_invocation_id);
 CREATE TABLE token_counts(hash BLOB PRIMARY KEY, tokens INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE listing(              -- the last whole listing (Catalog._whole_listing), as
+    key TEXT NOT NULL,             -- JSON rows, for the build and generation in key: a
+    rows BLOB NOT NULL             -- new process lists an unchanged store without the query
+);
 """
 
 
@@ -1521,9 +1527,10 @@ class Catalog:
 
     def _whole_listing(self, rows: Callable[[], list[SessionRow]]) -> list[SessionRow]:
         """Every session's row, kept per catalog file for as long as its build and
-        generation stand (any change to what it holds moves the generation, in any
-        process): a long-running process lists 10,000 sessions without building 10,000
-        rows again."""
+        generation stand (any change to what it holds moves the generation, in the same
+        transaction, in any process): a long-running process lists 10,000 sessions
+        without building 10,000 rows again, and a new process reads them from the
+        catalog's ``listing`` (one value, where the query and the rows take 50 ms)."""
         handle = self._handle
         if handle.path is None:
             return rows()
@@ -1532,10 +1539,53 @@ class Catalog:
             kept = _LISTINGS.get(str(handle.path))
         if kept is not None and kept[0] == key:
             return list(kept[1])
-        listed = rows()
+        listed = self._kept_listing(key)
+        if listed is None:
+            listed = rows()
+            self._keep_listing(key, listed)
         with _LISTINGS_LOCK:
             _LISTINGS[str(handle.path)] = (key, listed)
         return list(listed)
+
+    def _kept_listing(self, key: tuple[str, int]) -> list[SessionRow] | None:
+        """The rows ``listing`` holds for ``key``; None if it holds none for it, or any
+        it cannot have written (then the query answers)."""
+        row = self._db.execute("SELECT rows FROM listing WHERE key = ?", (f"{key[0]}:{key[1]}",)).fetchone()
+        if row is None:
+            return None
+        try:
+            rows = orjson.loads(row[0])
+        except orjson.JSONDecodeError:
+            return None
+        fields = len(SessionRow._fields) - 1
+        if not isinstance(rows, list) or not all(isinstance(r, list) and len(r) == fields for r in rows):
+            return None
+        root = self.config_dir
+        return [SessionRow(root, *r) for r in rows]
+
+    def _keep_listing(self, key: tuple[str, int], rows: list[SessionRow]) -> None:
+        """``rows``, read after ``key`` was, kept in ``listing`` under it. Rows newer than
+        their key are never shown wrong (the generation only goes up: that key is not
+        asked for again), but they would replace a listing another process kept for
+        the newer generation: kept only while the generation is still ``key``'s. Not
+        kept when another process is writing (no wait: the next listing keeps it), nor
+        when a text cannot be JSON (a lone surrogate)."""
+        try:
+            blob = orjson.dumps([r[1:] for r in rows])
+        except orjson.JSONEncodeError:
+            return
+        db = self._db
+        db.execute("PRAGMA busy_timeout = 0")
+        try:
+            with self._write() as written:
+                if self._generation_now() == key[1]:
+                    written.execute("DELETE FROM listing")
+                    written.execute("INSERT INTO listing VALUES (?, ?)", (f"{key[0]}:{key[1]}", blob))
+        except sqlite3.OperationalError as exc:
+            if _failure_kind(exc) != "busy":
+                raise
+        finally:
+            db.execute(f"PRAGMA busy_timeout = {BUSY_WAIT_MS}")
 
     def _row(self, *row: Any) -> SessionRow:
         rel, layout, role, instance, uuid, thread_id, is_active, active, error, files = row[:10]

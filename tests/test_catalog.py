@@ -10,7 +10,9 @@ import json
 import os
 import random
 import shutil
+import sqlite3
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -211,6 +213,8 @@ def test_the_catalog_equals_a_full_scan_as_files_change_underneath(tmp_path: Pat
         expected = full_scan(root)
         assert answers(store) == expected, f"step {step}: after {kind}, one catalog kept open"
         assert answers(Store(root)) == expected, f"step {step}: after {kind}, a new process"
+        catalog_module._LISTINGS.clear()  # as a new process: the listing the catalog keeps
+        assert answers(Store(root)) == expected, f"step {step}: after {kind}, the kept listing"
     assert_catalog_agrees(root)
 
 
@@ -543,3 +547,66 @@ def test_the_listing_built_from_the_catalogs_rows_equals_the_overview_of_each_su
     assert "has no file" in errors[sessions[2].name] and "not valid JSON" in errors[sessions[3].name], errors
     healthy = [o for o in listed if o["error"] is None]
     assert len(healthy) == 2 and all(o["messages"] and o["tokens"] for o in healthy), listed
+
+
+def _rows_built(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The folders whose listing row the catalog's query builds, from now on."""
+    built: list[str] = []
+    real_row = Catalog._row
+
+    def row(self: Catalog, *values: Any) -> Any:
+        built.append(values[0])
+        return real_row(self, *values)
+
+    monkeypatch.setattr(Catalog, "_row", row)
+    return built
+
+
+def _listing(root: Path) -> list[dict[str, Any]]:
+    catalog_module._LISTINGS.clear()  # what this process kept: as a new process would
+    return [o.as_dict() for o in session_overviews(Store(root))]
+
+
+def test_a_new_process_lists_an_unchanged_store_from_the_kept_listing_and_a_changed_one_anew(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "store"
+    build_agents_store(root, 5, seed=9)
+    _age(root)
+    first = _listing(root)
+    built = _rows_built(monkeypatch)
+    assert _listing(root) == first and built == [], "the kept listing, no query"
+    active = sorted(root.rglob("session.json"))[0]
+    context = active.parent / f"{json.loads(active.read_text())['active_context_id']}.json"
+    data = json.loads(context.read_text())
+    data["messages"].append(_say("user", "one more").to_dict())
+    context.write_text(json.dumps(data, indent=2))
+    changed = _listing(root)
+    assert len(built) == 5, "the generation moved: the rows are built again"
+    assert changed == [o.as_dict() for o in session_overviews(Store(root, use_catalog=False))]
+    assert [o["messages"] for o in changed] != [o["messages"] for o in first]
+    built.clear()
+    assert _listing(root) == changed and built == [], "and kept again"
+    with sqlite3.connect(root / CATALOG_FILE) as db:
+        db.execute("UPDATE listing SET rows = '[[1, 2]]'")  # nothing this code writes
+    assert _listing(root) == changed and len(built) == 5, "a kept listing of the wrong shape is not used"
+
+
+def test_a_listing_does_not_wait_for_another_writer_to_keep_its_rows(tmp_path: Path) -> None:
+    """Keeping the rows is a write: while another process holds the catalog's write lock,
+    the listing answers at once and leaves them unkept (its wait is 30 s otherwise)."""
+    root = tmp_path / "store"
+    build_agents_store(root, 3, seed=10)
+    _age(root)
+    expected = _listing(root)
+    other = sqlite3.connect(root / CATALOG_FILE, isolation_level=None)
+    other.execute("DELETE FROM listing")
+    other.execute("BEGIN IMMEDIATE")
+    answers: list[Any] = []
+    worker = threading.Thread(target=lambda: answers.append(_listing(root)), daemon=True)
+    worker.start()
+    worker.join(10)
+    other.execute("ROLLBACK")
+    other.close()
+    assert not worker.is_alive(), "the listing waited for the other writer"
+    assert answers == [expected]
