@@ -15,6 +15,8 @@ import json
 import os
 import re
 import secrets
+import stat
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -335,7 +337,12 @@ def write_bytes_atomic(path: Path, pieces: Sequence[bytes | memoryview]) -> str:
                 handle.flush()
                 if not _unsynced:
                     os.fsync(handle.fileno())
-            os.replace(tmp_name, path)
+            replaced = _held_open(path) if size >= DIGEST_BESIDE_BYTES else None
+            try:
+                os.replace(tmp_name, path)
+            finally:
+                if replaced is not None:
+                    _close_behind(replaced)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp_name)
@@ -357,6 +364,28 @@ DIGEST_BESIDE_BYTES = 4 * 1024 * 1024
 """From this size on, :func:`write_bytes_atomic` digests the bytes in a thread while it
 writes them (SHA-256 and the writes both release the GIL): a save of a fork rewrites its
 58 MB parent for the new ``children`` entry, and its digest was a fifth of that save."""
+
+
+def _held_open(path: Path) -> int | None:
+    """A descriptor of the regular file ``path`` of :data:`DIGEST_BESIDE_BYTES` or more
+    that a write is about to replace (None for anything else): while it is open, the
+    rename does not free the old file's blocks, which ext4 does in the rename itself
+    (13 ms for the 58 MB parent a fork's save rewrites); :func:`_close_behind` frees
+    them in a thread. Never a link (``O_NOFOLLOW``), never a FIFO or device (``lstat``
+    first: opening one could block or act)."""
+    try:
+        info = os.lstat(path)
+        if not stat.S_ISREG(info.st_mode) or info.st_size < DIGEST_BESIDE_BYTES:
+            return None
+        return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+
+
+def _close_behind(fd: int) -> None:
+    """Close ``fd`` in a thread of its own (the kernel frees a replaced file's blocks
+    at its last close; the call releases the GIL)."""
+    threading.Thread(target=os.close, args=(fd,), name="soapwb-free-replaced", daemon=True).start()
 
 
 def _update_all(hasher: Any, pieces: Sequence[bytes | memoryview]) -> None:

@@ -420,3 +420,43 @@ def test_an_atomic_write_returns_the_digest_of_the_bytes_it_left(tmp_path: Path,
     digest = write_bytes_atomic(path, pieces)
     assert path.read_bytes() == b"{" + data + b"}"
     assert digest == bytes_digest(path.read_bytes())
+
+
+def _open_deleted(folder: Path) -> list[str]:
+    """This process's descriptors of files of ``folder`` that are gone (a replaced file
+    kept open)."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith(str(folder)) and target.endswith("(deleted)"):
+                found.append(target)
+    return found
+
+
+def test_a_big_file_replaced_is_released_behind_the_write_and_a_fifo_in_its_place_is_not_opened(
+    tmp_path: Path,
+) -> None:
+    """A write over a big file holds the old one open across the rename (which then
+    does not free its blocks) and closes it in a thread: the new bytes are there at
+    once, and the old file is released. A FIFO where the file was is replaced without
+    being opened (opening it to read would wait for a writer)."""
+    path = tmp_path / "big.json"
+    path.write_bytes(b"a" * (DIGEST_BESIDE_BYTES + 10))
+    new = b"b" * (DIGEST_BESIDE_BYTES + 20)
+    write_bytes_atomic(path, [new])
+    assert path.read_bytes() == new
+    deadline = time.monotonic() + 10
+    while _open_deleted(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _open_deleted(tmp_path) == [], "the replaced file is still held open"
+
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    writer = multiprocessing.get_context("fork").Process(target=write_bytes_atomic, args=(fifo, [new]))
+    writer.start()
+    writer.join(10)
+    if writer.is_alive():
+        writer.kill()
+    assert writer.exitcode == 0, "the write over a FIFO did not finish"
+    assert fifo.read_bytes() == new
