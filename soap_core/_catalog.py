@@ -1568,8 +1568,9 @@ class Catalog:
         their key are never shown wrong (the generation only goes up: that key is not
         asked for again), but they would replace a listing another process kept for
         the newer generation: kept only while the generation is still ``key``'s. Not
-        kept when another process is writing (no wait: the next listing keeps it), nor
-        when a text cannot be JSON (a lone surrogate)."""
+        kept when another process is writing (no wait: the next listing keeps it), when
+        the disk is full or the catalog's file cannot be written (the listing is shown
+        all the same), nor when a text cannot be JSON (a lone surrogate)."""
         try:
             blob = orjson.dumps([r[1:] for r in rows])
         except orjson.JSONEncodeError:
@@ -1582,8 +1583,8 @@ class Catalog:
                     written.execute("DELETE FROM listing")
                     written.execute("INSERT INTO listing VALUES (?, ?)", (f"{key[0]}:{key[1]}", blob))
         except sqlite3.OperationalError as exc:
-            if _failure_kind(exc) != "busy":
-                raise
+            if _failure_kind(exc) not in ("busy", "environment"):
+                raise  # damage: the catalog is rebuilt (Catalog._run)
         finally:
             db.execute(f"PRAGMA busy_timeout = {BUSY_WAIT_MS}")
 
@@ -2000,7 +2001,7 @@ def _opened_folder(path: str) -> Iterator[int | None]:
     """A descriptor of the folder ``path`` for the block (None when it cannot be opened:
     the walk then stats by whole paths)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         yield None
         return

@@ -610,3 +610,35 @@ def test_a_listing_does_not_wait_for_another_writer_to_keep_its_rows(tmp_path: P
     other.close()
     assert not worker.is_alive(), "the listing waited for the other writer"
     assert answers == [expected]
+
+
+def test_a_full_disk_leaves_the_listing_unkept_and_the_catalog_where_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Keeping the listing is the only write of a listing of an unchanged store: when the
+    disk is full it is skipped, and the catalog stays on disk (a failure of a write it
+    needs would move it to memory)."""
+    root = tmp_path / "store"
+    build_agents_store(root, 3, seed=12)
+    _age(root)
+    expected = _listing(root)
+    with sqlite3.connect(root / CATALOG_FILE) as db:
+        db.execute("DELETE FROM listing")
+    full = sqlite3.OperationalError("database or disk is full")
+    full.sqlite_errorcode = sqlite3.SQLITE_FULL  # type: ignore[attr-defined]
+    real_write = Catalog._write
+
+    @contextlib.contextmanager
+    def no_room(self: Catalog) -> Iterator[sqlite3.Connection]:
+        with real_write(self) as db:
+            yield db
+            raise full
+
+    monkeypatch.setattr(Catalog, "_write", no_room)
+    store = Store(root)
+    catalog_module._LISTINGS.clear()
+    assert [o.as_dict() for o in session_overviews(store)] == expected
+    catalog = store.catalog()
+    assert catalog is not None and not catalog.in_memory
+    with sqlite3.connect(root / CATALOG_FILE) as db:
+        assert db.execute("SELECT count(*) FROM listing").fetchone() == (0,)
