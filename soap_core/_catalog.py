@@ -58,7 +58,7 @@ import time
 import weakref
 from array import array
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import repeat
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
@@ -241,7 +241,18 @@ def cache_catalog_path(config_dir: Path) -> Path:
     return _cache_home() / "catalogs" / f"{key}.sqlite3"
 
 
-_LISTINGS: dict[str, tuple[tuple[str, int], list[SessionRow]]] = {}
+@dataclass
+class _Listing:
+    """A whole listing this process read, with what callers made of its rows."""
+
+    key: tuple[str, int]
+    """The catalog's build and generation it was read at."""
+    rows: list[SessionRow]
+    shaped: dict[Callable[[SessionRow], Any], list[Any]] = field(default_factory=dict)
+    """Each shape's values of the rows (:meth:`Catalog.whole_listing`), as it made them."""
+
+
+_LISTINGS: dict[str, _Listing] = {}
 """The last whole listing of each catalog file, by its build and generation."""
 _LISTINGS_LOCK = threading.Lock()
 
@@ -1511,6 +1522,11 @@ class Catalog:
         """The sessions (all, or those ``where`` selects), in the listing's order. The
         active context's figures come from the file named after it in the same query;
         only a session whose active file is named otherwise takes a second look."""
+        if where:
+            return self._run(lambda: self._query_rows(where, params))
+        return self._run(lambda: list(self._whole_listing().rows))
+
+    def _query_rows(self, where: str = "", params: tuple[Any, ...] = ()) -> list[SessionRow]:
         query = f"""
             SELECT s.dir, s.layout, s.role, s.instance, s.uuid, s.thread_id, s.is_active,
                    s.active_context_id, s.error,
@@ -1519,33 +1535,49 @@ class Catalog:
             FROM sessions s LEFT JOIN context_files c
                  ON c.dir = s.dir AND c.file = s.active_context_id || '.json'
             {where} ORDER BY s.sort_key"""
+        return [self._row(*row) for row in self._db.execute(query, params).fetchall()]
 
-        def rows() -> list[SessionRow]:
-            return [self._row(*row) for row in self._db.execute(query, params).fetchall()]
+    def whole_listing(self, shape: Callable[[SessionRow], T]) -> list[T]:
+        """Every session's row made into ``shape``'s value (a summary, a listing's row),
+        in the listing's order. The values are kept with the rows while the catalog's
+        generation stands, per ``shape`` (a function defined once, not a lambda made at
+        each call): a long-running process lists 10,000 sessions again without making
+        them again (they are to be immutable)."""
 
-        return self._run(rows if where else lambda: self._whole_listing(rows))
+        def question() -> list[T]:
+            listing = self._whole_listing()
+            with _LISTINGS_LOCK:
+                shaped = listing.shaped.get(shape)
+            if shaped is None:
+                shaped = [shape(row) for row in listing.rows]
+                with _LISTINGS_LOCK:
+                    listing.shaped[shape] = shaped
+            return list(shaped)
 
-    def _whole_listing(self, rows: Callable[[], list[SessionRow]]) -> list[SessionRow]:
+        return self._run(question)
+
+    def _whole_listing(self) -> _Listing:
         """Every session's row, kept per catalog file for as long as its build and
         generation stand (any change to what it holds moves the generation, in the same
         transaction, in any process): a long-running process lists 10,000 sessions
         without building 10,000 rows again, and a new process reads them from the
         catalog's ``listing`` (one value, where the query and the rows take 50 ms)."""
         handle = self._handle
-        if handle.path is None:
-            return rows()
         key = (handle.build, self._generation_now())
+        if handle.path is None:
+            return _Listing(key, self._query_rows())  # in memory: kept nowhere
         with _LISTINGS_LOCK:
             kept = _LISTINGS.get(str(handle.path))
-        if kept is not None and kept[0] == key:
-            return list(kept[1])
+        if kept is not None and kept.key == key:
+            return kept
         listed = self._kept_listing(key)
         if listed is None:
-            listed = rows()
+            listed = self._query_rows()
             self._keep_listing(key, listed)
+        kept = _Listing(key, listed)
         with _LISTINGS_LOCK:
-            _LISTINGS[str(handle.path)] = (key, listed)
-        return list(listed)
+            _LISTINGS[str(handle.path)] = kept
+        return kept
 
     def _kept_listing(self, key: tuple[str, int]) -> list[SessionRow] | None:
         """The rows ``listing`` holds for ``key``; None if it holds none for it, or any

@@ -92,10 +92,10 @@ def session_overviews(store: Store) -> list[SessionOverview]:
     each row is built straight from the catalog's, which knows the active context's
     figures: no summary in between, no path and no file read (10,000 sessions in 22 ms
     where the summaries' way, with their paths, takes 72)."""
-    rows = store.session_rows()
-    if rows is None:
+    overviews = store.listing(_overview_of_row)
+    if overviews is None:
         return [session_overview(store, summary) for summary in store.sessions()]
-    return [_overview_of_row(row) for row in rows]
+    return overviews
 
 
 def _overview_of_row(row: SessionRow) -> SessionOverview:

@@ -300,21 +300,22 @@ class Store:
     def sessions(self) -> list[SessionSummary]:
         """Every session of every role; broken ones marked. Through the catalog, which
         first reads what changed on disk."""
-        rows = self.session_rows()
-        return self.scan_sessions() if rows is None else [_summary_of(row) for row in rows]
+        summaries = self.listing(_summary_of)
+        return self.scan_sessions() if summaries is None else summaries
 
-    def session_rows(self) -> list[SessionRow] | None:
-        """The catalog's row of every session, in the listing's order, once it has read
-        what changed on disk; None for a store without a catalog (:meth:`scan_sessions`
-        is then the listing). What :meth:`sessions` and
-        :func:`~soap_core.session_overviews` are built from."""
+    def listing(self, shape: Callable[[SessionRow], T]) -> list[T] | None:
+        """Each session's catalog row made into ``shape``'s value, in the listing's order,
+        once the catalog has read what changed on disk (:meth:`Catalog.whole_listing`:
+        kept while nothing changes); None for a store without a catalog
+        (:meth:`scan_sessions` is then the listing). What :meth:`sessions` and
+        :func:`~soap_core.session_overviews` are made from."""
         catalog = self.catalog()
         if catalog is None:
             return None
         if not self.root.is_dir():
             raise StoreError(self.root, "no such store directory")
         catalog.refresh(counts_behind=self.counts_behind)
-        return catalog.session_rows()
+        return catalog.whole_listing(shape)
 
     def scan_sessions(self) -> list[SessionSummary]:
         """The listing from the files alone (``session.json`` of every session)."""

@@ -642,3 +642,28 @@ def test_a_full_disk_leaves_the_listing_unkept_and_the_catalog_where_it_is(
     assert catalog is not None and not catalog.in_memory
     with sqlite3.connect(root / CATALOG_FILE) as db:
         assert db.execute("SELECT count(*) FROM listing").fetchone() == (0,)
+
+
+def test_a_long_running_process_lists_again_with_the_summaries_it_made_while_nothing_changed(
+    tmp_path: Path,
+) -> None:
+    """The summaries and listing rows are kept with the catalog's rows while its
+    generation stands (a workbench lists 10,000 sessions without making them again),
+    and made anew, showing the change, once it moves."""
+    root = tmp_path / "store"
+    build_agents_store(root, 4, seed=13)
+    _age(root)
+    store = Store(root)
+    first, rows = store.sessions(), session_overviews(store)
+    again, rows_again = store.sessions(), session_overviews(store)
+    assert all(a is b for a, b in zip(first, again, strict=True))
+    assert all(a is b for a, b in zip(rows, rows_again, strict=True))
+    context = sorted(root.rglob("session.json"))[0]
+    active = context.parent / f"{json.loads(context.read_text())['active_context_id']}.json"
+    data = json.loads(active.read_text())
+    data["messages"].append(_say("user", "and one more").to_dict())
+    active.write_text(json.dumps(data, indent=2))
+    later = session_overviews(store)
+    assert not any(a is b for a, b in zip(rows, later, strict=True))
+    assert later == session_overviews(Store(root, use_catalog=False))
+    assert [o.messages for o in later] != [o.messages for o in rows]
