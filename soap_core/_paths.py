@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -97,6 +98,10 @@ def real_folders(paths: Iterable[Path | str]) -> list[str]:
     return [_real_folder(os.fspath(path)) for path in paths]
 
 
+_RESOLVED_KEPT = 65_536
+"""How many folders' resolutions :func:`_real_folder` keeps (all are forgotten past it)."""
+
+
 def _real_folder(name: str) -> str:
     identity = _identity(name)
     kept = _resolved.get(name)
@@ -104,8 +109,28 @@ def _real_folder(name: str) -> str:
         return kept[1]
     resolved = real(name)
     if identity is not None:
+        if len(_resolved) >= _RESOLVED_KEPT:
+            _resolved.clear()
         _resolved[name] = (identity, resolved)
     return resolved
+
+
+def _real_entry(path: Path | str) -> str:
+    """:func:`real` of ``path``, its folder's resolution kept as :func:`real_folders`
+    keeps a store's: an entry that is not itself a link leads to where its folder leads,
+    plus its name (one ``lstat`` and one ``stat``, where resolving walks every component:
+    a load confines each file it opens). A link, a name that is not plain, or anything
+    that cannot be looked at is resolved whole."""
+    name = os.fspath(path)
+    folder, _, leaf = name.rpartition(os.sep)
+    if not folder or leaf in ("", ".", ".."):
+        return real(name)
+    try:
+        if stat.S_ISLNK(os.lstat(name).st_mode):
+            return real(name)
+    except OSError:
+        return real(name)
+    return os.path.join(_real_folder(folder), leaf)
 
 
 def _identity(path: str) -> tuple[bool, int, int] | None:
@@ -143,7 +168,7 @@ def inside(root: Path | str, path: Path | str) -> bool:
 
 def inside_any(roots: Iterable[str], path: Path | str) -> bool:
     """:func:`inside` for roots already resolved with :func:`real`."""
-    target = real(path)
+    target = _real_entry(path)
     return any(_within(target, root) for root in roots)
 
 

@@ -70,3 +70,37 @@ def test_a_store_whose_agents_folder_is_re_pointed_confines_to_the_new_one(tmp_p
     assert store.confine(root / "agents" / "y.json") == root / "agents" / "y.json"
     with pytest.raises(OutsideStoreError):
         store.confine(inside / "old.json")  # the old place is outside now
+
+
+def test_an_entry_resolves_as_realpath_does_and_follows_a_re_pointed_folder(tmp_path: Path) -> None:
+    """``inside_any`` resolves a file through its folder's kept resolution and one
+    ``lstat`` of the file: the same as ``realpath`` for files, links, missing names and
+    names that are not plain, and again after the folder's link is re-pointed."""
+    from soap_core._paths import _real_entry
+
+    inner, other = tmp_path / "inner", tmp_path / "other"
+    inner.mkdir()
+    other.mkdir()
+    (inner / "f.json").write_text("{}")
+    (other / "f.json").write_text("{}")
+    (inner / "out.json").symlink_to(other / "f.json")
+    (inner / "dir").mkdir()
+    via = tmp_path / "via"
+    via.symlink_to(inner)
+    names = [
+        inner / "f.json",
+        via / "f.json",
+        via / "out.json",
+        via / "missing.json",
+        via / "dir",
+        f"{via}/dir/",
+        f"{via}/dir/..",
+        f"{via}/./f.json",
+        "relative.json",
+    ]
+    for _ in range(2):
+        assert [_real_entry(n) for n in names] == [real(n) for n in names]
+    via.unlink()
+    via.symlink_to(other)
+    assert _real_entry(via / "f.json") == str(other / "f.json")
+    assert [_real_entry(n) for n in names] == [real(n) for n in names]
