@@ -115,7 +115,7 @@ def _real_folder(name: str) -> str:
     return resolved
 
 
-def _real_entry(path: Path | str) -> str:
+def real_entry(path: Path | str) -> str:
     """:func:`real` of ``path``, its folder's resolution kept as :func:`real_folders`
     keeps a store's: an entry that is not itself a link leads to where its folder leads,
     plus its name (one ``lstat`` and one ``stat``, where resolving walks every component:
@@ -168,7 +168,7 @@ def inside(root: Path | str, path: Path | str) -> bool:
 
 def inside_any(roots: Iterable[str], path: Path | str) -> bool:
     """:func:`inside` for roots already resolved with :func:`real`."""
-    target = _real_entry(path)
+    target = real_entry(path)
     return any(_within(target, root) for root in roots)
 
 

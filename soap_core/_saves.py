@@ -48,6 +48,7 @@ from typing import Any
 
 from soap_core._errors import StoreError
 from soap_core._jsonio import fingerprint
+from soap_core._paths import real_entry
 
 SAVE_LOCKS_DIR = ".soapwb-saves"
 SAVE_LOCK_TIMEOUT_S = 120.0
@@ -90,7 +91,7 @@ def file_signature(path: Path) -> str | None:
 def save_lock_path(config_dir: Path, directory: Path) -> Path:
     """The save lock of the session folder ``directory``, in the store's config dir (the
     folder's real path names it: two ways to one folder share one lock)."""
-    key = os.path.realpath(directory).encode("utf-8", "surrogatepass")
+    key = real_entry(directory).encode("utf-8", "surrogatepass")
     return config_dir / SAVE_LOCKS_DIR / f"{hashlib.sha256(key).hexdigest()[:32]}.lock"
 
 

@@ -76,7 +76,7 @@ def test_an_entry_resolves_as_realpath_does_and_follows_a_re_pointed_folder(tmp_
     """``inside_any`` resolves a file through its folder's kept resolution and one
     ``lstat`` of the file: the same as ``realpath`` for files, links, missing names and
     names that are not plain, and again after the folder's link is re-pointed."""
-    from soap_core._paths import _real_entry
+    from soap_core._paths import real_entry
 
     inner, other = tmp_path / "inner", tmp_path / "other"
     inner.mkdir()
@@ -99,8 +99,31 @@ def test_an_entry_resolves_as_realpath_does_and_follows_a_re_pointed_folder(tmp_
         "relative.json",
     ]
     for _ in range(2):
-        assert [_real_entry(n) for n in names] == [real(n) for n in names]
+        assert [real_entry(n) for n in names] == [real(n) for n in names]
     via.unlink()
     via.symlink_to(other)
-    assert _real_entry(via / "f.json") == str(other / "f.json")
-    assert [_real_entry(n) for n in names] == [real(n) for n in names]
+    assert real_entry(via / "f.json") == str(other / "f.json")
+    assert [real_entry(n) for n in names] == [real(n) for n in names]
+
+
+def test_two_ways_to_one_session_folder_name_one_save_lock(tmp_path: Path) -> None:
+    """The save lock is named by the folder's real path: a store reached through a link
+    and the same store by its own path share it (and a re-pointed link does not)."""
+    import hashlib
+
+    from soap_core._saves import save_lock_path
+
+    folder = tmp_path / "store" / "agents" / "Role" / "s1"
+    folder.mkdir(parents=True)
+    other = tmp_path / "other" / "agents" / "Role" / "s1"
+    other.mkdir(parents=True)
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "store")
+    config = tmp_path / "store"
+    via_link = save_lock_path(config, link / "agents" / "Role" / "s1")
+    direct = save_lock_path(config, folder)
+    key = os.path.realpath(folder).encode("utf-8", "surrogatepass")
+    assert via_link == direct and direct.name == f"{hashlib.sha256(key).hexdigest()[:32]}.lock"
+    link.unlink()
+    link.symlink_to(tmp_path / "other")
+    assert save_lock_path(config, link / "agents" / "Role" / "s1") != direct
