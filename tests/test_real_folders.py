@@ -127,3 +127,26 @@ def test_two_ways_to_one_session_folder_name_one_save_lock(tmp_path: Path) -> No
     link.unlink()
     link.symlink_to(tmp_path / "other")
     assert save_lock_path(config, link / "agents" / "Role" / "s1") != direct
+
+
+def test_a_load_resolves_the_stores_folders_once_and_the_next_call_sees_them_re_pointed(
+    store_copy: Path, tmp_path: Path
+) -> None:
+    """A load confines its folder and each file with one resolution of the store's
+    folders; what the user re-points after it is seen by the next call."""
+    import shutil
+
+    from tests.conftest import SESSION_UUID
+
+    inside, outside = tmp_path / "agents-a", tmp_path / "agents-b"
+    shutil.move(store_copy / "agents", inside)
+    shutil.copytree(inside, outside)
+    (store_copy / "agents").symlink_to(inside)
+    store = Store(store_copy, use_catalog=False)
+    assert store.load_session(SESSION_UUID).directory is not None
+    os.unlink(store_copy / "agents")
+    (store_copy / "agents").symlink_to(outside)
+    with pytest.raises(OutsideStoreError):
+        store.confine(inside / "old.json")
+    loaded = store.load_session(SESSION_UUID)
+    assert loaded.directory is not None and real(loaded.directory).startswith(str(outside))
