@@ -407,10 +407,15 @@ class _Found:
     folder: tuple[str, str] | None = None
     """The folder's own signature and the names it listed, when the walk listed it and
     it had settled (see :meth:`Catalog._found`): what the catalog remembers of it."""
+    made_path: Path | None = field(default=None, repr=False, compare=False)
 
     @property
     def path(self) -> Path:
-        return Path(self.where)
+        """The folder as a ``Path``, made on first use (indexing a folder asks for it
+        several times; a listing's walk never does)."""
+        if self.made_path is None:
+            self.made_path = Path(self.where)
+        return self.made_path
 
     @property
     def session_key(self) -> str:
