@@ -1034,9 +1034,11 @@ class Catalog:
             self._finalizer()
 
     @contextlib.contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
+    def _write(self, *, checkpoint: bool = True) -> Iterator[sqlite3.Connection]:
         """One write transaction, on the build this catalog last read (another process's
-        rebuild since then is caught up with first: :class:`_Stale`)."""
+        rebuild since then is caught up with first: :class:`_Stale`); then the log is
+        copied back if it grew past :data:`CHECKPOINT_BYTES`, unless not ``checkpoint``
+        (the next write does it)."""
         with self._lock:
             handle = self._handle
             db = handle.db
@@ -1053,7 +1055,8 @@ class Catalog:
                     db.execute("ROLLBACK")
                 raise
             db.execute("COMMIT")
-            self._after_write(handle)
+            if checkpoint:
+                self._after_write(handle)
 
     @staticmethod
     def _after_write(handle: _Handle) -> None:
@@ -1122,28 +1125,41 @@ class Catalog:
             if role in role_links and self._leads_out(role_dir):
                 found.append(self._outside(f"{AGENTS_DIR}/{role}", role_dir, "agents", role, None))
                 continue
-            names, links = _subdirs_and_links(Path(role_dir))
-            with _opened_folder(role_dir) as parent:
-                for name in names:
-                    rel, path = f"{AGENTS_DIR}/{role}/{name}", f"{role_dir}/{name}"
-                    if name in links and self._leads_out(path):
-                        found.append(self._outside(rel, path, "agents", role, None))
-                    else:
-                        at = (name, parent) if parent is not None else (path, None)
-                        found.append(self._found(rel, path, "agents", role, None, records, walk, at))
+            self._walk_folder(found, role_dir, f"{AGENTS_DIR}/{role}", "agents", records, walk, role=role)
         sessions = str(self.layout.sessions_dir)
-        names, links = _subdirs_and_links(self.layout.sessions_dir)
-        with _opened_folder(sessions) as parent:
+        self._walk_folder(found, sessions, SESSIONS_DIR, "sessions", records, walk, claims=claims)
+        return found
+
+    def _walk_folder(
+        self,
+        found: list[_Found],
+        folder: str,
+        rel_folder: str,
+        layout: str,
+        records: bool,
+        walk: _FolderWalk,
+        *,
+        role: str | None = None,
+        claims: dict[str, InstanceClaim] | None = None,
+    ) -> None:
+        """The session folders of one role folder (``role``) or of ``sessions/`` (each
+        one's role from ``claims``), appended to ``found``: stat-ed from an open
+        descriptor of ``folder`` (a path of one or two components instead of seven)."""
+        names, links = _subdirs_and_links(Path(folder))
+        with _opened_folder(folder) as parent:
             for name in names:
-                claim = claims.get(name)
-                role, instance = (claim.role, claim.instance) if claim else (UNKNOWN_ROLE, None)
-                rel, path = f"{SESSIONS_DIR}/{name}", f"{sessions}/{name}"
+                instance = None
+                if role is None:
+                    claim = (claims or {}).get(name)
+                    session_role, instance = (claim.role, claim.instance) if claim else (UNKNOWN_ROLE, None)
+                else:
+                    session_role = role
+                rel, path = f"{rel_folder}/{name}", f"{folder}/{name}"
                 if name in links and self._leads_out(path):
-                    found.append(self._outside(rel, path, "sessions", role, instance))
+                    found.append(self._outside(rel, path, layout, session_role, instance))
                 else:
                     at = (name, parent) if parent is not None else (path, None)
-                    found.append(self._found(rel, path, "sessions", role, instance, records, walk, at))
-        return found
+                    found.append(self._found(rel, path, layout, session_role, instance, records, walk, at))
 
     def _leads_out(self, path: str) -> bool:
         return link_escapes(self.real_roots(), path)
@@ -1607,7 +1623,9 @@ class Catalog:
         the newer generation: kept only while the generation is still ``key``'s. Not
         kept when another process is writing (no wait: the next listing keeps it), when
         the disk is full or the catalog's file cannot be written (the listing is shown
-        all the same), nor when a text cannot be JSON (a lone surrogate)."""
+        all the same), nor when a text cannot be JSON (a lone surrogate). The write
+        leaves the log as it is (3 MB at 10,000 sessions): the catalog's next write
+        copies it back, not a listing."""
         try:
             blob = orjson.dumps([r[1:] for r in rows])
         except orjson.JSONEncodeError:
@@ -1615,7 +1633,7 @@ class Catalog:
         db = self._db
         db.execute("PRAGMA busy_timeout = 0")
         try:
-            with self._write() as written:
+            with self._write(checkpoint=False) as written:  # a listing does not wait for a checkpoint
                 if self._generation_now() == key[1]:
                     written.execute("DELETE FROM listing")
                     written.execute("INSERT INTO listing VALUES (?, ?)", (f"{key[0]}:{key[1]}", blob))

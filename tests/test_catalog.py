@@ -629,8 +629,8 @@ def test_a_full_disk_leaves_the_listing_unkept_and_the_catalog_where_it_is(
     real_write = Catalog._write
 
     @contextlib.contextmanager
-    def no_room(self: Catalog) -> Iterator[sqlite3.Connection]:
-        with real_write(self) as db:
+    def no_room(self: Catalog, **options: Any) -> Iterator[sqlite3.Connection]:
+        with real_write(self, **options) as db:
             yield db
             raise full
 
@@ -667,3 +667,29 @@ def test_a_long_running_process_lists_again_with_the_summaries_it_made_while_not
     assert not any(a is b for a, b in zip(rows, later, strict=True))
     assert later == session_overviews(Store(root, use_catalog=False))
     assert [o.messages for o in later] != [o.messages for o in rows]
+
+
+def test_keeping_the_listing_leaves_the_database_file_and_its_log_to_the_next_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kept listing is 3 MB at 10,000 sessions: a listing that keeps it does not copy
+    the log back into the database (a checkpoint and its fsync, on a page's first open)."""
+    root = tmp_path / "store"
+    build_agents_store(root, 3, seed=14)
+    _age(root)
+    _listing(root)
+    monkeypatch.setattr(catalog_module, "CHECKPOINT_BYTES", 0)  # any write would copy the log back
+    store = Store(root)  # kept open: closing the catalog copies the log back, as it should
+    store.sessions()
+    with contextlib.closing(sqlite3.connect(root / CATALOG_FILE)) as db:
+        db.execute("DELETE FROM listing")
+        db.commit()
+    catalog_module._LISTINGS.clear()
+    database = (root / CATALOG_FILE).stat()
+    log = Path(f"{root / CATALOG_FILE}-wal").stat().st_size
+    session_overviews(store)
+    after = (root / CATALOG_FILE).stat()
+    with sqlite3.connect(root / CATALOG_FILE) as db:
+        assert db.execute("SELECT count(*) FROM listing").fetchone() == (1,)
+    assert (after.st_size, after.st_mtime_ns) == (database.st_size, database.st_mtime_ns)
+    assert Path(f"{root / CATALOG_FILE}-wal").stat().st_size > log
