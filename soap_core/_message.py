@@ -88,6 +88,44 @@ def _key_shape(data: dict[str, Any]) -> tuple[tuple[str, ...], frozenset[str], t
     return shape
 
 
+_new = object.__new__
+
+
+def _checked_role(data: dict[str, Any], path: str, message_type: str) -> str:
+    """The role of a message dict whose values are not all of their plain JSON types:
+    each is checked as it is read (subclasses pass), and the first wrong one raises
+    FormatError naming its JSON path."""
+    role: str | None = optional_typed(data, "role", str, path)
+    if role is None and message_type == "SystemPromptMessage":
+        role = "system"  # old SystemPromptMessage dicts have no role key
+    elif role is None:
+        raise FormatError(None, path, "missing key 'role'")
+    optional_typed(data, "content", list, path)
+    if optional_typed(data, "id", str, path) is None:
+        raise FormatError(None, path, "missing key 'id'")
+    for key, kind in (
+        ("_hook_ids", list),
+        ("creation_timestamp", str),
+        ("_sequence_number", int),
+        ("token_count", int),
+        ("metadata", dict),
+        ("_static_text", str),
+    ):
+        optional_typed(data, key, kind, path)
+    return role
+
+
+def _parts_of(raw_content: list[Any], path: str) -> tuple[Part, ...]:
+    """The typed parts of a content list; a bad one raises FormatError naming its JSON
+    path (made only then: a path string for each part is a third of reading it)."""
+    try:
+        return tuple([part_from_dict(p) for p in raw_content])
+    except FormatError:
+        for i, p in enumerate(raw_content):
+            part_from_dict(p, f"{path}.content[{i}]")
+        raise
+
+
 class Message:
     """One message of a context, in display order there.
 
@@ -267,40 +305,44 @@ class Message:
         """Read one message dict; raise FormatError naming the JSON path of a bad value."""
         if not isinstance(data, dict):
             raise FormatError(None, path, f"a message must be an object, got {type(data).__name__}")
-        message_type = data.get("_type", "Message")
+        get = data.get
+        message_type = get("_type", "Message")
         if message_type not in MESSAGE_TYPES:
             raise FormatError(None, f"{path}._type", f"unknown message _type {message_type!r}")
-        role = optional_typed(data, "role", str, path)
-        if role is None and message_type == "SystemPromptMessage":
-            role = "system"  # old SystemPromptMessage dicts have no role key
-        elif role is None:
-            raise FormatError(None, path, "missing key 'role'")
-        raw_content = optional_typed(data, "content", list, path)
-        content = (
-            None
-            if raw_content is None
-            else [part_from_dict(p, f"{path}.content[{i}]") for i, p in enumerate(raw_content)]
-        )
-        message_id = optional_typed(data, "id", str, path)
-        if message_id is None:
-            raise FormatError(None, path, "missing key 'id'")
-        hook_ids = optional_typed(data, "_hook_ids", list, path)
-        message = cls(
-            role,
-            content,
+        role, raw_content, message_id, hook_ids = get("role"), get("content"), get("id"), get("_hook_ids")
+        created, sequence, tokens = get("creation_timestamp"), get("_sequence_number"), get("token_count")
+        metadata, static_text = get("metadata"), get("_static_text")
+        if not (  # every value of exactly its JSON type (what a file holds): nothing to explain
+            role.__class__ is str
+            and message_id.__class__ is str
+            and (raw_content is None or raw_content.__class__ is list)
+            and (hook_ids is None or hook_ids.__class__ is list)
+            and (created is None or created.__class__ is str)
+            and (sequence is None or sequence.__class__ is int)
+            and (tokens is None or tokens.__class__ is int)
+            and (metadata is None or metadata.__class__ is dict)
+            and (static_text is None or static_text.__class__ is str)
+        ):
+            role = _checked_role(data, path, message_type)
+        key_order, file_keys, unknown = _key_shape(data)
+        message = _new(cls)  # the attributes of __init__, as read: no default to make and replace
+        vars(message).update(
+            role=role,
+            _content=None if raw_content is None else _parts_of(raw_content, path),
             message_type=message_type,
             id=message_id,
             hook_ids=hook_ids,
-            creation_timestamp=optional_typed(data, "creation_timestamp", str, path),
-            sequence_number=optional_typed(data, "_sequence_number", int, path),
-            token_count=optional_typed(data, "token_count", int, path),
-            metadata=optional_typed(data, "metadata", dict, path),
-            static_text=optional_typed(data, "_static_text", str, path),
+            creation_timestamp=created,
+            sequence_number=sequence,
+            token_count=tokens,
+            metadata=metadata,
+            static_text=static_text,
+            extra={k: data[k] for k in unknown} if unknown else {},
+            _key_order=key_order,
+            _file_keys=file_keys,
+            _token_cache={},
+            _part_token_cache={},
         )
-        message.hook_ids = hook_ids
-        message.creation_timestamp = data.get("creation_timestamp")
-        message._key_order, message._file_keys, unknown = _key_shape(data)
-        message.extra = {k: data[k] for k in unknown}
         return message
 
     def _known_values(self) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import base64
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, TypeVar
 
 from soap_core._errors import FormatError
 
@@ -148,6 +148,19 @@ def _require(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], p
 _KNOWN_KEY_SETS = {kind: frozenset(keys) for kind, keys in _KNOWN_KEYS.items()}
 
 
+_new = object.__new__
+_P = TypeVar("_P", bound=_PartBase)
+
+
+def _read(cls: type[_P], raw: dict[str, Any], extra: dict[str, Any], **values: Any) -> _P:
+    """A part of ``cls`` with these field values, remembering the dict it was read from:
+    the frozen dataclass's fields set at once (its ``__init__`` sets each through
+    ``object.__setattr__``, and the dict would be a fifth call)."""
+    part: _P = _new(cls)
+    vars(part).update(values, extra=extra, _raw=raw)
+    return part
+
+
 def part_from_dict(data: Any, path: str = "$") -> Part:
     """Turn one content-part dict into a typed part, raising FormatError on wrong types."""
     if not isinstance(data, dict):
@@ -155,43 +168,49 @@ def part_from_dict(data: Any, path: str = "$") -> Part:
     kind = data.get("type")
     if kind is None and "name" in data and "parameters" in data:
         kind = "tool"  # older ToolDefinitionsMessage versions wrote tool parts without type
-    known = _KNOWN_KEY_SETS.get(str(kind), frozenset())
-    extra = {k: v for k, v in data.items() if k not in known} if not known.issuperset(data) else {}
-    part: Part
+    known = _KNOWN_KEY_SETS.get(kind) if kind.__class__ is str else None
+    extra = {k: v for k, v in data.items() if k not in known} if known and not known.issuperset(data) else {}
     if kind in ("text", "thinking"):
         text = _require(data, "text", str, path)
-        part = TextPart(text, extra=extra) if kind == "text" else ThinkingPart(text, extra=extra)
-    elif kind in MEDIA_KINDS:
-        source = _require(data, "source", dict, path)
-        part = MediaPart(kind, source, extra=extra)
-    elif kind == "tool_use":
-        part = ToolUsePart(
-            _require(data, "call_id", str, path),
-            _require(data, "name", str, path),
-            _require(data, "arguments", str, path),
-            extra=extra,
+        if kind == "text":
+            return _read(TextPart, data, extra, text=text, type=kind)
+        return _read(ThinkingPart, data, extra, text=text, type=kind)
+    if kind in MEDIA_KINDS:
+        return _read(MediaPart, data, extra, type=kind, source=_require(data, "source", dict, path))
+    if kind == "tool_use":
+        return _read(
+            ToolUsePart,
+            data,
+            extra,
+            call_id=_require(data, "call_id", str, path),
+            name=_require(data, "name", str, path),
+            arguments=_require(data, "arguments", str, path),
+            type=kind,
         )
-    elif kind == "tool_result":
+    if kind == "tool_result":
         name = data.get("name")
         if name is not None and not isinstance(name, str):
             raise FormatError(None, f"{path}.name", f"expected str, got {type(name).__name__}")
         if "content" not in data:
             raise FormatError(None, path, "missing key 'content'")
-        part = ToolResultPart(_require(data, "call_id", str, path), data["content"], name, extra=extra)
-    elif kind == "tool":
+        call_id = _require(data, "call_id", str, path)
+        return _read(
+            ToolResultPart, data, extra, call_id=call_id, content=data["content"], name=name, type=kind
+        )
+    if kind == "tool":
         description = data.get("description", "")
         if not isinstance(description, str):
             raise FormatError(None, f"{path}.description", "expected str")
-        part = ToolPart(
-            _require(data, "name", str, path),
-            description,
-            _require(data, "parameters", dict, path),
-            extra=extra,
+        return _read(
+            ToolPart,
+            data,
+            extra,
+            name=_require(data, "name", str, path),
+            description=description,
+            parameters=_require(data, "parameters", dict, path),
+            type=kind,
         )
-    else:
-        part = UnknownPart(data)
-    object.__setattr__(part, "_raw", data)
-    return part
+    return _read(UnknownPart, data, {}, data=data)
 
 
 def part_view(part: Part) -> Mapping[str, Any]:
