@@ -816,7 +816,10 @@ class Context:
         if known_token_counts is not None and len(known_token_counts) == len(raw_messages):
             context._unread = _UnreadMessages(raw_messages, known_token_counts, encoding)
         else:
-            context._messages = [Message.from_dict(m, f"$.messages[{i}]") for i, m in enumerate(raw_messages)]
+            with collector_paused():  # as _build_messages: 50,000 messages in 0.4 s, not 0.65
+                context._messages = [
+                    Message.from_dict(m, f"$.messages[{i}]") for i, m in enumerate(raw_messages)
+                ]
         context.content_map = dict(optional_typed(data, "content_map", dict) or {})
         context.anchor_points = _anchors(data.get("anchor_points"))
         context.message_sequence = optional_typed(data, "message_sequence", int) or 0
