@@ -123,7 +123,7 @@ def run(bench: Bench) -> None:
     figures(bench, "verify", {w: verify_throughput(generated, w) for w in WORKERS})
     verify_memory(bench, generated)
     bench.figure("verify, Ray local cluster of 2", verify_throughput(generated, 2, engine="ray"), "calls/s")
-    sessions = bench.scale(60, 20)
+    sessions = bench.scale(40, 20)  # a throughput: 80 calls at each worker count
     suite = bench.workdir / "fleet-suite"
     if not suite.exists():
         build_suite_store(suite, sessions=sessions, turns=2)

@@ -406,7 +406,7 @@ def first_indexing(bench: Bench, root: Path, what: str) -> None:
 def phoenix_store(bench: Bench) -> tuple[Path, int]:
     """The store shown side by side with Phoenix: the shape of the big one, fewer sessions
     (benchmarks/phoenix_view.py says why)."""
-    sessions = bench.scale(250, 30)
+    sessions = bench.scale(120, 30)  # the export and its ingestion take a third of a second a session
     return shared_store(bench, "store-phoenix", **{**store_shape(bench), "sessions": sessions}), sessions
 
 
