@@ -135,7 +135,8 @@ class _MessageView(Sequence[Message]):
     def __getitem__(self, index: slice) -> list[Message]: ...
     def __getitem__(self, index: int | slice) -> Message | list[Message]:
         if isinstance(index, slice):
-            return [self._context.message_at(i) for i in range(*index.indices(len(self)))]
+            with collector_paused():  # a slice of a long context: as _build_messages
+                return [self._context.message_at(i) for i in range(*index.indices(len(self)))]
         return self._context.message_at(index)
 
 
