@@ -354,6 +354,26 @@ class TestPagedContextPage:
         assert at.number_input(key="context_goto_message").value == linked
         assert not at.markdown  # nothing of the page's own text leaks out through Streamlit's magic
 
+    def test_every_run_of_a_linked_view_carries_its_scroll_the_browser_runs_once(
+        self, big: tuple[Path, Session]
+    ) -> None:
+        root, session = big
+        at = open_context(root, session, message="1300")
+
+        def scrolls() -> list[str]:
+            return [h.proto.body for h in at.get("html") if "scrollIntoView" in h.proto.body]
+
+        [first] = scrolls()
+        at.run()  # a rerun that may come before the browser drew the first (the URL taking ids)
+        assert scrolls() == [first]  # the same script, named by the same view: run once a tab
+        assert first.count('window.soapwbScrolledFor === "') == 1
+        at.button(key="next-bottom").click().run()
+        [turned] = scrolls()
+        assert '"st-key-message-1350"' in turned  # a page turned: its first message, a new name
+        assert (
+            turned.split('soapwbScrolledFor === "')[1][:16] != first.split('soapwbScrolledFor === "')[1][:16]
+        )
+
     def test_next_moves_one_page_and_writes_it_in_the_url(self, big: tuple[Path, Session]) -> None:
         root, session = big
         at = open_context(root, session, message="120")
@@ -524,3 +544,35 @@ def test_a_linked_message_of_a_20000_message_context_opens_marked_in_chromium(tm
         page.screenshot(path=str(SHOTS / "context-long-linked.png"))
         browser.close()
     shutil.rmtree(root)
+
+
+SHIFT_ABOVE = (
+    "() => { const main = document.querySelector('[data-testid=\"stMain\"]'); main.style.overflowAnchor = 'none';"
+    " const tall = document.createElement('div'); tall.style.height = '3000px';"
+    " main.querySelector('[data-testid=\"stVerticalBlock\"]').prepend(tall); }"
+)
+"""What a slow page does once the linked message is in view: something drawn late above it
+(here a 3,000-pixel block) pushes it down and out of the window. Chromium's scroll
+anchoring would hold it in place; Safari has none, and it is switched off here."""
+
+
+def test_a_linked_message_is_brought_back_when_what_loads_above_it_moves_it(tmp_path: Path) -> None:
+    from tests.test_browser import CHROMIUM, FLAGS, IN_VIEW, streamlit_app
+
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no chromium at {CHROMIUM}: the browser test cannot run")
+    from playwright.sync_api import sync_playwright
+
+    root = tmp_path / "store"
+    session = long_store(root, 2_000)
+    with streamlit_app(root, tmp_path / "streamlit.log") as url, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(f"{url}/context?store={root}&session={session.uuid}&message=1500")
+        page.locator(".st-key-message-1500").wait_for(state="visible", timeout=60_000)
+        page.wait_for_function(IN_VIEW, arg="message-1500", timeout=30_000)
+        page.wait_for_timeout(600)  # a scroll that stops once it has scrolled a few times has stopped by now
+        page.evaluate(SHIFT_ABOVE)
+        assert not page.evaluate(IN_VIEW, "message-1500")  # pushed out of the window
+        page.wait_for_function(IN_VIEW, arg="message-1500", timeout=5_000)
+        browser.close()

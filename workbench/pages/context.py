@@ -21,6 +21,7 @@ costs the page's messages only.
 from __future__ import annotations
 
 import binascii
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -506,22 +507,44 @@ HIDE_OURS = '[data-testid="stElementContainer"]:has(.soapwb-page-html) { display
 def scroll_into_view(context: Context, shown: Listing) -> None:
     """Bring the linked message (or, after turning a page, the page's first message)
     into view, once per change of view, so that a rerun for anything else leaves the
-    scroll position alone. The script is ours and fixed but for a message number."""
+    scroll position alone. Every run of the same view carries the same script, named by
+    the view, and the browser runs it once: a rerun that comes before the browser drew
+    the first run (the URL taking the context's id makes one) would otherwise lose it.
+    The script is ours and fixed but for a message number and a digest."""
     view = (context.id, shown.page, shown.linked, shown.chronological)
-    target = scroll_target(st.session_state.get(SCROLLED_KEY), view, shown)
-    st.session_state[SCROLLED_KEY] = view
+    kept = st.session_state.get(SCROLLED_KEY)
+    if kept is not None and kept[0] == view:
+        target = kept[1]
+    else:
+        target = scroll_target(None if kept is None else kept[0], view, shown)
+        st.session_state[SCROLLED_KEY] = (view, target)
     if target is not None:
-        script = SCROLL_SCRIPT.replace("TARGET", f"st-key-message-{target}")
+        named = hashlib.sha256(repr(view).encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        script = SCROLL_SCRIPT.replace("TARGET", f"st-key-message-{target}").replace("VIEW", named)
         st.html(script.replace("HIDE", HIDE_OURS).replace("OURS", OURS), unsafe_allow_javascript=True)
 
 
 SCROLL_SCRIPT = """<style>[class*='st-key-message-'] { scroll-margin-top: 4.5rem; } HIDE</style>OURS<script>
 (() => {
-  let tries = 0, seen = 0;
+  if (window.soapwbScrolledFor === "VIEW") return;  // this view's script ran in this tab
+  window.soapwbScrolledFor = "VIEW";
+  // Keep the message where it was scrolled to while what loads around it moves it: for
+  // 30 s, or until the person scrolls, types or clicks (then the page is theirs).
+  let tries = 0, last = null, theirs = false;
+  const inputs = ["wheel", "touchmove", "keydown", "mousedown"];
+  const yours = () => { theirs = true; };
+  inputs.forEach((kind) => window.addEventListener(kind, yours, {passive: true}));
   const timer = setInterval(() => {
-    const found = document.getElementsByClassName("TARGET")[0];
-    if (found) { found.scrollIntoView({block: "start"}); seen += 1; }
-    if (seen >= 3 || ++tries > 80) clearInterval(timer);
+    const found = theirs ? null : document.getElementsByClassName("TARGET")[0];
+    if (found && (last === null || Math.abs(found.getBoundingClientRect().top - last) >= 1)) {
+      found.style.scrollMarginTop = "4.5rem";  // below the header, whenever this style sheet is gone
+      found.scrollIntoView({block: "start"});
+      last = found.getBoundingClientRect().top;
+    }
+    if (theirs || ++tries > 200) {
+      clearInterval(timer);
+      inputs.forEach((kind) => window.removeEventListener(kind, yours));
+    }
   }, 150);
 })();
 </script>"""
