@@ -168,7 +168,7 @@ def part_from_dict(data: Any, path: str = "$") -> Part:
     kind = data.get("type")
     if kind is None and "name" in data and "parameters" in data:
         kind = "tool"  # older ToolDefinitionsMessage versions wrote tool parts without type
-    known = _KNOWN_KEY_SETS.get(kind) if kind.__class__ is str else None
+    known = _KNOWN_KEY_SETS.get(kind) if isinstance(kind, str) else None
     extra = {k: v for k, v in data.items() if k not in known} if known and not known.issuperset(data) else {}
     if kind in ("text", "thinking"):
         text = _require(data, "text", str, path)

@@ -123,6 +123,8 @@ class Count(int):
 def test_subclasses_of_the_json_types_are_taken_as_they_always_were() -> None:
     read = Message.from_dict({**MESSAGE, "role": Name("user"), "token_count": Count(2), "id": Name("x")})
     assert (read.role, read.token_count, read.id) == ("user", 2, "x")
+    part = part_from_dict({"type": Name("text"), "text": "hi", "cache": 1})
+    assert part == TextPart("hi", extra={"cache": 1})
 
 
 @pytest.mark.parametrize(
