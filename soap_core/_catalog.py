@@ -46,6 +46,7 @@ folders (:mod:`soap_core._tempfiles`).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import functools
 import hashlib
@@ -70,7 +71,8 @@ from soap_core import _trust as trust
 from soap_core._context import Context
 from soap_core._errors import ContextNotFoundError, FormatError, SoapError, StoreError
 from soap_core._facts import MessageFacts, decode_facts, encode_facts, facts_of, prefix_facts
-from soap_core._jsonio import bytes_digest, parse_json_bytes, read_json
+from soap_core._ids import identifier_problem
+from soap_core._jsonio import bytes_digest, loads_plain, parse_json_bytes, read_json
 from soap_core._layout import (
     AGENTS_DIR,
     SESSIONS_DIR,
@@ -98,14 +100,15 @@ from soap_core._tokens import count_text, message_token_text
 T = TypeVar("T")
 
 CATALOG_FILE = ".soapwb-catalog.sqlite3"
-SCHEMA_VERSION = "11"
+SCHEMA_VERSION = "12"
 """Bumped whenever what the catalog vouches for changes: a context file it indexed is
 loaded without its messages being checked again (they are built on first use), so a
 catalog written under older reading rules must not vouch for a file the current rules
 refuse (4: ids, records and links checked as in soap_core._ids; 5: message spans and
 facts, soap_core._spans; 6: the facts of soap_core._facts; 7: signatures with the change
 time, the stamp in the lock file; 8: the text backlog; 9: token counts filled in behind;
-10: session folders' own signatures, soap_core._catalog.Catalog._found)."""
+10: session folders' own signatures, soap_core._catalog.Catalog._found; 12: messages'
+rows, spans and facts filled in behind a workbench's first indexing, ``row_backlog``)."""
 LOCK_SUFFIX = ".lock"
 """The lock file beside the database (``.soapwb-catalog.sqlite3.lock``): its ``flock``
 orders builds, rebuilds and checkpoints across processes; its bytes are the stamp."""
@@ -124,9 +127,11 @@ TEXT_BATCH = 20_000
 writes in one transaction."""
 COUNTS_BEHIND_FROM = 100
 """A refresh asked to count behind (``refresh(counts_behind=True)``, the workbench's)
-leaves the token counts to :meth:`Catalog.fill_counts` only when it indexes at least
-this many session folders: a new store's first indexing, where counting is most of the
-cost, and not a live store's few changed files, whose counts a page shows at once."""
+lists each context file from its file-level keys alone, and leaves its messages (their
+checks, rows, spans, facts and token counts) to :meth:`Catalog.fill_counts`, only when
+it indexes at least this many session folders: a new store's first indexing, where
+reading every message is most of the cost (issue 28 point 2), and not a live store's
+few changed files, which a page shows whole at once."""
 
 SESSION_FILE = "session.json"
 
@@ -200,6 +205,11 @@ CREATE TABLE count_backlog(        -- context files whose true token counts are 
     file TEXT NOT NULL,            -- first indexing for the workbench leaves them to
     PRIMARY KEY(dir, file)         -- Catalog.fill_counts, run behind it
 ) WITHOUT ROWID;
+CREATE TABLE row_backlog(          -- context files a first indexing for the workbench
+    dir TEXT NOT NULL,             -- listed from their file-level keys alone: their
+    file TEXT NOT NULL,            -- messages are checked, and their rows, spans and
+    PRIMARY KEY(dir, file)         -- facts written, by Catalog.fill_counts (each also
+) WITHOUT ROWID;                   -- waits in count_backlog and text_backlog)
 CREATE TABLE folders(              -- a session folder's own signature as a walk found
     dir TEXT PRIMARY KEY,          -- it settled, with the names it listed then: a later
     sig TEXT NOT NULL,             -- walk finding the same signature stats those files
@@ -835,6 +845,16 @@ def _close_handles(holder: list[_Handle]) -> None:
     holder.clear()
 
 
+@dataclass
+class _Listed:
+    """What a first indexing for the workbench lists (:meth:`Catalog._apply_walk`): the
+    rows of sessions and of context files read from their file-level keys, written
+    together at its end (:func:`_put_listed`)."""
+
+    sessions: list[tuple[Any, ...]] = field(default_factory=list)
+    files: list[tuple[Any, ...]] = field(default_factory=list)
+
+
 class Catalog:
     """The index of one store. Open it through :meth:`Store.catalog`.
 
@@ -1297,8 +1317,15 @@ class Catalog:
             folders = [(f.rel, *f.folder) for f in found if f.folder is not None]
             if not changes and not gone and not folders:
                 return self._generation_now()
-            count_now = not counts_behind or len(changes) < COUNTS_BEHIND_FROM
+            # a new store's first indexing for the workbench lists each file from its
+            # file-level keys, into ``listed``, and leaves its messages to fill_counts
+            listed = _Listed() if counts_behind and len(changes) >= COUNTS_BEHIND_FROM else None
             with self._write() as db:
+                # an empty catalog, seen inside the write: no row of any file to look up
+                # (``known`` was read before it, and another process may have written since)
+                empty = db.execute(
+                    "SELECT NOT EXISTS (SELECT 1 FROM sessions) AND NOT EXISTS (SELECT 1 FROM context_files)"
+                ).fetchone()[0]
                 # what a listing shows does not change with these: no new generation
                 db.executemany("INSERT OR REPLACE INTO folders VALUES (?, ?, ?)", folders)
                 changed = bool(gone)
@@ -1306,8 +1333,10 @@ class Catalog:
                     _delete_session(db, rel)
                 progress.report(progress.SESSIONS, 0, len(changes))
                 for done, item in enumerate(changes, 1):
-                    changed = self._index_found(db, item, known, count_now) or changed
+                    changed = self._index_found(db, item, known, listed, empty) or changed
                     progress.report(progress.SESSIONS, done, len(changes))
+                if listed is not None:
+                    _put_listed(db, listed)
                 if changed:
                     self._bump(db)
             return self._generation_now()
@@ -1331,10 +1360,17 @@ class Catalog:
         return {d: (sig, names) for d, sig, names in self._db.execute("SELECT * FROM folders")}
 
     def _index_found(
-        self, db: sqlite3.Connection, item: _Found, known: _Known, count_now: bool = True
+        self,
+        db: sqlite3.Connection,
+        item: _Found,
+        known: _Known,
+        listed: _Listed | None = None,
+        empty: bool = False,
     ) -> bool:
         """Read again what changed in one session folder, and forget what vanished;
-        False when every file read again held what the catalog already had."""
+        False when every file read again held what the catalog already had. With
+        ``listed``, its rows are listed there (:meth:`_index_context_file`); ``empty``:
+        the catalog held no file when this write began (no row is looked up)."""
         changed = False
         if item.outside is not None:
             _delete_messages(db, item.rel)
@@ -1343,7 +1379,7 @@ class Catalog:
             _put_session(db, item, OutsideStoreError(item.path, item.outside))
             return True
         if known.sessions.get(item.rel) != item.session_key:
-            changed = self._index_session_file(db, item)
+            changed = self._index_session_file(db, item, not empty, listed)
         files = known.files.get(item.rel, {})
         for name in files.keys() - item.context_sigs.keys():
             _delete_messages(db, item.rel, name)
@@ -1351,32 +1387,43 @@ class Catalog:
             changed = True
         for name, sig in item.context_sigs.items():
             if files.get(name) != sig:
-                changed = self._index_context_file(db, item.rel, item.path / name, sig, count_now) or changed
+                where = os.path.join(item.where, name)
+                changed = self._index_context_file(db, item.rel, where, sig, listed, not empty) or changed
         for kind in (CALLS_DIR, INVOCATIONS_DIR) if item.with_records else ():
             record_sig = item.record_sigs.get(kind)
             if known.records.get((item.rel, kind)) != record_sig:
                 changed = _index_records(db, item.rel, item.path, kind, record_sig) or changed
         return changed
 
-    def _index_session_file(self, db: sqlite3.Connection, item: _Found) -> bool:
-        if item.session_sig and self._leads_out(str(item.path / SESSION_FILE)):
+    def _index_session_file(
+        self, db: sqlite3.Connection, item: _Found, known: bool = True, listed: _Listed | None = None
+    ) -> bool:
+        """Index one session's ``session.json``; with ``listed``, its row waits there
+        (:func:`_put_listed`). ``known``: the catalog may hold its row (False: it holds
+        none, so none is looked up)."""
+        raw, outside = (
+            self._read_inside(os.path.join(item.where, SESSION_FILE)) if item.session_sig else (None, False)
+        )
+        if outside:
             path = item.path / SESSION_FILE
             _put_session(db, item, OutsideStoreError(path, outside_problem(path, SESSION_FILE)))
             return True
-        raw = _read_bytes(item.path / SESSION_FILE) if item.session_sig else None
         names = (
             item.role.encode("utf-8", "surrogatepass"),
             (item.instance or "").encode("utf-8", "surrogatepass"),
         )
         digest = None if raw is None else _digest(raw, *names)
-        row = db.execute("SELECT digest FROM sessions WHERE dir=?", (item.rel,)).fetchone()
+        row = db.execute("SELECT digest FROM sessions WHERE dir=?", (item.rel,)).fetchone() if known else None
         if digest is not None and row is not None and row[0] == digest:
             db.execute(
                 "UPDATE sessions SET sig=?, mtime_ns=? WHERE dir=?",
                 (_settled(item.session_sig), item.session_mtime, item.rel),
             )
             return False
-        _put_session(db, item, self._read_session(item, raw), digest)
+        if listed is not None:
+            listed.sessions.append(_session_row(item, self._read_session(item, raw), digest))
+        else:
+            _put_session(db, item, self._read_session(item, raw), digest)
         return True
 
     @staticmethod
@@ -1392,41 +1439,87 @@ class Catalog:
             return exc
 
     def _index_context_file(
-        self, db: sqlite3.Connection, rel: str, path: Path, sig: str, count_now: bool = True
+        self,
+        db: sqlite3.Connection,
+        rel: str,
+        where: str,
+        sig: str,
+        listed: _Listed | None = None,
+        known: bool = True,
     ) -> bool:
         """Index one context file, its text left to :meth:`fill_text` (the trigram
-        index is most of what a first indexing costs), and its token counts to
-        :meth:`fill_counts` unless ``count_now``; False if its bytes are what was indexed
-        before (a racy file read again), which then only takes the new signature."""
-        raw = None if self._leads_out(str(path)) else _read_bytes(path)
-        digest = None if raw is None else _digest(raw)
-        row = db.execute(
-            "SELECT digest FROM context_files WHERE dir=? AND file=?", (rel, path.name)
-        ).fetchone()
+        index is most of what a first indexing costs). With ``listed``, only what a
+        listing shows is taken, from its file-level keys, and appended there for
+        :func:`_put_listed` to write: its messages are checked, counted and their rows
+        written by :meth:`fill_counts`. False if its bytes are what was indexed before
+        (a racy file read again), which then only takes the new signature. ``known``:
+        the catalog may hold a row of it (False: it holds none, so none is looked up).
+        ``where``: its path."""
+        raw, outside = self._read_inside(where)
+        name = os.path.basename(where)
+        row = (
+            db.execute("SELECT digest FROM context_files WHERE dir=? AND file=?", (rel, name)).fetchone()
+            if known
+            else None
+        )
+        # a file listed first is digested by fill_counts, which reads it again anyway
+        digest = None if raw is None or (row is None and listed is not None) else _digest(raw)
         if digest is not None and row is not None and row[0] == digest:
-            db.execute(
-                "UPDATE context_files SET sig=? WHERE dir=? AND file=?", (_settled(sig), rel, path.name)
-            )
+            db.execute("UPDATE context_files SET sig=? WHERE dir=? AND file=?", (_settled(sig), rel, name))
             return False
         if row is not None:  # rows of its bytes before (a new file has none: four queries saved)
-            _delete_messages(db, rel, path.name)
+            _delete_messages(db, rel, name)
+        keys = None if raw is None or listed is None else _listed_keys(loads_plain(raw))
+        if keys is not None and listed is not None:
+            listed.files.append(_listed_row(rel, name, _settled(sig), *keys, digest))
+            return True
+        path = Path(where)
         try:
-            if raw is None and self._leads_out(str(path)):
+            if outside:
                 raise OutsideStoreError(path, outside_problem(path, "context file"))
             if raw is None:
                 raise StoreError(path, "cannot read: it vanished or is unreadable")
-            context = Context.from_dict(parse_json_bytes(path, raw))
+            data = parse_json_bytes(path, raw)
+            context = Context.from_dict(data, spanned=None if listed is None else ())  # (): no message read
         except SoapError as exc:
-            error = exc.at(path) if isinstance(exc, FormatError) and exc.path is None else exc
+            error = _error_text(exc, path)
+            digest = digest if raw is None or digest is not None else _digest(raw)
             db.execute(
                 "INSERT OR REPLACE INTO context_files(dir, file, sig, error, digest) VALUES (?, ?, ?, ?, ?)",
-                (rel, path.name, _settled(sig), str(error), digest),
+                (rel, path.name, _settled(sig), error, digest),
             )
             return True
-        counts = self._true_counts(db, context.messages) if count_now else None
+        if listed is not None:  # JSON only the lenient reader takes, or keys that only look odd
+            keys = (context.id, context.origin_context_id, context.children, data.get("messages") or [])
+            listed.files.append(_listed_row(rel, name, _settled(sig), *keys, digest))
+            return True
+        counts = self._true_counts(db, context.messages)
         spans = message_spans(raw, len(context.messages)) if len(context.messages) >= SPANNED_FROM else None
         _put_context(db, rel, path.name, sig, context, counts, digest, spans, text_later=True)
         return True
+
+    def _read_inside(self, path: str) -> tuple[bytes | None, bool]:
+        """A file's bytes (None if it cannot be read), and whether it is a link leading
+        outside the store, then not read: one ``open`` that follows no link, and the
+        link's own check (:meth:`_leads_out`) only where it meets one, not an ``lstat``
+        of every file a first indexing reads."""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                return None, False
+            if self._leads_out(path):
+                return None, True
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)  # a link within the store
+            except OSError:
+                return None, False
+        try:
+            return _read_all(fd), False
+        except OSError:
+            return None, False
+        finally:
+            os.close(fd)
 
     def _true_counts(self, db: sqlite3.Connection, messages: list[Message]) -> list[int]:
         """Each message's true count: from the content-addressed cache where this exact
@@ -1787,32 +1880,34 @@ class Catalog:
 
     def counts_waiting(self) -> int:
         """How many context files wait for their true token counts (a first indexing for
-        the workbench leaves them to :meth:`fill_counts`); their listing rows show no
-        tokens until then, and a load counts them itself."""
+        the workbench leaves them to :meth:`fill_counts`, its messages' rows with them);
+        their listing rows show no tokens until then, and a load counts them itself."""
         return int(self._run(lambda: self._db.execute("SELECT count(*) FROM count_backlog").fetchone()[0]))
 
     def fill_counts(self) -> int:
         """Take the true token counts of every file in the count backlog, reporting
-        ``("tokens", done, total)`` files; returns how many files got theirs. As
-        :meth:`fill_text`: files are read, parsed and counted outside the catalog's lock
-        and written in batches of :data:`TEXT_BATCH` messages, each batch a transaction
-        that moves the generation (a listing then shows the new counts); a file that
-        changed since it was indexed is left to the refresh that indexes it again.
-        Counts already known by text hash (a fork's copies) are not encoded again."""
+        ``("tokens", done, total)`` files; returns how many files got theirs (or their
+        error). A file a first indexing listed unread (``row_backlog``) has its messages
+        checked here, and their rows, spans and facts written, as a whole indexing
+        writes them; one whose messages do not read takes its error, so the listing
+        shows it from then on. As :meth:`fill_text`: files are read, parsed and counted
+        outside the catalog's lock and written in batches of :data:`TEXT_BATCH`
+        messages, each batch a transaction that moves the generation (a listing then
+        shows the new counts); a file that changed since it was indexed is left to the
+        refresh that indexes it again. Counts already known by text hash (a fork's
+        copies) are not encoded again."""
         waiting = self._run(lambda: self._db.execute(_COUNT_BACKLOG).fetchall())
         if not waiting:
             return 0
         progress.report(progress.TOKENS, 0, len(waiting))
         filled = 0
-        batch: list[tuple[str, str, str, int, list[str]]] = []
+        batch: list[_Counting] = []
         held = 0
-        for done, (rel, file, sig, count) in enumerate(waiting, 1):
+        for done, (rel, file, sig, count, unread) in enumerate(waiting, 1):
             path = self.config_dir / rel / file
-            messages = None if self._leads_out(str(path)) else _messages_of(path, sig, count)
-            if messages is not None:
-                batch.append(
-                    (rel, file, sig, count, [message_token_text(m.role, m.raw_content()) for m in messages])
-                )
+            read = None if self._leads_out(str(path)) else _counting(path, rel, sig, count, bool(unread))
+            if read is not None:
+                batch.append(read)
                 held += count
             if done == len(waiting) or held >= TEXT_BATCH:
                 filled += self._put_waiting_counts(batch)
@@ -1820,8 +1915,8 @@ class Catalog:
             progress.report(progress.TOKENS, done, len(waiting))
         return filled
 
-    def _put_waiting_counts(self, batch: list[tuple[str, str, str, int, list[str]]]) -> int:
-        keys = {_token_key(text): text for *_file, texts in batch for text in texts}
+    def _put_waiting_counts(self, batch: list[_Counting]) -> int:
+        keys = {_token_key(text): text for item in batch for text in item.texts}
         listed = list(keys)
 
         known = self._run(lambda: _cached_counts(self._db, listed)) if listed else {}
@@ -1832,21 +1927,46 @@ class Catalog:
             put = 0
             with self._write() as db:
                 db.executemany("INSERT OR IGNORE INTO token_counts VALUES (?, ?)", new.items())
-                for rel, file, sig, count, texts in batch:
+                for item in batch:
+                    rel, file = item.rel, item.file
                     row = db.execute(f"{_COUNT_BACKLOG} WHERE b.dir=? AND b.file=?", (rel, file)).fetchone()
-                    if row is None or tuple(row[2:]) != (sig, count):
+                    if row is None or tuple(row[2:]) != (item.sig, item.count, item.unread):
                         continue  # counted meanwhile, or indexed again since it was read
-                    counts = [counted[_token_key(text)] for text in texts]
-                    db.execute(
-                        "UPDATE context_files SET tokens=?, counts=? WHERE dir=? AND file=?",
-                        (sum(counts), array("i", counts).tobytes(), rel, file),
-                    )
-                    db.executemany(
-                        "UPDATE messages SET tokens=? WHERE dir=? AND file=? AND idx=?",
-                        ((c, rel, file, i) for i, c in enumerate(counts)),
-                    )
-                    db.execute("DELETE FROM count_backlog WHERE dir=? AND file=?", (rel, file))
                     put += 1
+                    if (
+                        item.error is not None
+                    ):  # messages that do not read: listed as a whole indexing lists it
+                        _delete_messages(db, rel, file)
+                        db.execute(
+                            "INSERT OR REPLACE INTO context_files(dir, file, sig, error, digest) "
+                            "VALUES (?, ?, ?, ?, ?)",
+                            (rel, file, item.sig, item.error, item.digest),
+                        )
+                        continue
+                    counts = [counted[_token_key(text)] for text in item.texts]
+                    if item.context is not None:
+                        _put_context(
+                            db,
+                            rel,
+                            file,
+                            item.sig,
+                            item.context,
+                            counts,
+                            item.digest,
+                            item.spans,
+                            text_later=True,
+                        )
+                        db.execute("DELETE FROM row_backlog WHERE dir=? AND file=?", (rel, file))
+                    else:
+                        db.execute(
+                            "UPDATE context_files SET tokens=?, counts=? WHERE dir=? AND file=?",
+                            (sum(counts), array("i", counts).tobytes(), rel, file),
+                        )
+                        db.executemany(
+                            "UPDATE messages SET tokens=? WHERE dir=? AND file=? AND idx=?",
+                            ((c, rel, file, i) for i, c in enumerate(counts)),
+                        )
+                    db.execute("DELETE FROM count_backlog WHERE dir=? AND file=?", (rel, file))
                 if put:
                     self._bump(db)
             return put
@@ -1868,6 +1988,8 @@ class Catalog:
         go on meanwhile (a background thread may run this). A file whose signature or
         messages moved since it was indexed is left to the refresh that indexes it
         again (which clears its row)."""
+        if self._run(lambda: self._db.execute("SELECT 1 FROM row_backlog LIMIT 1").fetchone()):
+            self.fill_counts()  # the rows first: the text goes in by their rowids
         waiting = self._run(lambda: self._db.execute(_BACKLOG).fetchall())
         if not waiting:
             return 0
@@ -1891,7 +2013,7 @@ class Catalog:
         put = 0
         with self._write() as db:
             for rel, file, sig, count, texts in batch:
-                row = db.execute(f"{_BACKLOG} WHERE b.dir=? AND b.file=?", (rel, file)).fetchone()
+                row = db.execute(f"{_BACKLOG} AND b.dir=? AND b.file=?", (rel, file)).fetchone()
                 if row is None or tuple(row[2:]) != (sig, count):
                     continue  # filled meanwhile, or indexed again since it was read
                 _put_texts(db, rel, file, texts)
@@ -1956,13 +2078,15 @@ class Catalog:
 # -- rows -----------------------------------------------------------------------------------
 
 
-_BACKLOG = (
+_BACKLOG = (  # a file whose rows are not written yet waits for them (its text goes in by their rowids)
     "SELECT b.dir, b.file, c.sig, c.messages FROM text_backlog b "
-    "JOIN context_files c ON c.dir = b.dir AND c.file = b.file"
+    "JOIN context_files c ON c.dir = b.dir AND c.file = b.file "
+    "LEFT JOIN row_backlog r ON r.dir = b.dir AND r.file = b.file WHERE r.dir IS NULL"
 )
-_COUNT_BACKLOG = (
-    "SELECT b.dir, b.file, c.sig, c.messages FROM count_backlog b "
-    "JOIN context_files c ON c.dir = b.dir AND c.file = b.file"
+_COUNT_BACKLOG = (  # the last column: listed unread (its rows are written with its counts)
+    "SELECT b.dir, b.file, c.sig, c.messages, r.dir IS NOT NULL FROM count_backlog b "
+    "JOIN context_files c ON c.dir = b.dir AND c.file = b.file "
+    "LEFT JOIN row_backlog r ON r.dir = b.dir AND r.file = b.file"
 )
 
 
@@ -1974,6 +2098,62 @@ def _cached_counts(db: sqlite3.Connection, keys: list[bytes]) -> dict[bytes, int
         marks = ",".join("?" * len(chunk))
         known.update(db.execute(f"SELECT hash, tokens FROM token_counts WHERE hash IN ({marks})", chunk))
     return known
+
+
+@dataclass
+class _Counting:
+    """A file of the count backlog as :meth:`Catalog.fill_counts` read it: its
+    messages' token texts and, for a file listed unread, what its rows are written
+    from (its messages, digest and spans) or the error its messages make."""
+
+    rel: str
+    file: str
+    sig: str
+    count: int
+    unread: bool
+    texts: list[str]
+    context: Context | None = None
+    digest: str | None = None
+    spans: array[int] | None = None
+    error: str | None = None
+
+
+def _counting(path: Path, rel: str, sig: str, count: int, unread: bool) -> _Counting | None:
+    """What :meth:`Catalog.fill_counts` needs of one waiting file, if it is still the
+    file indexed at ``sig`` with ``count`` messages; else None (a refresh indexes it
+    again)."""
+    if not unread:
+        messages = _messages_of(path, sig, count)
+        if messages is None:
+            return None
+        return _Counting(
+            rel,
+            path.name,
+            sig,
+            count,
+            unread,
+            [message_token_text(m.role, m.raw_content()) for m in messages],
+        )
+    info = _stat(path)
+    raw = None if info is None or _signature(info) != sig.removeprefix("racy:") else _read_bytes(path)
+    if raw is None:
+        return None
+    try:
+        context = Context.from_dict(parse_json_bytes(path, raw))
+    except SoapError as exc:
+        return _Counting(
+            rel, path.name, sig, count, unread, [], digest=_digest(raw), error=_error_text(exc, path)
+        )
+    if context.message_count != count:
+        return None
+    texts = [message_token_text(m.role, m.raw_content()) for m in context.messages]
+    spans = message_spans(raw, count) if count >= SPANNED_FROM else None
+    return _Counting(rel, path.name, sig, count, unread, texts, context, _digest(raw), spans)
+
+
+def _error_text(exc: SoapError, path: Path) -> str:
+    """What a context file's row says of the error reading it made."""
+    return str(exc.at(path) if isinstance(exc, FormatError) and exc.path is None else exc)
 
 
 def _messages_of(path: Path, sig: str, count: int) -> list[Message] | None:
@@ -2008,6 +2188,18 @@ def _int_array(typecode: str, raw: Any) -> array[int] | None:
         return None
     values.frombytes(raw)
     return values
+
+
+def _read_all(fd: int) -> bytes:
+    """The bytes of an open file, to its end (as ``Path.read_bytes``, without the
+    buffered file object around the descriptor)."""
+    size = os.fstat(fd).st_size
+    chunks = []
+    want = size + 1  # one byte more: the end is seen without a third call
+    while chunk := os.read(fd, want):
+        chunks.append(chunk)
+        want = 1 << 20
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _read_bytes(path: Path) -> bytes | None:
@@ -2091,8 +2283,8 @@ def _delete_messages(db: sqlite3.Connection, rel: str, file: str | None = None) 
         db.executemany("DELETE FROM message_text WHERE rowid=?", rowids)
     if rowids:
         db.execute(f"DELETE FROM messages WHERE {where}", params)
-    db.execute(f"DELETE FROM text_backlog WHERE {where}", params)
-    db.execute(f"DELETE FROM count_backlog WHERE {where}", params)
+    for backlog in ("text_backlog", "count_backlog", "row_backlog"):
+        db.execute(f"DELETE FROM {backlog} WHERE {where}", params)
 
 
 def _moved_messages(
@@ -2214,32 +2406,32 @@ def _forked_rows(
 def _put_session(
     db: sqlite3.Connection, item: _Found, session: Session | SoapError, digest: str | None = None
 ) -> None:
+    db.execute(
+        "INSERT OR REPLACE INTO sessions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        _session_row(item, session, digest),
+    )
+
+
+def _session_row(item: _Found, session: Session | SoapError, digest: str | None = None) -> tuple[Any, ...]:
     name = item.rel.rsplit("/", 1)[1]
     uuid_part = name[9:] if len(name) > 9 and name[:8].isdigit() and name[8] == "-" else name
     base = (item.rel, _sort_key(item), item.layout, item.role, item.instance, name, uuid_part)
     sig = _settled(item.session_sig)
     if isinstance(session, SoapError):
-        db.execute(
-            "INSERT OR REPLACE INTO sessions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (*base, sig, item.session_mtime, None, None, 0, None, None, 0, str(session), digest),
-        )
-        return
+        return (*base, sig, item.session_mtime, None, None, 0, None, None, 0, str(session), digest)
     object_id = session.state_data.get(OBJECT_KEY)
-    db.execute(
-        "INSERT OR REPLACE INTO sessions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-        (
-            *base,
-            sig,
-            item.session_mtime,
-            session.uuid,
-            session.thread_id,
-            int(session.is_active),
-            session.active_context_id,
-            object_id if isinstance(object_id, str) else None,
-            int(RERUN_SESSION_KEY in session.state_data),
-            None,
-            digest,
-        ),
+    return (
+        *base,
+        sig,
+        item.session_mtime,
+        session.uuid,
+        session.thread_id,
+        int(session.is_active),
+        session.active_context_id,
+        object_id if isinstance(object_id, str) else None,
+        int(RERUN_SESSION_KEY in session.state_data),
+        None,
+        digest,
     )
 
 
@@ -2320,6 +2512,87 @@ def _put_context(
         db.execute("INSERT OR IGNORE INTO text_backlog VALUES (?, ?)", (rel, file))
         return
     _put_texts(db, rel, file, texts)
+
+
+def _listed_keys(data: Any) -> tuple[str, str | None, list[str], list[Any]] | None:
+    """What a listing takes of a parsed context file: its id, origin, children and
+    messages, when each is plainly what :meth:`Context.from_dict` accepts; None
+    otherwise (it then says what is wrong). The other keys, and the messages
+    themselves, are checked by :meth:`Catalog.fill_counts`."""
+    if data.__class__ is not dict:
+        return None
+    get = data.get
+    context_id, origin, children, messages = (
+        get("id"),
+        get("origin_context_id"),
+        get("children"),
+        get("messages"),
+    )
+    if context_id.__class__ is not str or identifier_problem(context_id) is not None:
+        return None
+    if origin is not None and (origin.__class__ is not str or identifier_problem(origin) is not None):
+        return None
+    if children is not None and (
+        children.__class__ is not list
+        or not all(c.__class__ is str and identifier_problem(c) is None for c in children)
+    ):
+        return None
+    if messages is not None and messages.__class__ is not list:
+        return None
+    return context_id, origin, children or [], messages or []
+
+
+def _listed_row(
+    rel: str,
+    file: str,
+    sig: str,
+    context_id: str,
+    origin: str | None,
+    children: list[str],
+    messages: list[Any],
+    digest: str | None,
+) -> tuple[Any, ...]:
+    """A context file's row as listed from its file-level keys and its messages as
+    parsed (their number and first and last times; nothing of them is kept). The
+    rest of what :func:`_put_context` writes (the messages' checks, rows, counts,
+    spans and facts, and the digest of a new file) waits for :meth:`Catalog.fill_counts`."""
+    stamps = [
+        t
+        for m in messages
+        if m.__class__ is dict and (t := m.get("creation_timestamp")).__class__ is str and t
+    ]
+    first, last = (min(stamps), max(stamps)) if stamps else (None, None)
+    children_text = json.dumps(children)
+    return (
+        rel,
+        file,
+        sig,
+        context_id,
+        origin,
+        children_text,
+        len(messages),
+        None,
+        first,
+        last,
+        None,
+        None,
+        digest,
+    )
+
+
+def _put_listed(db: sqlite3.Connection, listed: _Listed) -> None:
+    """Write what a first indexing listed: its sessions' rows, and its context files'
+    (:func:`_listed_row`), each file waiting in the three backlogs."""
+    rows = listed.files
+    texts = (v for row in (*listed.sessions, *rows) for v in row if v.__class__ is str)
+    insert = (
+        sqlite3.Connection.executemany if "".join(texts).isascii() else type(db).executemany
+    )  # as _put_context
+    insert(db, "INSERT OR REPLACE INTO sessions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", listed.sessions)
+    insert(db, "INSERT OR REPLACE INTO context_files VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,NULL,NULL)", rows)
+    files = [(r[0], r[1]) for r in rows]
+    for backlog in ("row_backlog", "count_backlog", "text_backlog"):
+        insert(db, f"INSERT OR IGNORE INTO {backlog} VALUES (?, ?)", files)
 
 
 def _put_texts(db: sqlite3.Connection, rel: str, file: str, texts: dict[int, str]) -> None:

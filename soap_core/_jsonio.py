@@ -66,6 +66,16 @@ def parse_json_bytes(path: Path, raw: bytes) -> Any:
         return _lenient(path, text, strict_error)
 
 
+def loads_plain(raw: bytes) -> Any | None:
+    """orjson's reading alone, or None where it refuses the bytes (then
+    :func:`parse_json_bytes` decides). Integers past 64 bits come back as floats: for a
+    reader that takes no number from the file (a listing's ids and times)."""
+    try:
+        return orjson.loads(raw[3:] if raw.startswith(_BOM) else raw)
+    except orjson.JSONDecodeError:
+        return None
+
+
 JSON5_LIMIT = 64 * 1024
 """Largest file (in characters) handed to the json5 reader, which is pure Python
 (about 0.1 MB/s): past it, only comments and trailing commas are accepted beyond JSON."""

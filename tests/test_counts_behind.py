@@ -6,6 +6,7 @@ page says so and draws the table again once they are in."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -15,16 +16,19 @@ from pathlib import Path
 import pytest
 
 import soap_core._catalog as catalog_module
-from soap_core import Store, reporting_progress
+from soap_core import Message, Store, reporting_progress
 from soap_core._catalog import CATALOG_FILE
 from soapwb.cli import main
 from tests.apptest import open_app_page
-from tests.test_catalog import _age, build_sessions_store
+from tests.test_catalog import QUERIES, _age, build_sessions_store
 from workbench import indexing
 
 SESSIONS = 12
 
-FILE_ROWS = "SELECT dir, file, messages, tokens, counts FROM context_files ORDER BY dir, file"
+FILE_ROWS = (  # every column but the signature (another inode, other times)
+    "SELECT dir, file, id, origin_context_id, children, messages, tokens, first_ts, last_ts, counts, error, "
+    "digest, spans, facts FROM context_files ORDER BY dir, file"
+)
 MESSAGE_ROWS = "SELECT dir, file, idx, id, role, tokens, cached_tokens, created, chars FROM messages ORDER BY dir, file, idx"
 
 
@@ -46,7 +50,12 @@ def two_copies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, P
 
 
 def complete(root: Path) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
-    return rows(root, FILE_ROWS), rows(root, MESSAGE_ROWS)
+    """Every file's and message's row; an error names its file under ROOT."""
+    files = [
+        tuple(v.replace(str(root), "ROOT") if isinstance(v, str) else v for v in r)
+        for r in rows(root, FILE_ROWS)
+    ]
+    return files, rows(root, MESSAGE_ROWS)
 
 
 def test_the_first_listing_leaves_the_counts_and_the_fill_gives_what_a_whole_indexing_gives(
@@ -164,3 +173,185 @@ def test_the_sessions_page_says_the_counts_are_coming_and_shows_them_once_in(
     assert not any("Counting the tokens" in c.value for c in at.caption)
     table = at.dataframe[0].value
     assert table["tokens"].notna().all() and (table["tokens"] > 0).all()
+
+
+def _active_file(root: Path) -> Path:
+    """One session's active context file (the listing shows its figures)."""
+    summary = Store(root, use_catalog=False).sessions()[0]
+    session = json.loads((summary.path / "session.json").read_text())
+    return next(summary.path.glob(f"*{session['active_context_id']}.json"))
+
+
+def test_the_first_listing_reads_no_message_and_lists_what_a_whole_indexing_lists(
+    two_copies: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each file is listed from its file-level keys: no message is built and no row
+    written until the fill, yet the listing's counts and times are the whole one's."""
+    behind, whole = two_copies
+    built: list[object] = []
+    real = Message.from_dict.__func__  # type: ignore[attr-defined]
+
+    def recording(cls: type[Message], data: object, path: str = "$") -> Message:
+        built.append(path)
+        return real(cls, data, path)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(Message, "from_dict", classmethod(recording))
+    listed = Store(behind, counts_behind=True).sessions()
+    assert built == [], "the listing built a message"
+    assert rows(behind, "SELECT count(*) FROM messages") == [(0,)]
+    waiting = rows(behind, "SELECT count(*) FROM row_backlog")[0][0]
+    assert waiting == len(rows(behind, FILE_ROWS))
+    monkeypatch.undo()
+    catalog_module.COUNTS_BEHIND_FROM = 5  # as the fixture set it
+    full = Store(whole).sessions()
+    without_tokens = [(s.uuid, s.figures and dataclasses.replace(s.figures, tokens=None)) for s in full]
+    assert [(s.uuid, s.figures) for s in listed] == without_tokens
+    catalog = Store(behind).catalog()
+    assert catalog is not None and catalog.fill_counts() == waiting
+    assert rows(behind, "SELECT count(*) FROM row_backlog") == [(0,)]
+    assert complete(behind) == complete(whole)
+
+
+def test_a_file_whose_messages_do_not_read_takes_its_error_once_filled(two_copies: tuple[Path, Path]) -> None:
+    """Listed from its file-level keys, the file looks whole until the fill checks its
+    messages; then the listing shows the error a whole indexing shows, and the store's
+    other sessions are untouched."""
+    behind, whole = two_copies
+    for root in (behind, whole):
+        target = _active_file(root)
+        data = json.loads(target.read_text())
+        data["messages"][-1]["role"] = 5
+        target.write_text(json.dumps(data, indent=2))
+        _age(root)
+    broken = _active_file(behind).parent.name
+    listed = {s.path.name: s for s in Store(behind, counts_behind=True).sessions()}
+    assert listed[broken].figures is not None and listed[broken].figures.error is None  # not read yet
+    full = {s.path.name: s for s in Store(whole).sessions()}
+    error = full[broken].figures.error if full[broken].figures else None
+    assert error is not None and "$.messages[" in error and "role" in error
+    catalog = Store(behind).catalog()
+    assert catalog is not None
+    generation = catalog.generation
+    catalog.fill_counts()
+    assert catalog.generation > generation
+    assert catalog.counts_waiting() == 0
+    assert complete(behind) == complete(whole)
+    again = {s.path.name: s for s in Store(behind, counts_behind=True).sessions()}
+    assert [(n, s.figures) for n, s in sorted(again.items()) if n != broken] == [
+        (n, s.figures) for n, s in sorted(full.items()) if n != broken
+    ]
+    shown = again[broken].figures
+    assert shown is not None and shown.error == error.replace(str(whole), str(behind))
+
+
+def test_a_search_right_after_the_first_listing_finds_every_message(two_copies: tuple[Path, Path]) -> None:
+    """The text goes into the index by the messages' rows: a search fills those first."""
+    behind, whole = two_copies
+    Store(behind, counts_behind=True).sessions()
+    ours, theirs = Store(behind).catalog(), Store(whole).catalog()
+    assert ours is not None and theirs is not None
+    theirs.refresh()
+    assert ours.text_waiting() > 0
+    for query in QUERIES:
+        found = [(h.session_dir, h.context_id, h.index) for h in ours.search(query)]
+        assert found == [(h.session_dir, h.context_id, h.index) for h in theirs.search(query)]
+    assert any(ours.search(QUERIES[0]))
+    assert ours.text_waiting() == 0 and ours.counts_waiting() == 0
+
+
+def test_a_long_file_gets_its_spans_and_facts_from_the_fill(
+    two_copies: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    behind, whole = two_copies
+    monkeypatch.setattr(catalog_module, "SPANNED_FROM", 2)  # every file with two messages is "long"
+    Store(behind, counts_behind=True).sessions()
+    assert rows(behind, "SELECT count(*) FROM context_files WHERE spans IS NOT NULL") == [(0,)]
+    Store(behind).sessions()  # fills what was left
+    Store(whole).sessions()
+    assert rows(whole, "SELECT count(*) FROM context_files WHERE spans IS NOT NULL")[0][0] > 0
+    assert complete(behind) == complete(whole)
+
+
+def test_a_save_before_the_fill_indexes_what_it_wrote(two_copies: tuple[Path, Path], tmp_path: Path) -> None:
+    """A fork saved while its parent's rows are still waiting is indexed whole (there
+    are no rows to copy), and the fill then leaves the catalog as a whole indexing of
+    the same files leaves it."""
+    behind, _whole = two_copies
+    store = Store(behind, counts_behind=True)
+    session = store.load_session(sorted(s.uuid for s in store.sessions())[0])
+    assert rows(behind, "SELECT count(*) FROM row_backlog")[0][0] > 0
+    parent = session.active_context
+    child = session.add_context(parent.fork(range(len(parent.messages))))
+    child.append(parent.messages[-1].copy())
+    session.active_context_id = child.id
+    store.save_session(session)
+    _age(behind)
+    Store(behind).sessions()
+    assert rows(behind, "SELECT count(*) FROM row_backlog") == [(0,)]
+    fresh = tmp_path / "fresh"
+    shutil.copytree(behind, fresh, ignore=shutil.ignore_patterns(f"{CATALOG_FILE}*"))
+    _age(fresh)
+    Store(fresh).sessions()
+    assert complete(behind) == complete(fresh)
+
+
+def _link_outside(target: Path) -> None:
+    outside = target.parents[3] / "outside.json"  # beside both copies: the same target for each
+    outside.write_bytes(target.read_bytes())
+    target.unlink()
+    target.symlink_to(outside)
+
+
+DAMAGES = {
+    "a link leading outside the store": _link_outside,
+    "JSON with a comment": lambda p: p.write_text("// peteos's json5 reader takes this\n" + p.read_text()),
+    "a 25-digit integer": lambda p: p.write_text(
+        p.read_text().replace('"messages"', '"big": 1234567890123456789012345, "messages"', 1)
+    ),
+    "a bad anchor": lambda p: p.write_text(json.dumps({**json.loads(p.read_text()), "anchor_points": "x"})),
+    "an id that names no file": lambda p: p.write_text(
+        json.dumps({**json.loads(p.read_text()), "id": "../x"})
+    ),
+    "a child that is no id": lambda p: p.write_text(
+        json.dumps({**json.loads(p.read_text()), "children": [5]})
+    ),
+    "messages that are no list": lambda p: p.write_text(
+        json.dumps({**json.loads(p.read_text()), "messages": {}})
+    ),
+    "truncated JSON": lambda p: p.write_bytes(p.read_bytes()[: p.stat().st_size // 2]),
+}
+
+
+NAMED_AT_ONCE = {
+    "a link leading outside the store",
+    "an id that names no file",
+    "a child that is no id",
+    "messages that are no list",
+    "truncated JSON",
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_an_odd_file_is_listed_as_a_whole_indexing_lists_it_once_filled(
+    two_copies: tuple[Path, Path], damage: str
+) -> None:
+    """What the quick reading of file-level keys does not take plainly goes through the
+    whole reader at once (its error, or its keys as the lenient reader reads them);
+    what it takes is checked whole by the fill. Either way the catalog ends as a whole
+    indexing leaves it."""
+    behind, whole = two_copies
+    for root in (behind, whole):
+        DAMAGES[damage](_active_file(root))
+        _age(root)
+    Store(behind, counts_behind=True).sessions()
+    Store(whole).sessions()
+    name = _active_file(behind).name
+    error = "SELECT error FROM context_files WHERE file = ?"
+    listed, theirs = rows(behind, error.replace("?", repr(name))), rows(whole, error.replace("?", repr(name)))
+    if damage in NAMED_AT_ONCE:  # never listed under keys that do not read (an id is a file name)
+        assert theirs[0][0] and listed[0][0] == theirs[0][0].replace(str(whole), str(behind))
+    else:
+        assert listed == [(None,)]
+    Store(behind).sessions()  # fills what was left
+    assert complete(behind) == complete(whole)
+    assert rows(behind, "SELECT count(*) FROM row_backlog") == [(0,)]

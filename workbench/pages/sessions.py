@@ -76,15 +76,17 @@ def text_backlog_caption(root: str) -> None:
 
 @st.fragment(run_every=timedelta(seconds=BACKLOG_TICK_S))
 def count_backlog_caption(root: str) -> None:
-    """How many files still wait for their token counts (a new store's first listing
-    leaves them to a thread behind it), counted again every couple of seconds; once
-    they are all in, the whole page runs again and the table shows them."""
+    """How many files still wait for their token counts and their messages' checks (a
+    new store's first listing leaves them to a thread behind it), counted again every
+    couple of seconds; once they are all in, the whole page runs again and the table
+    shows them."""
     waiting = counts_waiting(root)
     if not waiting:
         st.rerun()  # the table takes the counts (the store's state moved with them)
     st.caption(
-        f"Counting the tokens of {waiting:,} file{'' if waiting == 1 else 's'} of this store in the background; "
-        "their sessions show None in the tokens column until then."
+        f"Counting the tokens of {waiting:,} file{'' if waiting == 1 else 's'} of this store in the background, "
+        "and checking their messages; their sessions show None in the tokens column until then, and a file "
+        "whose messages do not read shows its error once it is reached."
     )
 
 
