@@ -364,14 +364,20 @@ def first_indexing(bench: Bench, root: Path, what: str) -> None:
     are). `soapwb ls` waits for the counts too: its figure is the sum."""
     catalog = Store(root, counts_behind=True).catalog()
     assert catalog is not None
-    waiting = catalog.counts_waiting()
-    indexing = timed(lambda: catalog.refresh(counts_behind=True))
-    behind = catalog.counts_waiting() - waiting
-    counting = timed(catalog.fill_counts)
-    filling = timed(catalog.fill_text)
     every = [p for p in root.rglob("*.json") if not is_catalog_file(p)]
     indexed = [p for p in every if p.parent.name not in ("calls", "invocations")]  # what a listing reads
     size = sum(p.stat().st_size for p in indexed)
+    _parse_each(indexed)  # into the page cache, for both (this machine evicts what sat unread a while)
+    timings = []
+    for attempt in range(2):  # the faster of two, as for orjson (bench_store._first_indexing_seconds)
+        if attempt:
+            catalog.clear()
+        waiting = catalog.counts_waiting()
+        timings.append(timed(lambda: catalog.refresh(counts_behind=True)))
+        behind = catalog.counts_waiting() - waiting
+    indexing = min(timings)
+    counting = timed(catalog.fill_counts)
+    filling = timed(catalog.fill_text)
     reading = min(timed(lambda: _parse_each(indexed)) for _ in range(2))
     bench.ratio(
         f"the catalog's first indexing of a new store of {what}",
@@ -379,21 +385,28 @@ def first_indexing(bench: Bench, root: Path, what: str) -> None:
         reading,
         2,
         baseline_is=f"orjson of the files it indexes ({len(indexed):,} session and context files, "
-        f"{size / 1e6:,.0f} MB; each parsed and let go, as the indexing does; best of 2, the files in the page "
-        "cache as for the indexing)",
-        note=f"{indexing:.2f} s vs {reading:.2f} s; the store holds {len(every):,} files with its call and "
-        f"invocation records, which a listing does not read. Every row, span and fact; the token counts of "
-        f"{behind:,} files are left to a thread behind it (the Sessions page says so, and draws its table "
-        "again once they are in), and the messages' text to the search index; a progress bar on the page "
-        "and in the CLI while it runs",
+        f"{size / 1e6:,.0f} MB; each parsed and let go, as the indexing does; best of 2, the files read once "
+        "before either is timed, so both find them in the page cache)",
+        note=f"{indexing:.2f} s vs {reading:.2f} s (the faster of {timings[0]:.2f} s and {timings[1]:.2f} s, the "
+        f"second after emptying the catalog); the store holds {len(every):,} files with its call and "
+        "invocation records, which a listing does not read. "
+        + (
+            f"Each of {behind:,} context files is listed from its file-level keys; its messages are checked, "
+            "and their rows, spans, facts and token counts written, by a thread behind it (the Sessions page "
+            "says so, and draws its table again once they are in)"
+            if behind
+            else "Every row, span, fact and token count (too few sessions to leave them behind)"
+        )
+        + "; the messages' text goes to the search index behind it; a progress bar on the page and in the CLI",
     )
     bench.figure(
         f"the same with every token count taken first (`soapwb ls`, any API listing), {what}",
         (indexing + counting) / reading,
         "x",
         baseline="orjson of the same files",
-        note=f"{indexing:.2f} s listing + {counting:.2f} s counting (Catalog.fill_counts: cl100k_base of every "
-        "message, a count known by its text's hash taken from the cache)",
+        note=f"{indexing:.2f} s listing + {counting:.2f} s filling in (Catalog.fill_counts: each waiting file read "
+        "again, its messages checked and their rows written, cl100k_base of every message, a count known by its "
+        "text's hash taken from the cache)",
     )
     bench.figure(
         f"the text search filling in behind it, {what}",

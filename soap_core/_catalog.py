@@ -54,6 +54,8 @@ import json
 import os
 import sqlite3
 import stat
+import subprocess
+import sys
 import threading
 import time
 import weakref
@@ -81,6 +83,7 @@ from soap_core._layout import (
     StoreLayout,
     read_instances,
 )
+from soap_core._list_worker import keys_of, message_times, read_all
 from soap_core._message import Message
 from soap_core._paths import (
     OutsideStoreError,
@@ -853,6 +856,71 @@ class _Listed:
 
     sessions: list[tuple[Any, ...]] = field(default_factory=list)
     files: list[tuple[Any, ...]] = field(default_factory=list)
+    readers: _Readers | None = None
+    """Worker processes listing context files meanwhile (:data:`WORKERS_FROM`)."""
+    deferred: list[tuple[str, str, str]] = field(default_factory=list)
+    """``(dir, path, signature)`` of each file left to them."""
+
+
+WORKERS_FROM = 2_000
+"""Context files a first indexing for the workbench hands to worker processes
+(:mod:`soap_core._list_worker`), from this many on, on a machine of more than one core:
+reading and parsing them is most of a first listing, and a worker starts in a few
+hundredths of a second. This process reads the sessions' own files meanwhile."""
+MAX_WORKERS = 4
+_WORKER = str(Path(__file__).with_name("_list_worker.py"))
+
+
+class _Readers:
+    """Worker processes listing context files (:mod:`soap_core._list_worker`): each
+    takes every n-th path on its stdin; a thread per worker waits for its output. A
+    path one could not list (or every path of one that failed to start or to finish)
+    is read by the catalog itself."""
+
+    def __init__(self, paths: list[str], workers: int) -> None:
+        self.paths = frozenset(paths)
+        self._runs: list[tuple[list[str], subprocess.Popen[bytes], threading.Thread, list[bytes]]] = []
+        for part in (paths[i::workers] for i in range(workers)):
+            try:
+                worker = subprocess.Popen(
+                    [sys.executable, "-I", _WORKER],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                )
+            except OSError:
+                continue
+            output: list[bytes] = []
+            given = b"\0".join(os.fsencode(p) for p in part)
+            thread = threading.Thread(target=_collect, args=(worker, given, output), daemon=True)
+            thread.start()
+            self._runs.append((part, worker, thread, output))
+
+    def results(self) -> dict[str, Any]:
+        """What each worker listed, by path: its keys as JSON, or None."""
+        found: dict[str, Any] = {}
+        for part, worker, thread, output in self._runs:
+            thread.join()
+            if worker.returncode != 0 or not output:
+                continue
+            lines = output[0].split(b"\n")
+            for path, line in zip(part, lines[: len(part)], strict=False):
+                with contextlib.suppress(orjson.JSONDecodeError):
+                    found[path] = orjson.loads(line)
+        return found
+
+    def close(self) -> None:
+        """Stop any worker still running (a refresh that failed midway)."""
+        for _part, worker, thread, _output in self._runs:
+            if worker.poll() is None:
+                worker.kill()
+            thread.join()
+
+
+def _collect(worker: subprocess.Popen[bytes], given: bytes, output: list[bytes]) -> None:
+    """Hand a worker its paths and keep what it writes (a thread per worker)."""
+    with contextlib.suppress(OSError, ValueError):
+        output.append(worker.communicate(given)[0])
 
 
 class Catalog:
@@ -1320,26 +1388,44 @@ class Catalog:
             # a new store's first indexing for the workbench lists each file from its
             # file-level keys, into ``listed``, and leaves its messages to fill_counts
             listed = _Listed() if counts_behind and len(changes) >= COUNTS_BEHIND_FROM else None
-            with self._write() as db:
-                # an empty catalog, seen inside the write: no row of any file to look up
-                # (``known`` was read before it, and another process may have written since)
-                empty = db.execute(
-                    "SELECT NOT EXISTS (SELECT 1 FROM sessions) AND NOT EXISTS (SELECT 1 FROM context_files)"
-                ).fetchone()[0]
-                # what a listing shows does not change with these: no new generation
-                db.executemany("INSERT OR REPLACE INTO folders VALUES (?, ?, ?)", folders)
-                changed = bool(gone)
-                for rel in gone:
-                    _delete_session(db, rel)
-                progress.report(progress.SESSIONS, 0, len(changes))
-                for done, item in enumerate(changes, 1):
-                    changed = self._index_found(db, item, known, listed, empty) or changed
-                    progress.report(progress.SESSIONS, done, len(changes))
-                if listed is not None:
-                    _put_listed(db, listed)
-                if changed:
-                    self._bump(db)
-            return self._generation_now()
+            if listed is not None and not known.sessions and not known.files:
+                listed.readers = _readers_for(changes)
+            try:
+                return self._apply_changes(changes, gone, folders, known, listed)
+            finally:
+                if listed is not None and listed.readers is not None:
+                    listed.readers.close()
+
+    def _apply_changes(
+        self,
+        changes: list[_Found],
+        gone: list[str],
+        folders: list[tuple[str, str, str]],
+        known: _Known,
+        listed: _Listed | None,
+    ) -> int:
+        """:meth:`_apply_walk`'s one write."""
+        with self._write() as db:
+            # an empty catalog, seen inside the write: no row of any file to look up
+            # (``known`` was read before it, and another process may have written since)
+            empty = db.execute(
+                "SELECT NOT EXISTS (SELECT 1 FROM sessions) AND NOT EXISTS (SELECT 1 FROM context_files)"
+            ).fetchone()[0]
+            # what a listing shows does not change with these: no new generation
+            db.executemany("INSERT OR REPLACE INTO folders VALUES (?, ?, ?)", folders)
+            changed = bool(gone)
+            for rel in gone:
+                _delete_session(db, rel)
+            progress.report(progress.SESSIONS, 0, len(changes))
+            for done, item in enumerate(changes, 1):
+                changed = self._index_found(db, item, known, listed, empty) or changed
+                progress.report(progress.SESSIONS, done, len(changes))
+            if listed is not None:
+                self._list_deferred(db, listed)
+                _put_listed(db, listed)
+            if changed:
+                self._bump(db)
+        return self._generation_now()
 
     def _known(self, rel: str | None = None) -> _Known:
         """The signatures the catalog holds (of every session, or of one)."""
@@ -1428,7 +1514,14 @@ class Catalog:
 
     @staticmethod
     def _read_session(item: _Found, raw: bytes | None) -> Session | SoapError:
-        path = item.path / SESSION_FILE
+        """What the row of a session is made from (:func:`_session_row`: no number of the
+        file, so orjson's reading alone serves where it takes the bytes)."""
+        if item.session_sig and raw is not None:
+            data = loads_plain(raw)
+            if data.__class__ is dict:
+                with contextlib.suppress(SoapError):
+                    return Session.from_dict(item.role, data)
+        path = item.path / SESSION_FILE  # what is wrong, said by the whole reader
         if not item.session_sig or raw is None:
             return StoreError(path, "missing session.json")
         try:
@@ -1455,6 +1548,9 @@ class Catalog:
         (a racy file read again), which then only takes the new signature. ``known``:
         the catalog may hold a row of it (False: it holds none, so none is looked up).
         ``where``: its path."""
+        if listed is not None and listed.readers is not None and not known and where in listed.readers.paths:
+            listed.deferred.append((rel, where, sig))  # a worker lists it meanwhile
+            return True
         raw, outside = self._read_inside(where)
         name = os.path.basename(where)
         row = (
@@ -1469,9 +1565,9 @@ class Catalog:
             return False
         if row is not None:  # rows of its bytes before (a new file has none: four queries saved)
             _delete_messages(db, rel, name)
-        keys = None if raw is None or listed is None else _listed_keys(loads_plain(raw))
+        keys = None if raw is None or listed is None else _listed_keys(keys_of(loads_plain(raw)))
         if keys is not None and listed is not None:
-            listed.files.append(_listed_row(rel, name, _settled(sig), *keys, digest))
+            listed.files.append(_listed_row(rel, name, _settled(sig), keys, digest))
             return True
         path = Path(where)
         try:
@@ -1490,13 +1586,35 @@ class Catalog:
             )
             return True
         if listed is not None:  # JSON only the lenient reader takes, or keys that only look odd
-            keys = (context.id, context.origin_context_id, context.children, data.get("messages") or [])
-            listed.files.append(_listed_row(rel, name, _settled(sig), *keys, digest))
+            messages = data.get("messages") or []
+            keys = (
+                context.id,
+                context.origin_context_id,
+                context.children,
+                len(messages),
+                *message_times(messages),
+            )
+            listed.files.append(_listed_row(rel, name, _settled(sig), keys, digest))
             return True
         counts = self._true_counts(db, context.messages)
         spans = message_spans(raw, len(context.messages)) if len(context.messages) >= SPANNED_FROM else None
         _put_context(db, rel, path.name, sig, context, counts, digest, spans, text_later=True)
         return True
+
+    def _list_deferred(self, db: sqlite3.Connection, listed: _Listed) -> None:
+        """List the files left to the workers, from what they found; each one they did
+        not list (or whose ids are not names) is read here."""
+        readers, listed.readers = listed.readers, None
+        if readers is None or not listed.deferred:
+            return  # (workers left with nothing to give are stopped by _apply_walk)
+        found = readers.results()
+        for rel, where, sig in listed.deferred:
+            keys = _listed_keys(found.get(where))
+            if keys is not None:
+                listed.files.append(_listed_row(rel, os.path.basename(where), _settled(sig), keys, None))
+            else:
+                self._index_context_file(db, rel, where, sig, listed, known=False)
+        listed.deferred.clear()
 
     def _read_inside(self, path: str) -> tuple[bytes | None, bool]:
         """A file's bytes (None if it cannot be read), and whether it is a link leading
@@ -1515,7 +1633,7 @@ class Catalog:
             except OSError:
                 return None, False
         try:
-            return _read_all(fd), False
+            return read_all(fd), False
         except OSError:
             return None, False
         finally:
@@ -2190,18 +2308,6 @@ def _int_array(typecode: str, raw: Any) -> array[int] | None:
     return values
 
 
-def _read_all(fd: int) -> bytes:
-    """The bytes of an open file, to its end (as ``Path.read_bytes``, without the
-    buffered file object around the descriptor)."""
-    size = os.fstat(fd).st_size
-    chunks = []
-    want = size + 1  # one byte more: the end is seen without a third call
-    while chunk := os.read(fd, want):
-        chunks.append(chunk)
-        want = 1 << 20
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
 def _read_bytes(path: Path) -> bytes | None:
     try:
         return path.read_bytes()
@@ -2514,63 +2620,44 @@ def _put_context(
     _put_texts(db, rel, file, texts)
 
 
-def _listed_keys(data: Any) -> tuple[str, str | None, list[str], list[Any]] | None:
-    """What a listing takes of a parsed context file: its id, origin, children and
-    messages, when each is plainly what :meth:`Context.from_dict` accepts; None
-    otherwise (it then says what is wrong). The other keys, and the messages
-    themselves, are checked by :meth:`Catalog.fill_counts`."""
-    if data.__class__ is not dict:
+_Keys = tuple[str, "str | None", list[str], int, "str | None", "str | None"]
+
+
+def _listed_keys(keys: Any) -> _Keys | None:
+    """What :func:`soap_core._list_worker.keys_of` took of a context file (here or in
+    a worker, as JSON), when it has their types and its ids are names
+    :meth:`Context.from_dict` takes too; None otherwise (the whole reader then says
+    what is wrong). The other keys, and the
+    messages themselves, are checked by :meth:`Catalog.fill_counts`."""
+    if keys.__class__ not in (tuple, list) or len(keys) != 6:  # (a worker's output, read as JSON)
         return None
-    get = data.get
-    context_id, origin, children, messages = (
-        get("id"),
-        get("origin_context_id"),
-        get("children"),
-        get("messages"),
-    )
-    if context_id.__class__ is not str or identifier_problem(context_id) is not None:
+    context_id, origin, children, count, first, last = keys
+    if keys_of({"id": context_id, "origin_context_id": origin, "children": children}) is None:
+        return None  # not the types keys_of gives
+    if count.__class__ is not int or not all(t is None or t.__class__ is str for t in (first, last)):
         return None
-    if origin is not None and (origin.__class__ is not str or identifier_problem(origin) is not None):
-        return None
-    if children is not None and (
-        children.__class__ is not list
-        or not all(c.__class__ is str and identifier_problem(c) is None for c in children)
+    if identifier_problem(context_id) is not None or (
+        origin is not None and identifier_problem(origin) is not None
     ):
         return None
-    if messages is not None and messages.__class__ is not list:
+    if any(identifier_problem(c) is not None for c in children):
         return None
-    return context_id, origin, children or [], messages or []
+    return context_id, origin, children, count, first, last
 
 
-def _listed_row(
-    rel: str,
-    file: str,
-    sig: str,
-    context_id: str,
-    origin: str | None,
-    children: list[str],
-    messages: list[Any],
-    digest: str | None,
-) -> tuple[Any, ...]:
-    """A context file's row as listed from its file-level keys and its messages as
-    parsed (their number and first and last times; nothing of them is kept). The
-    rest of what :func:`_put_context` writes (the messages' checks, rows, counts,
+def _listed_row(rel: str, file: str, sig: str, keys: _Keys, digest: str | None) -> tuple[Any, ...]:
+    """A context file's row as listed from its file-level keys (:func:`_listed_keys`).
+    The rest of what :func:`_put_context` writes (the messages' checks, rows, counts,
     spans and facts, and the digest of a new file) waits for :meth:`Catalog.fill_counts`."""
-    stamps = [
-        t
-        for m in messages
-        if m.__class__ is dict and (t := m.get("creation_timestamp")).__class__ is str and t
-    ]
-    first, last = (min(stamps), max(stamps)) if stamps else (None, None)
-    children_text = json.dumps(children)
+    context_id, origin, children, count, first, last = keys
     return (
         rel,
         file,
         sig,
         context_id,
         origin,
-        children_text,
-        len(messages),
+        json.dumps(children),
+        count,
         None,
         first,
         last,
@@ -2580,15 +2667,22 @@ def _listed_row(
     )
 
 
+def _readers_for(changes: list[_Found]) -> _Readers | None:
+    """Workers for the context files of a first indexing (:data:`WORKERS_FROM`)."""
+    paths = [os.path.join(f.where, name) for f in changes if f.outside is None for name in f.context_sigs]
+    cores = os.cpu_count() or 1
+    if len(paths) < WORKERS_FROM or cores < 2 or not sys.executable:  # (an embedded interpreter has none)
+        return None
+    return _Readers(paths, min(cores, MAX_WORKERS))
+
+
 def _put_listed(db: sqlite3.Connection, listed: _Listed) -> None:
     """Write what a first indexing listed: its sessions' rows, and its context files'
     (:func:`_listed_row`), each file waiting in the three backlogs."""
-    rows = listed.files
-    texts = (v for row in (*listed.sessions, *rows) for v in row if v.__class__ is str)
-    insert = (
-        sqlite3.Connection.executemany if "".join(texts).isascii() else type(db).executemany
-    )  # as _put_context
-    insert(db, "INSERT OR REPLACE INTO sessions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", listed.sessions)
+    sessions, rows = listed.sessions, listed.files
+    texts = "".join(v for row in (*sessions, *rows) for v in row if v.__class__ is str)
+    insert = sqlite3.Connection.executemany if texts.isascii() else type(db).executemany  # as _put_context
+    insert(db, "INSERT OR REPLACE INTO sessions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", sessions)
     insert(db, "INSERT OR REPLACE INTO context_files VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,NULL,NULL)", rows)
     files = [(r[0], r[1]) for r in rows]
     for backlog in ("row_backlog", "count_backlog", "text_backlog"):

@@ -37,16 +37,32 @@ def rows(root: Path, query: str) -> list[tuple[object, ...]]:
         return db.execute(query).fetchall()
 
 
-@pytest.fixture
-def two_copies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
-    """The same store twice: one to index with counts behind, one to index whole."""
+def _copies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: bool) -> tuple[Path, Path]:
     monkeypatch.setattr(catalog_module, "COUNTS_BEHIND_FROM", 5)
+    monkeypatch.setattr(catalog_module, "WORKERS_FROM", 1 if workers else 10**9)
+    monkeypatch.setattr(catalog_module.os, "cpu_count", lambda: 2)
     behind = tmp_path / "behind"
     build_sessions_store(behind, SESSIONS, seed=21)
     _age(behind)
     whole = tmp_path / "whole"
     shutil.copytree(behind, whole)
     return behind, whole
+
+
+@pytest.fixture(params=["read here", "read by workers"])
+def two_copies(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Path, Path]:
+    """The same store twice: one to index with counts behind, one to index whole; the
+    first listing's context files read in this process, or by worker processes
+    (soap_core._list_worker), as a big store's are."""
+    return _copies(tmp_path, monkeypatch, request.param == "read by workers")
+
+
+@pytest.fixture
+def worker_copies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """:func:`two_copies`, read by workers."""
+    return _copies(tmp_path, monkeypatch, True)
 
 
 def complete(root: Path) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
@@ -355,3 +371,67 @@ def test_an_odd_file_is_listed_as_a_whole_indexing_lists_it_once_filled(
     Store(behind).sessions()  # fills what was left
     assert complete(behind) == complete(whole)
     assert rows(behind, "SELECT count(*) FROM row_backlog") == [(0,)]
+
+
+def test_the_workers_list_every_plain_file_and_the_rest_is_read_here(
+    worker_copies: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With workers, no plain context file is read by the indexing process itself."""
+    behind, _whole = worker_copies
+    broken = _active_file(behind)
+    broken.write_text("// a comment\n" + broken.read_text())  # only the lenient reader takes it
+    _age(behind)
+    read_here: list[str] = []
+    real = catalog_module.Catalog._read_inside
+
+    def recording(self: catalog_module.Catalog, path: str) -> tuple[bytes | None, bool]:
+        read_here.append(path)
+        return real(self, path)
+
+    monkeypatch.setattr(catalog_module.Catalog, "_read_inside", recording)
+    Store(behind, counts_behind=True).sessions()
+    contexts = [p for p in read_here if not p.endswith("/session.json")]
+    assert contexts == [str(broken)]
+    assert rows(behind, "SELECT count(*) FROM row_backlog")[0][0] == len(rows(behind, FILE_ROWS))
+
+
+@pytest.mark.parametrize(
+    "worker",
+    [
+        "import sys; sys.exit(3)",
+        "import sys; sys.stdin.buffer.read(); sys.stdout.write('null\\n[1, 2]\\n{not json')",
+        "import sys; sys.stdin.buffer.read(); sys.stdout.write('[\"../x\", null, [], 9, null, null]\\n' * 99)",
+    ],
+    ids=["fails", "writes nonsense", "gives an id that names no file"],
+)
+def test_a_worker_that_fails_or_lies_about_a_name_changes_nothing(
+    worker_copies: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, worker: str
+) -> None:
+    """Whatever a worker writes, the catalog ends as a whole indexing leaves it: what it
+    does not list plainly is read here, and an id it gives is checked as a name. (A
+    worker that lists a file with other plain values than the file holds is not
+    guarded against: it is this project's own script, reading the same bytes.)"""
+    behind, whole = worker_copies
+    script = tmp_path / "worker.py"
+    script.write_text(worker)
+    monkeypatch.setattr(catalog_module, "_WORKER", str(script))
+    Store(behind, counts_behind=True).sessions()
+    Store(behind).sessions()
+    Store(whole).sessions()
+    assert complete(behind) == complete(whole)
+
+
+def test_a_worker_neither_follows_a_link_nor_waits_on_a_fifo(tmp_path: Path) -> None:
+    from soap_core import _list_worker
+
+    plain = tmp_path / "plain.json"
+    plain.write_text(
+        json.dumps({"id": "a", "messages": [{"creation_timestamp": "2"}, {"creation_timestamp": "1"}]})
+    )
+    link = tmp_path / "link.json"
+    link.symlink_to(plain)
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    assert _list_worker.listed(bytes(plain)) == ("a", None, [], 2, "1", "2")
+    assert _list_worker.listed(bytes(link)) is None
+    assert _list_worker.listed(bytes(fifo)) is None
