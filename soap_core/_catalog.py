@@ -2051,9 +2051,7 @@ class Catalog:
                     if row is None or tuple(row[2:]) != (item.sig, item.count, item.unread):
                         continue  # counted meanwhile, or indexed again since it was read
                     put += 1
-                    if (
-                        item.error is not None
-                    ):  # messages that do not read: listed as a whole indexing lists it
+                    if item.error is not None:  # messages that do not read: as a whole indexing
                         _delete_messages(db, rel, file)
                         db.execute(
                             "INSERT OR REPLACE INTO context_files(dir, file, sig, error, digest) "
@@ -2620,15 +2618,15 @@ def _put_context(
     _put_texts(db, rel, file, texts)
 
 
-_Keys = tuple[str, "str | None", list[str], int, "str | None", "str | None"]
+_Keys = tuple[str, str | None, list[str], int, str | None, str | None]
 
 
 def _listed_keys(keys: Any) -> _Keys | None:
     """What :func:`soap_core._list_worker.keys_of` took of a context file (here or in
     a worker, as JSON), when it has their types and its ids are names
     :meth:`Context.from_dict` takes too; None otherwise (the whole reader then says
-    what is wrong). The other keys, and the
-    messages themselves, are checked by :meth:`Catalog.fill_counts`."""
+    what is wrong). The other keys, and the messages themselves, are checked by
+    :meth:`Catalog.fill_counts`."""
     if keys.__class__ not in (tuple, list) or len(keys) != 6:  # (a worker's output, read as JSON)
         return None
     context_id, origin, children, count, first, last = keys
