@@ -1,17 +1,23 @@
 """Run every benchmark and write ``benchmarks/RESULTS.md``: ``make bench`` (``QUICK=1``
 for a small smoke scale). ``python -m benchmarks.run [--quick] [--only NAME ...]``.
 
-Each ``bench_*.py`` module with a ``run(bench)`` function is one section; the modules run
-in name order in one process, so the ratios of one run share its machine state.
+Each ``bench_*.py`` module with a ``run(bench)`` function is one section; the sections run
+in name order, each in a process of its own (``--section``) over the run's one work folder,
+so they share the generated stores and the machine's state but no heap: a section that
+leaves a 100,000-message session in Streamlit's caches made every garbage collection of
+the next one slower (the replay paths took 3.6 min after the pages, 1.8 min alone).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
+import json
 import os
 import pkgutil
 import platform
+import subprocess
 import sys
 import tempfile
 import time
@@ -113,32 +119,64 @@ def hand_written(results: Path) -> str:
     return text[at:] if at >= 0 else ""
 
 
+def run_section(name: str, workdir: Path, quick: bool, figures_out: Path) -> int:
+    """One section in this process: its figures, and its error if it failed, to ``figures_out``."""
+    module = importlib.import_module(f"benchmarks.{name}")
+    bench = Bench(workdir, quick=quick)
+    bench.group = (module.__doc__ or name).strip().splitlines()[0].rstrip(".")
+    print(f"## {bench.group}", flush=True)
+    error = ""
+    try:
+        module.run(bench)
+    except Exception as exc:  # the figures measured before the failure are kept
+        error = f"{type(exc).__name__}: {exc}"
+        print(f"  FAILED: {error}", file=sys.stderr, flush=True)
+    written = {"figures": [dataclasses.asdict(f) for f in bench.figures], "error": error}
+    figures_out.write_text(json.dumps(written))
+    return 1 if error else 0
+
+
+def _section_in_child(name: str, workdir: Path, quick: bool) -> tuple[list[Figure], str]:
+    """Runs one section in a process of its own; its figures, and its error if any."""
+    out = workdir / f"{name}.figures.json"
+    out.unlink(missing_ok=True)
+    command = [sys.executable, "-m", "benchmarks.run", "--section", name, "--workdir", str(workdir)]
+    done = subprocess.run([*command, *(["--quick"] if quick else [])], cwd=HERE.parent, check=False)
+    try:
+        written = json.loads(out.read_text())
+    except (OSError, ValueError):
+        return [], f"its process exited with {done.returncode} and wrote no figures"
+    return [Figure(**f) for f in written["figures"]], written["error"]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small scale (a smoke run)")
     parser.add_argument("--only", nargs="*", default=[], help="run the modules whose names contain these")
     parser.add_argument("--results", type=Path, default=RESULTS, help="where to write the results")
+    parser.add_argument("--section", help=argparse.SUPPRESS)  # one module, in a child process
+    parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.section:
+        return run_section(
+            args.section, args.workdir, args.quick, args.workdir / f"{args.section}.figures.json"
+        )
     started = time.perf_counter()
     failed: dict[str, str] = {}
     sections: dict[str, float] = {}
+    figures: list[Figure] = []
     with tempfile.TemporaryDirectory(prefix="soapwb-bench-") as tmp:
-        bench = Bench(Path(tmp), quick=args.quick)
         for name in bench_modules(args.only):
-            module = importlib.import_module(f"benchmarks.{name}")
-            bench.group = (module.__doc__ or name).strip().splitlines()[0].rstrip(".")
-            print(f"## {bench.group}", flush=True)
             begun = time.perf_counter()
-            try:
-                module.run(bench)
-            except Exception as exc:  # one benchmark failing must not lose the others' figures
-                failed[name] = f"{type(exc).__name__}: {exc}"
-                print(f"  FAILED: {failed[name]}", file=sys.stderr, flush=True)
+            measured, error = _section_in_child(name, Path(tmp), args.quick)
+            figures += measured
+            if error:  # one benchmark failing must not lose the others' figures
+                failed[name] = error
             sections[f"`{name}`"] = time.perf_counter() - begun
             print(f"  ({sections[f'`{name}`'] / 60:.1f} min)", flush=True)
     seconds = time.perf_counter() - started
     text = render(
-        bench.figures,
+        figures,
         quick=args.quick,
         seconds=seconds,
         failed=failed,
