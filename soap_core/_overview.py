@@ -86,13 +86,14 @@ def session_overview(store: Store, summary: SessionSummary) -> SessionOverview:
     )
 
 
-def session_overviews(store: Store) -> list[SessionOverview]:
+def session_overviews(store: Store, *, refresh: bool = True) -> list[SessionOverview]:
     """Every session's listing row, in the listing's order (``soapwb ls``, the Sessions
     page): :func:`session_overview` of each of :meth:`Store.sessions`. With a catalog,
     each row is built straight from the catalog's, which knows the active context's
     figures: no summary in between, no path and no file read (10,000 sessions in 22 ms
-    where the summaries' way, with their paths, takes 72)."""
-    overviews = store.listing(_overview_of_row)
+    where the summaries' way, with their paths, takes 72). ``refresh``: as
+    :meth:`Store.listing`'s."""
+    overviews = store.listing(_overview_of_row, refresh=refresh)
     if overviews is None:
         return [session_overview(store, summary) for summary in store.sessions()]
     return overviews

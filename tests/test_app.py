@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from importers.openpoke import import_openpoke
@@ -33,6 +34,8 @@ from soap_core import (
     session_overview,
     time_text,
 )
+from soap_core import _trust as trust
+from soap_core._catalog import Catalog
 from tests.apptest import open_app_page
 from workbench.openpoke_views import two_tracks
 from workbench.transcript import prompt_history_label, prompt_versions
@@ -168,6 +171,27 @@ class TestSessionsPage:
         at = open_page(tmp_path / "nowhere")
         assert at.error
         assert not at.dataframe
+
+    def test_a_run_walks_the_store_once_and_lists_what_that_walk_found(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Taking the store's state refreshes the catalog; the listing and the agent names
+        read the catalog as it is then. Each walked it again: three walks on a first open,
+        while nothing watches the store yet (a quarter second each at 10,000 sessions)."""
+        store = tmp_path / "soap"
+        shutil.copytree(FIXTURE, store)
+        monkeypatch.setattr(trust, "watched_generation", lambda roots: None)  # every refresh walks
+        walks = []
+        walk = Catalog._walk
+        monkeypatch.setattr(Catalog, "_walk", lambda self, *args: walks.append(1) or walk(self, *args))
+        at = open_page(store)
+        assert list(at.dataframe[0].value["session"]) == [SESSION]
+        assert len(walks) == 1
+        another = "20250612-0f0c2b6e-8a41-4d8e-9c1a-5b7d2e9f4a11"
+        shutil.copytree(store / "agents" / "HelloPete" / SESSION, store / "agents" / "HelloPete" / another)
+        at.run()
+        assert len(at.dataframe[0].value) == 2  # the next run's walk found it, and the table shows it
+        assert len(walks) == 2
 
 
 class TestContextPage:

@@ -45,6 +45,7 @@ from soap_core import (
 from workbench.context_views import ContextIndex, build_index
 from workbench.views import (
     StoreSignature,
+    caught_up,
     error_first,
     escape_markdown,
     open_store,
@@ -130,7 +131,7 @@ def chosen_store() -> str:
 def session_overviews(root: str, signature: StoreSignature) -> list[SessionOverview]:
     """One listing row per session of the store, broken ones included."""
     store = open_store(root)
-    return listing_of(store)
+    return listing_of(store, refresh=not caught_up(signature))
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
@@ -139,16 +140,24 @@ def agent_names(root: str, signature: StoreSignature) -> dict[str, str]:
     same for all, so the pickers name them by the agent the import recorded. Reads
     ``session.json`` of those sessions only, once per state of the store."""
     store = open_store(root)
+    rows = store.listing(
+        lambda row: (
+            (row.uuid if row.uuid is not None else row.name, row.dir)
+            if row.role == EXECUTION_ROLE and not row.error
+            else None
+        ),
+        refresh=not caught_up(signature),
+    )
+    if rows is None:  # no catalog: the listing from the files
+        rows = [(s.uuid, s.path) for s in store.sessions() if s.role == EXECUTION_ROLE and not s.error]
     names = {}
-    for summary in store.sessions():
-        if summary.role != EXECUTION_ROLE or summary.error:
-            continue
+    for uuid, path in filter(None, rows):
         try:
-            agent = openpoke_state(store.read_session_file(summary.role, summary.path)).get("agent")
+            agent = openpoke_state(store.read_session_file(EXECUTION_ROLE, path)).get("agent")
         except SoapError:
             continue  # the listing shows the session as broken by itself
         if isinstance(agent, str) and agent.strip():
-            names[summary.uuid] = agent
+            names[uuid] = agent
     return names
 
 

@@ -42,6 +42,16 @@ from workbench.indexing import PageProgress, fill_text_behind
 StoreSignature = tuple[tuple[str, int, int], ...]
 """(path, mtime_ns, size) of every folder and file that a listing or a load reads."""
 
+CATALOG_STATE = "catalog:"
+"""How a signature taken from the catalog's state begins (:func:`store_signature`)."""
+
+
+def caught_up(signature: StoreSignature) -> bool:
+    """Whether taking ``signature`` refreshed the store's catalog: its listing can then be
+    read as it is, without walking the store again (:meth:`soap_core.Store.listing`)."""
+    return len(signature) == 1 and signature[0][0].startswith(CATALOG_STATE)
+
+
 OVERVIEW_COLUMNS = (
     "role",
     "instance",
@@ -143,7 +153,7 @@ def store_signature(root: str) -> StoreSignature:
                 catalog.refresh(counts_behind=True)
             if catalog.counts_waiting() or catalog.text_waiting():
                 fill_text_behind(str(store.root), lambda: open_store(root).catalog())
-            return (("catalog:" + catalog.state, 0, 0),)
+            return ((CATALOG_STATE + catalog.state, 0, 0),)
         except SoapError:
             pass  # an unlistable folder: the walk below shows what can be seen
     return _stat_signature(store, root)
