@@ -6,6 +6,7 @@ library computes, reports broken stores as errors, and shows file content as pla
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import shutil
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from importers.openpoke import import_openpoke
-from replay import system_prompt_history
+from replay import short_id, system_prompt_history
 from soap_core import (
     TOOLS_ANCHOR,
     Context,
@@ -37,7 +38,9 @@ from soap_core import (
 from soap_core import _trust as trust
 from soap_core._catalog import Catalog
 from tests.apptest import open_app_page
+from workbench import session_filters
 from workbench.openpoke_views import two_tracks
+from workbench.session_filters import typed_session
 from workbench.transcript import prompt_history_label, prompt_versions
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
@@ -108,6 +111,14 @@ def rich_store(tmp_path: Path) -> tuple[Path, Session]:
     return save(tmp_path, "Rich", context)
 
 
+def type_into(picker: Any, text: str) -> None:
+    """Type ``text`` into a picker that takes new options, as the browser sends it (the
+    typed text as the widget's string); AppTest's ``set_value`` looks values up among the
+    listed options only."""
+    picker.options.append(text)
+    picker.set_value(text)
+
+
 def session_picker(at: AppTest) -> Any:
     """The Sessions page's session picker (the table's filters come before it)."""
     [picker] = [box for box in at.selectbox if box.label == "Session"]
@@ -157,6 +168,56 @@ class TestSessionsPage:
         link = at.page_link[0].proto
         assert link.page == "context"
         assert f"session={SESSION}" in link.query_string
+
+    def test_a_long_table_offers_its_first_rows_and_any_session_typed_in(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The picker lists the table's first rows (10,000 options cost a first open a
+        third of a second); an id, or part of one, typed in opens any other session."""
+        monkeypatch.setattr(session_filters, "PICKER_ROWS", 2)
+        for n in range(3):
+            save(tmp_path, "Agent", Context.create(f"prompt {n}"))
+        at = open_page(tmp_path)
+        table = list(at.dataframe[0].value["session"])
+        picker = session_picker(at)
+        assert [label.rsplit(" · ", 1)[1] for label in picker.options] == [short_id(u) for u in table[:2]]
+        type_into(picker, table[2])
+        at.run()
+        assert not at.exception
+        assert at.query_params["session"] == table[2]
+        assert session_picker(at).value == table[2]  # shown by its label, as a listed one
+        assert not at.warning
+        assert f"session={table[2]}" in at.page_link[0].proto.query_string
+        type_into(session_picker(at), short_id(table[1]))  # the short id a label ends with
+        at.run()
+        assert at.query_params["session"] == table[1]
+        type_into(session_picker(at), "no-such-session")
+        at.run()
+        assert "no single session" in at.warning[0].value
+        assert at.query_params["session"] == table[1]  # the last session picked stays chosen
+
+    def test_a_copied_link_to_a_session_past_the_first_rows_is_offered_and_picked(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(session_filters, "PICKER_ROWS", 1)
+        for n in range(3):
+            save(tmp_path, "Agent", Context.create(f"prompt {n}"))
+        table = list(open_page(tmp_path).dataframe[0].value["session"])
+        at = open_page(tmp_path, session=table[2])
+        assert len(session_picker(at).options) == 2
+        assert session_picker(at).value == table[2]
+        assert f"session={table[2]}" in at.page_link[0].proto.query_string
+
+    def test_a_typed_id_names_the_one_session_it_is_or_is_part_of(self) -> None:
+        overviews = [session_overview(Store(FIXTURE), s) for s in Store(FIXTURE).sessions()]
+        twin = dataclasses.replace(overviews[0], uuid=overviews[0].uuid[:-1] + "1")
+        assert typed_session(SESSION, overviews) == SESSION
+        assert typed_session(f"  {SESSION[:15]} ", overviews) == SESSION
+        assert typed_session(short_id(SESSION), overviews) == SESSION
+        assert typed_session(SESSION[:15], [*overviews, twin]) is None  # two sessions: neither
+        assert typed_session(SESSION, [*overviews, twin]) == SESSION  # the whole id: that one
+        assert typed_session("", overviews) is None
+        assert typed_session("zzz", overviews) is None
 
     def test_a_broken_session_json_is_listed_with_its_error(self, tmp_path: Path) -> None:
         store = tmp_path / "soap"

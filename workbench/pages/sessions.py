@@ -14,6 +14,7 @@ import streamlit as st
 
 from replay import short_id
 from soap_core import UNKNOWN_ROLE, SessionOverview, SoapError
+from workbench import session_filters
 from workbench.loading import agent_names, chosen_store, search_hits
 from workbench.openpoke_views import (
     ImportSummary,
@@ -22,7 +23,15 @@ from workbench.openpoke_views import (
     import_to_temporary_store,
 )
 from workbench.selection import choose_session, keep_in_url, store_overviews
-from workbench.session_filters import SINCE, SORTS, STATES, SessionFilter, filter_note, narrowed
+from workbench.session_filters import (
+    SINCE,
+    SORTS,
+    STATES,
+    SessionFilter,
+    filter_note,
+    narrowed,
+    typed_session,
+)
 from workbench.views import (
     StoreSignature,
     counts_waiting,
@@ -35,20 +44,59 @@ from workbench.views import (
     text_waiting,
 )
 
+PICKER_KEY = "sessions_picker"
 
-def pick_session(root: str, overviews: list[SessionOverview], names: dict[str, str]) -> None:
-    """A session picker that records the choice in ``?session=`` and links to its context."""
-    uuids = [o.uuid for o in overviews]
-    labels = {o.uuid: session_label(o, names.get(o.uuid)) for o in overviews}
+
+def resolve_typed(listed: dict[str, str], overviews: list[SessionOverview]) -> None:
+    """A session typed into the picker, made the session it names (its label shown, and
+    kept in ``?session=``): a callback, where a widget's value may still be set."""
+    typed = st.session_state.get(PICKER_KEY)
+    if typed is None or typed in listed:
+        return
+    found = typed_session(typed, overviews)
+    if found is not None:
+        st.session_state[PICKER_KEY] = found
+        st.query_params["session"] = found
+
+
+def pick_session(
+    root: str, shown: list[SessionOverview], overviews: list[SessionOverview], names: dict[str, str]
+) -> None:
+    """A session picker that records the choice in ``?session=`` and links to its context.
+    It lists the table's rows as filtered and sorted, at most
+    :data:`~workbench.session_filters.PICKER_ROWS` of them; a session's id or part of it,
+    typed in, opens any session of the store."""
+    offered = shown[: session_filters.PICKER_ROWS]
+    more = len(offered) < len(overviews)  # sessions the picker does not list: they are typed in
+    labels = {o.uuid: session_label(o, names.get(o.uuid)) for o in offered}
+    listed = dict(labels)
     current = st.query_params.get("session")
+    if current and current not in labels:  # a copied link's or a typed session, not among the rows
+        named = next((o for o in overviews if o.uuid == current), None)
+        if named is not None:
+            labels[current] = session_label(named, names.get(current))
+    uuids = list(labels)
+    # Once the picker holds a value, the value is the choice; an index as well would warn.
+    index = uuids.index(current) if current in labels and PICKER_KEY not in st.session_state else None
     chosen = st.selectbox(
         "Session",
         uuids,
-        index=uuids.index(current) if current in uuids else None,
-        format_func=labels.__getitem__,
-        placeholder="Pick a session to open",
+        index=index,
+        format_func=lambda uuid: labels.get(uuid, uuid),
+        placeholder="Pick a session to open" + (", or type its id" if more else ""),
+        accept_new_options=more,
+        key=PICKER_KEY,  # its identity kept while its options grow by a typed session
+        on_change=resolve_typed,
+        args=(listed, overviews),
+        help=f"The table's rows as filtered and sorted, the first {len(offered):,}; type a session's id, "
+        "or its first characters, to open any session of the store."
+        if more
+        else None,
     )
     if chosen is None:
+        return
+    if chosen not in labels:
+        st.warning(escape_markdown(f"no single session of this store has an id containing {chosen!r}"))
         return
     choose_session(chosen)
     st.page_link(
@@ -214,5 +262,5 @@ if picked.selection.rows:  # a click on a row opens that session's context
     row = shown[picked.selection.rows[0]]
     choose_session(row.uuid)
     st.switch_page("workbench/pages/context.py", query_params={"store": root, "session": row.uuid})
-pick_session(root, overviews, names)
+pick_session(root, shown, overviews, names)
 show_search(root, store_state)
