@@ -33,6 +33,7 @@ from soap_core import (
     message_rows,
     search_store,
     session_overview,
+    session_overviews,
     time_text,
 )
 from soap_core import _trust as trust
@@ -40,7 +41,7 @@ from soap_core._catalog import Catalog
 from tests.apptest import open_app_page
 from workbench import session_filters
 from workbench.openpoke_views import two_tracks
-from workbench.session_filters import typed_session
+from workbench.session_filters import SessionFilter, narrowed, typed_session
 from workbench.transcript import prompt_history_label, prompt_versions
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
@@ -193,7 +194,7 @@ class TestSessionsPage:
         assert at.query_params["session"] == table[1]
         type_into(session_picker(at), "no-such-session")
         at.run()
-        assert "no single session" in at.warning[0].value
+        assert "No single session" in at.warning[0].value
         assert at.query_params["session"] == table[1]  # the last session picked stays chosen
 
     def test_a_copied_link_to_a_session_past_the_first_rows_is_offered_and_picked(
@@ -218,6 +219,7 @@ class TestSessionsPage:
         assert typed_session(SESSION, [*overviews, twin]) == SESSION  # the whole id: that one
         assert typed_session("", overviews) is None
         assert typed_session("zzz", overviews) is None
+        assert typed_session("8a41", overviews) is None  # inside the id: the store's rule takes beginnings
 
     def test_a_broken_session_json_is_listed_with_its_error(self, tmp_path: Path) -> None:
         store = tmp_path / "soap"
@@ -451,3 +453,31 @@ class TestOpenPoke:
         assert expected.raw_log in codes and expected.working_memory in codes
         assert expected.working_memory.startswith("<conversation_summary>")
         assert f"The working memory as the model saw it at entry 111: {expected.rule}" in texts(at)
+
+
+class TestSessionPickers:
+    def test_a_pages_picker_offers_the_latest_sessions_and_opens_any_other_typed_in(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Every page's session picker lists the latest sessions and the URL's (10,000
+        options cost every click on a page a third of a second); an id typed in opens any."""
+        monkeypatch.setattr(session_filters, "PICKER_ROWS", 1)
+        for n in range(3):
+            save(tmp_path, "Agent", Context.create(f"prompt {n}"))
+        latest, _, oldest = (
+            o.uuid for o in narrowed(session_overviews(Store(tmp_path)), SessionFilter(), "")
+        )
+        at = open_page(tmp_path, "fork_tree")
+        picker = next(box for box in at.selectbox if box.label == "Session")
+        assert [label.rsplit(" · ", 1)[1] for label in picker.options] == [short_id(latest)]
+        type_into(picker, short_id(oldest))
+        at.run()
+        assert not at.exception and not at.warning
+        assert at.query_params["session"] == oldest
+        assert next(box for box in at.selectbox if box.label == "Session").value == oldest
+        type_into(next(box for box in at.selectbox if box.label == "Session"), "zzz")
+        at.run()
+        assert "No single session" in at.warning[0].value
+        linked = open_page(tmp_path, "fork_tree", session=oldest)  # a copied link past the latest
+        picker = next(box for box in linked.selectbox if box.label == "Session")
+        assert len(picker.options) == 2 and picker.value == oldest

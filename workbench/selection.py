@@ -7,13 +7,14 @@ fall back to sensible defaults and write the choice back.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import replace
 
 import streamlit as st
 
 from soap_core import ContextNotFoundError, Session, SessionOverview, SoapError
 from soap_core._names import distinct_names
+from workbench import session_filters
 from workbench.loading import (
     Scope,
     agent_names,
@@ -22,6 +23,13 @@ from workbench.loading import (
     read_only_session,
     session_overviews,
     show_error_and_stop,
+)
+from workbench.session_filters import (
+    SORTS,
+    SessionFilter,
+    matches_session,
+    narrowed,
+    typed_session,
 )
 from workbench.views import StoreSignature, context_label, escape_markdown, session_label, store_signature
 
@@ -69,9 +77,17 @@ def keep_in_url(param: str, value: str | None) -> None:
         st.query_params[param] = value
 
 
-def matches_session(session_uuid: str, ref: str) -> bool:
-    """The store's rule: the uuid, or a prefix of it with or without its date."""
-    return session_uuid.startswith(ref) or session_uuid.partition("-")[2].startswith(ref)
+def take_typed_session(key: str, listed: Container[str], overviews: list[SessionOverview]) -> None:
+    """The session typed into the picker ``key``, made the session it names: the picker
+    then shows it by its label, and it is the URL's. A callback, where a widget's value
+    may still be set; a text that names no single session is left for the page to say so."""
+    typed = st.session_state.get(key)
+    if typed is None or typed in listed:
+        return
+    found = typed_session(typed, overviews)
+    if found is not None:
+        st.session_state[key] = found
+        choose_session(found)
 
 
 def store_overviews(root: str, signature: StoreSignature) -> list[SessionOverview]:
@@ -100,27 +116,45 @@ def selected_session(root: str, signature: StoreSignature, *, read_only: bool = 
     """The session of ``?session=`` (uuid or prefix), else one picked here; stops the page
     with a clear message when there is none or it cannot be read."""
     overviews = store_overviews(root, signature)
-    uuids = [o.uuid for o in overviews]
-    names = agent_names(root, signature)
-    roles = distinct_names(o.role for o in overviews)  # twins (Café composed, decomposed) apart
-    labels = {o.uuid: session_label(replace(o, role=roles[o.role]), names.get(o.uuid)) for o in overviews}
     wanted = st.query_params.get("session")
-    matching = [u for u in uuids if wanted and matches_session(u, wanted)]
+    matching = [o.uuid for o in overviews if wanted and matches_session(o.uuid, wanted)]
     current = matching[0] if len(matching) == 1 else None
     if wanted and not matching:
         st.warning(escape_markdown(f"No session of this store matches {wanted!r}: pick one below."))
     elif len(matching) > 1:
         st.warning(escape_markdown(f"{wanted!r} matches {len(matching)} sessions: pick one below."))
+    # The latest sessions, as the Sessions page orders them, and the URL's: ten thousand
+    # options cost every click on a page a third of a second; any other session is typed.
+    listed = narrowed(overviews, SessionFilter(), next(iter(SORTS)))[: session_filters.PICKER_ROWS]
+    more = len(listed) < len(overviews)
+    shown = {o.uuid for o in listed}
+    offered = listed + [o for o in overviews if o.uuid == current and current not in shown]
+    names = agent_names(root, signature)
+    roles = distinct_names(o.role for o in offered)  # twins (Café composed, decomposed) apart
+    labels = {o.uuid: session_label(replace(o, role=roles[o.role]), names.get(o.uuid)) for o in offered}
+    uuids = list(labels)
+    key = "session_picker"
     chosen = st.selectbox(
         "Session",
         uuids,
-        index=uuids.index(current) if current else None,
-        format_func=labels.__getitem__,
-        placeholder="Pick a session",
-        key="session_picker",
+        # once the picker holds a value, the value is the choice: an index as well would warn
+        index=uuids.index(current) if current in labels and key not in st.session_state else None,
+        format_func=lambda uuid: labels.get(uuid, uuid),
+        placeholder="Pick a session" + (", or type its id" if more else ""),
+        key=key,
+        accept_new_options=more,
+        on_change=take_typed_session,
+        args=(key, shown, overviews),
+        help=f"The {len(listed):,} latest sessions; type a session's id, or its first characters, "
+        "to open any other."
+        if more
+        else None,
     )
     if chosen is None:
         st.info("Pick a session to see it here.")
+        st.stop()
+    if chosen not in labels:
+        st.warning(escape_markdown(f"No single session of this store has an id beginning {chosen!r}."))
         st.stop()
     choose_session(chosen)
     if wanted and current is None:

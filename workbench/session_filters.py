@@ -103,11 +103,19 @@ PICKER_ROWS = 1_000
 options cost a first open of the page about a third of a second in the browser."""
 
 
+def matches_session(session_uuid: str, ref: str) -> bool:
+    """The store's rule: the uuid, or a prefix of it with or without its date."""
+    return session_uuid.startswith(ref) or session_uuid.partition("-")[2].startswith(ref)
+
+
 def typed_session(typed: str, overviews: Sequence[SessionOverview]) -> str | None:
-    """The session a typed text names: its id, or the one id that contains it (a prefix,
-    the short id a label ends with); None when no id or several do."""
+    """The session a typed text names: its id, or the one id it begins, with or without
+    its date (the short id a label ends with is such a beginning); None when no id or
+    several do."""
     text = typed.strip()
-    found = [o.uuid for o in overviews if o.uuid == text]
-    if not found and text:
-        found = [o.uuid for o in overviews if text in o.uuid]
+    if not text:
+        return None
+    found = [o.uuid for o in overviews if o.uuid == text] or [
+        o.uuid for o in overviews if matches_session(o.uuid, text)
+    ]
     return found[0] if len(found) == 1 else None

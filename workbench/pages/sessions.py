@@ -22,7 +22,7 @@ from workbench.openpoke_views import (
     import_summary,
     import_to_temporary_store,
 )
-from workbench.selection import choose_session, keep_in_url, store_overviews
+from workbench.selection import choose_session, keep_in_url, store_overviews, take_typed_session
 from workbench.session_filters import (
     SINCE,
     SORTS,
@@ -30,7 +30,6 @@ from workbench.session_filters import (
     SessionFilter,
     filter_note,
     narrowed,
-    typed_session,
 )
 from workbench.views import (
     StoreSignature,
@@ -45,18 +44,6 @@ from workbench.views import (
 )
 
 PICKER_KEY = "sessions_picker"
-
-
-def resolve_typed(listed: dict[str, str], overviews: list[SessionOverview]) -> None:
-    """A session typed into the picker, made the session it names (its label shown, and
-    kept in ``?session=``): a callback, where a widget's value may still be set."""
-    typed = st.session_state.get(PICKER_KEY)
-    if typed is None or typed in listed:
-        return
-    found = typed_session(typed, overviews)
-    if found is not None:
-        st.session_state[PICKER_KEY] = found
-        st.query_params["session"] = found
 
 
 def pick_session(
@@ -86,8 +73,8 @@ def pick_session(
         placeholder="Pick a session to open" + (", or type its id" if more else ""),
         accept_new_options=more,
         key=PICKER_KEY,  # its identity kept while its options grow by a typed session
-        on_change=resolve_typed,
-        args=(listed, overviews),
+        on_change=take_typed_session,
+        args=(PICKER_KEY, listed, overviews),
         help=f"The table's rows as filtered and sorted, the first {len(offered):,}; type a session's id, "
         "or its first characters, to open any session of the store."
         if more
@@ -96,7 +83,7 @@ def pick_session(
     if chosen is None:
         return
     if chosen not in labels:
-        st.warning(escape_markdown(f"no single session of this store has an id containing {chosen!r}"))
+        st.warning(escape_markdown(f"No single session of this store has an id beginning {chosen!r}."))
         return
     choose_session(chosen)
     st.page_link(
