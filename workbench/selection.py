@@ -69,6 +69,46 @@ def choose_session(chosen: str) -> None:
     st.query_params["session"] = chosen
 
 
+def pick_typed_session(
+    rows: list[SessionOverview],
+    overviews: list[SessionOverview],
+    current: str | None,
+    label_of: Callable[[SessionOverview], str],
+    *,
+    key: str,
+    placeholder: str,
+    rows_are: str,
+) -> str | None:
+    """A session picker over ``rows`` and the ``current`` session that takes any other
+    session of ``overviews`` typed in (:func:`take_typed_session`): ten thousand options
+    cost every click on a page a third of a second. The chosen uuid; None when none is
+    chosen, or when a typed text names no single session (which it says)."""
+    listed = {o.uuid for o in rows}
+    offered = rows + [o for o in overviews if o.uuid == current and current not in listed]
+    labels = {o.uuid: label_of(o) for o in offered}
+    uuids = list(labels)
+    more = len(rows) < len(overviews)
+    chosen = st.selectbox(
+        "Session",
+        uuids,
+        # once the picker holds a value, the value is the choice: an index as well would warn
+        index=uuids.index(current) if current in labels and key not in st.session_state else None,
+        format_func=lambda uuid: labels.get(uuid, uuid),
+        placeholder=placeholder + (", or type its id" if more else ""),
+        key=key,  # its identity kept while its options grow by a typed session
+        accept_new_options=more,
+        on_change=take_typed_session,
+        args=(key, listed, overviews),
+        help=f"{rows_are}; type a session's id, or its first characters, to open any other."
+        if more
+        else None,
+    )
+    if chosen is not None and chosen not in labels:
+        st.warning(escape_markdown(f"No single session of this store has an id beginning {chosen!r}."))
+        return None
+    return chosen
+
+
 def keep_in_url(param: str, value: str | None) -> None:
     """Write ``value`` into ``?param=``, or drop the parameter when ``value`` is None."""
     if value is None:
@@ -123,38 +163,19 @@ def selected_session(root: str, signature: StoreSignature, *, read_only: bool = 
         st.warning(escape_markdown(f"No session of this store matches {wanted!r}: pick one below."))
     elif len(matching) > 1:
         st.warning(escape_markdown(f"{wanted!r} matches {len(matching)} sessions: pick one below."))
-    # The latest sessions, as the Sessions page orders them, and the URL's: ten thousand
-    # options cost every click on a page a third of a second; any other session is typed.
-    listed = narrowed(overviews, SessionFilter(), next(iter(SORTS)))[: session_filters.PICKER_ROWS]
-    more = len(listed) < len(overviews)
-    shown = {o.uuid for o in listed}
-    offered = listed + [o for o in overviews if o.uuid == current and current not in shown]
     names = agent_names(root, signature)
-    roles = distinct_names(o.role for o in offered)  # twins (Café composed, decomposed) apart
-    labels = {o.uuid: session_label(replace(o, role=roles[o.role]), names.get(o.uuid)) for o in offered}
-    uuids = list(labels)
-    key = "session_picker"
-    chosen = st.selectbox(
-        "Session",
-        uuids,
-        # once the picker holds a value, the value is the choice: an index as well would warn
-        index=uuids.index(current) if current in labels and key not in st.session_state else None,
-        format_func=lambda uuid: labels.get(uuid, uuid),
-        placeholder="Pick a session" + (", or type its id" if more else ""),
-        key=key,
-        accept_new_options=more,
-        on_change=take_typed_session,
-        args=(key, shown, overviews),
-        help=f"The {len(listed):,} latest sessions; type a session's id, or its first characters, "
-        "to open any other."
-        if more
-        else None,
+    roles = distinct_names(o.role for o in overviews)  # twins (Café composed, decomposed) apart
+    chosen = pick_typed_session(
+        narrowed(overviews, SessionFilter(), next(iter(SORTS)))[: session_filters.PICKER_ROWS],
+        overviews,
+        current,
+        lambda o: session_label(replace(o, role=roles[o.role]), names.get(o.uuid)),
+        key="session_picker",
+        placeholder="Pick a session",
+        rows_are="The latest sessions, as the Sessions page orders them",
     )
     if chosen is None:
         st.info("Pick a session to see it here.")
-        st.stop()
-    if chosen not in labels:
-        st.warning(escape_markdown(f"No single session of this store has an id beginning {chosen!r}."))
         st.stop()
     choose_session(chosen)
     if wanted and current is None:

@@ -22,7 +22,7 @@ from workbench.openpoke_views import (
     import_summary,
     import_to_temporary_store,
 )
-from workbench.selection import choose_session, keep_in_url, store_overviews, take_typed_session
+from workbench.selection import choose_session, keep_in_url, pick_typed_session, store_overviews
 from workbench.session_filters import (
     SINCE,
     SORTS,
@@ -43,47 +43,25 @@ from workbench.views import (
     text_waiting,
 )
 
-PICKER_KEY = "sessions_picker"
-
 
 def pick_session(
     root: str, shown: list[SessionOverview], overviews: list[SessionOverview], names: dict[str, str]
 ) -> None:
     """A session picker that records the choice in ``?session=`` and links to its context.
     It lists the table's rows as filtered and sorted, at most
-    :data:`~workbench.session_filters.PICKER_ROWS` of them; a session's id or part of it,
+    :data:`~workbench.session_filters.PICKER_ROWS` of them; a session's id or its beginning,
     typed in, opens any session of the store."""
-    offered = shown[: session_filters.PICKER_ROWS]
-    more = len(offered) < len(overviews)  # sessions the picker does not list: they are typed in
-    labels = {o.uuid: session_label(o, names.get(o.uuid)) for o in offered}
-    listed = dict(labels)
-    current = st.query_params.get("session")
-    if current and current not in labels:  # a copied link's or a typed session, not among the rows
-        named = next((o for o in overviews if o.uuid == current), None)
-        if named is not None:
-            labels[current] = session_label(named, names.get(current))
-    uuids = list(labels)
-    # Once the picker holds a value, the value is the choice; an index as well would warn.
-    index = uuids.index(current) if current in labels and PICKER_KEY not in st.session_state else None
-    chosen = st.selectbox(
-        "Session",
-        uuids,
-        index=index,
-        format_func=lambda uuid: labels.get(uuid, uuid),
-        placeholder="Pick a session to open" + (", or type its id" if more else ""),
-        accept_new_options=more,
-        key=PICKER_KEY,  # its identity kept while its options grow by a typed session
-        on_change=take_typed_session,
-        args=(PICKER_KEY, listed, overviews),
-        help=f"The table's rows as filtered and sorted, the first {len(offered):,}; type a session's id, "
-        "or its first characters, to open any session of the store."
-        if more
-        else None,
+    chosen = pick_typed_session(
+        shown[: session_filters.PICKER_ROWS],
+        overviews,
+        st.query_params.get("session"),
+        lambda o: session_label(o, names.get(o.uuid)),
+        key="sessions_picker",
+        placeholder="Pick a session to open",
+        rows_are=f"The table's rows as filtered and sorted, the first {session_filters.PICKER_ROWS:,} of a "
+        "longer table",
     )
     if chosen is None:
-        return
-    if chosen not in labels:
-        st.warning(escape_markdown(f"No single session of this store has an id beginning {chosen!r}."))
         return
     choose_session(chosen)
     st.page_link(
