@@ -481,3 +481,24 @@ class TestSessionPickers:
         linked = open_page(tmp_path, "fork_tree", session=oldest)  # a copied link past the latest
         picker = next(box for box in linked.selectbox if box.label == "Session")
         assert len(picker.options) == 2 and picker.value == oldest
+
+    def test_a_page_keeps_its_session_when_the_session_changes_under_it(self, tmp_path: Path) -> None:
+        """A drift run or a replay saves forks into the session a page shows: its label in
+        the picker changes ("2 contexts"), and the picker still holds the URL's session.
+        (In Chromium a picker drawn without its index once lost it there, and the page
+        asked for a session: tests/test_browser_numbers.py saw it; AppTest does not.)"""
+        _, session = save(tmp_path, "Agent", Context.create("prompt"))
+        at = open_page(tmp_path, "fork_tree", session=session.uuid)
+        before = next(box for box in at.selectbox if box.label == "Session")
+        assert before.value == session.uuid
+        store = Store(tmp_path)
+        loaded = store.load_session(session.uuid)
+        loaded.add_context(loaded.active_context.fork([0]))
+        store.save_session(loaded)
+        before.set_value(session.uuid)  # the browser sends back the label it shows, now an old one
+        at.run()
+        assert not at.exception
+        picker = next(box for box in at.selectbox if box.label == "Session")
+        assert picker.options != before.options  # its label says 2 contexts now
+        assert picker.value == session.uuid
+        assert not [info for info in at.info if "Pick a session" in info.value]

@@ -91,8 +91,7 @@ def pick_typed_session(
     chosen = st.selectbox(
         "Session",
         uuids,
-        # once the picker holds a value, the value is the choice: an index as well would warn
-        index=uuids.index(current) if current in labels and key not in st.session_state else None,
+        index=uuids.index(current) if current in labels else None,
         format_func=lambda uuid: labels.get(uuid, uuid),
         placeholder=placeholder + (", or type its id" if more else ""),
         key=key,  # its identity kept while its options grow by a typed session
@@ -118,15 +117,16 @@ def keep_in_url(param: str, value: str | None) -> None:
 
 
 def take_typed_session(key: str, listed: Container[str], overviews: list[SessionOverview]) -> None:
-    """The session typed into the picker ``key``, made the session it names: the picker
-    then shows it by its label, and it is the URL's. A callback, where a widget's value
-    may still be set; a text that names no single session is left for the page to say so."""
+    """The session typed into the picker ``key``, made the session it names: it becomes
+    the URL's, and the picker's typed value is dropped, so that the picker is drawn again
+    on the URL's session and shows its label. A callback, where a widget's value may still
+    be dropped; a text that names no single session is left for the page to say so."""
     typed = st.session_state.get(key)
     if typed is None or typed in listed:
         return
     found = typed_session(typed, overviews)
     if found is not None:
-        st.session_state[key] = found
+        del st.session_state[key]
         choose_session(found)
 
 
