@@ -130,7 +130,10 @@ def settle(page: Page, timeout_s: float = 60) -> None:
         charts = page.locator('[data-testid="stPlotlyChart"]')
         drawn = page.locator('[data-testid="stPlotlyChart"] .main-svg')
         return bool(
-            page.locator('[data-testid="stStatusWidget"]').count()
+            # a run that has not drawn its first element yet (a loaded machine can take
+            # longer than the first half second to start it) is as busy as a running one
+            not page.locator('[data-testid="stMain"] [data-testid="stElementContainer"]').count()
+            or page.locator('[data-testid="stStatusWidget"]').count()
             or page.locator('[data-testid="stSkeleton"]').count()
             or drawn.count() < charts.count()
         )
