@@ -74,7 +74,15 @@ from replay._rerun import (
     rerun,
     rerun_noise_band,
 )
-from replay._run import Endpoint, Overrides, ReplayRun, replay, replay_messages, unchanged_band
+from replay._run import (
+    Endpoint,
+    Overrides,
+    ReplayRun,
+    dropped_with_pairs,
+    replay,
+    replay_messages,
+    unchanged_band,
+)
 from replay._runtime_source import RUNTIME_SOURCE, request_messages
 from replay._saved import (
     INTERRUPTED_RUN,
@@ -86,12 +94,14 @@ from replay._saved import (
     saved_reruns,
     saved_runs,
 )
+from replay._score import SCORING, Scored, ScoreError, ServerScorer
 from replay._sources import (
     ENTRY_POINT_GROUP,
     RequestSource,
     built_as,
     register_source,
     runs_code,
+    source_named,
     sources,
 )
 from replay._tool_modes import RerunError, ToolModes, injected_results
@@ -107,6 +117,7 @@ __all__ = [
     "ORIGINAL_AND_RUN",
     "REPLAY_KEY",
     "RUNTIME_SOURCE",
+    "SCORING",
     "AddressError",
     "AddressingSource",
     "Batch",
@@ -131,6 +142,9 @@ __all__ = [
     "RerunResult",
     "SavedRerun",
     "SavedRun",
+    "ScoreError",
+    "Scored",
+    "ServerScorer",
     "SessionNames",
     "ToolModes",
     "Turn",
@@ -151,6 +165,7 @@ __all__ = [
     "diff_rerun",
     "diff_saved_rerun",
     "distance",
+    "dropped_with_pairs",
     "find_context",
     "injected_results",
     "inline_call",
@@ -192,6 +207,7 @@ __all__ = [
     "session_calls",
     "session_names",
     "short_id",
+    "source_named",
     "sources",
     "system_prompt_history",
     "unchanged_band",

@@ -175,7 +175,7 @@ def _edit_parts(
     return changed
 
 
-def _dropped(messages: Sequence[Message], drops: Sequence[int]) -> set[int]:
+def dropped_with_pairs(messages: Sequence[Message], drops: Sequence[int]) -> set[int]:
     """The indices to leave out, widened so no tool call loses its result or vice versa.
 
     One pass for the call ids of the dropped messages, one for the messages that share
@@ -235,7 +235,7 @@ def replay_messages(found: Materialized, overrides: Overrides) -> list[Message]:
             if message.message_type == "SystemPromptMessage":
                 messages[i] = message.copy()
                 messages[i].content = [TextPart(overrides.system_prompt)]
-    gone = _dropped(found.messages, overrides.drops)
+    gone = dropped_with_pairs(found.messages, overrides.drops)
     return [m for i, m in enumerate(messages) if i not in gone]
 
 

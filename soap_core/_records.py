@@ -59,6 +59,10 @@ CALL_FORMAT = f"soapwb.call/{CALL_VERSION}"
 INVOCATION_FORMAT = f"soapwb.invocation/{INVOCATION_VERSION}"
 CALLS_DIR = "calls"
 INVOCATIONS_DIR = "invocations"
+ATTRIBUTIONS_DIR = "attributions"
+ATTRIBUTION_FORMAT = "soapwb.attribution/1"
+"""An attribution of one answer to its context's parts (:mod:`analysis._attribution`),
+kept beside the session like its calls, so a reload shows it."""
 LOCK_FILE = ".soapwb.lock"
 """The file whose ``flock`` a running invocation holds in its session folder."""
 INTERRUPTED = "interrupted"
@@ -385,6 +389,34 @@ def write_call(session_dir: Path, record: CallRecord) -> Path:
 def read_calls(session_dir: Path) -> list[CallRecord]:
     """Every call record of a session, oldest first (ids sort by time)."""
     return [CallRecord.from_dict(read_json(path), path) for path in _record_files(session_dir, CALLS_DIR)]
+
+
+def write_attribution(session_dir: Path, record_id: str, data: dict[str, Any]) -> Path:
+    """One attribution record (``attributions/<record_id>.json``), written once."""
+    path = _record_path(session_dir, ATTRIBUTIONS_DIR, record_id)
+    write_json_atomic(path, {"format": ATTRIBUTION_FORMAT, **data, "id": record_id})
+    return path
+
+
+def read_attributions(session_dir: Path, *, errors: list[SoapError] | None = None) -> list[dict[str, Any]]:
+    """Every attribution record of a session, oldest first. A broken one (not JSON, or of
+    another format) raises its FormatError, or, with ``errors``, is added there and left out."""
+    records = []
+    for path in _record_files(session_dir, ATTRIBUTIONS_DIR):
+        try:
+            data = read_json(path)
+            if not isinstance(data, dict) or data.get("format") != ATTRIBUTION_FORMAT:
+                found = data.get("format") if isinstance(data, dict) else type(data).__name__
+                raise FormatError(
+                    path, "$.format", f"not an attribution record ({ATTRIBUTION_FORMAT}): {found!r}"
+                )
+        except SoapError as exc:
+            if errors is None:
+                raise
+            errors.append(exc)
+            continue
+        records.append(data)
+    return records
 
 
 def write_invocation(session_dirs: list[Path], record: InvocationRecord) -> None:

@@ -36,6 +36,7 @@ COMMAND_MODULES = {
     "verify": "replay_commands",
     "replay": "replay_commands",
     "diff": "replay_commands",
+    "attribute": "attribution_commands",
     "rerun": "rerun_commands",
     "continue": "rerun_commands",
     "tokens": "analysis_commands",

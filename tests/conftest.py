@@ -15,7 +15,7 @@ from playwright.sync_api import Browser
 from soap_core import SAVE_LOCKS_DIR, Context, Store
 from soap_core._catalog import CATALOG_FILE, is_catalog_file
 from tests.demo_store import demo_build, demo_store  # noqa: F401  (built once, against the local model)
-from tests.llm import llm_server  # noqa: F401  (the one session-wide local model server)
+from tests.llm import llm_server, scoring_server  # noqa: F401  (the session-wide local model servers)
 from tests.peers.otel_traces import events, latest, written  # noqa: F401  (real instrumentations' traces)
 from tests.peers.phoenix import phoenix  # noqa: F401  (a real Phoenix on 127.0.0.1, session-wide)
 from tests.s3_server import S3, start_server

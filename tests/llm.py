@@ -27,3 +27,14 @@ def llm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalModelS
 def openai_client(server: LocalModelServer) -> openai.OpenAI:
     """An ``openai`` client for ``server``: no retries, so a failure shows at once."""
     return openai.OpenAI(base_url=server.base_url, api_key=NO_API_KEY, max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="session")
+def scoring_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalModelServer]:
+    """A second local model server with llama.cpp's default batching, as ``soapwb
+    attribute`` starts one: scoring evaluates whole prompts, a few times faster in
+    batches than one token at a time, and repeats its numbers all the same (every
+    request is scored from a fresh state)."""
+    log_path = tmp_path_factory.mktemp("scoring") / "server.log"
+    with LocalModelServer(deterministic=False, log_path=log_path) as server:
+        yield server

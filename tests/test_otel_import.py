@@ -236,6 +236,37 @@ def test_an_imported_call_replays_and_reruns_on_the_local_model(
     assert sent.request["tools"] == written.bodies[0]["tools"]
 
 
+def test_an_imported_call_is_attributed_with_requests_its_source_builds(
+    written: Written, tmp_path: Path, scoring_server: LocalModelServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 29: `soapwb attribute` on another framework's session: the ablated requests
+    are the OpenTelemetry source's (with nothing removed, the traced body itself)."""
+    from analysis import ablated_request, saved_attributions
+
+    store, session = imported(written, FLAVOURS["written"], tmp_path / "store")
+    last = rebuilt(session)[-1]
+    assert ablated_request(last, set())[0] == written.bodies[-1]
+    without_first_user = ablated_request(
+        last, {next(i for i, m in enumerate(last.messages) if m.role == "user")}
+    )[0]
+    assert len(without_first_user["messages"]) == len(written.bodies[-1]["messages"]) - 1
+    argv = ["attribute", session.uuid, "--context", last.context_id, "--at", str(last.index)]
+    argv += [
+        "--ablations",
+        "4",
+        "--store",
+        str(tmp_path / "store"),
+        "--json",
+        "--base-url",
+        scoring_server.base_url,
+    ]
+    assert main(argv) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["source"] == "otel" and len(printed["units"]) == len(last.messages)
+    [saved] = saved_attributions(store.load_session(session.uuid, require_active=False))
+    assert saved.id == printed["id"] and saved.weights == printed["weights"]
+
+
 @pytest.mark.parametrize("page", PAGES)
 def test_every_page_opens_on_an_imported_trace(written: Written, tmp_path: Path, page: str) -> None:
     """Point 4: an imported trace is a session like any other: every page opens on it,

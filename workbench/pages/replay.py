@@ -34,6 +34,7 @@ from typing import Any
 import streamlit as st
 from streamlit.runtime.scriptrunner import add_script_run_ctx, get_script_run_ctx
 
+from analysis import attribute, estimate_tokens, latest_attribution, save_attribution
 from replay import (
     EMPTY_OUTPUTS,
     FRAMEWORK_CODE_KEY,
@@ -51,6 +52,8 @@ from replay import (
     RerunResult,
     SavedRerun,
     SavedRun,
+    ScoreError,
+    ServerScorer,
     batches_from_saved,
     call_texts,
     continue_branch,
@@ -77,6 +80,7 @@ from replay import (
 )
 from soap_core import Message, Session, SoapError, ToolPart
 from soap_core.runtime import LLMEndpoint
+from workbench.attribution_views import heat_strip, ranked_frame
 from workbench.loading import SCOPED, Scope, chosen_store, show_error_and_stop
 from workbench.replay_views import (
     EDIT_TAIL,
@@ -753,6 +757,76 @@ def show_replay(scope: Scope) -> None:
     if note:
         st.error(escape_markdown(note))
     show_saved_runs(scope, found, runs)
+    show_attribution(scope, index, found, settings.base_url)
+
+
+# ── why this answer: attribution ─────────────────────────────────────────────────────
+
+ATTRIBUTION_ABOUT = (
+    "Random halves of the request's messages are removed; the answer's log-probability under each "
+    "such request (teacher-forced on the local model, which scores a given answer) fits a sparse "
+    "linear model whose weights say how much the answer leans on each message (ContextCite). "
+    "The top-k drop and the LDS say how far to trust it: see the README's Reading attribution scores."
+)
+
+
+def show_attribution(scope: Scope, index: int, found: Materialized, base_url: str) -> None:
+    """The newest attribution of this answer (heat strip, ranked list, trust figures) and
+    the button that makes a new one; it is saved with the session."""
+    st.header("Why this answer")
+    answer = scope.session.contexts[found.context_id].messages[found.index : found.index + 1]
+    if not answer or answer[0].role != "assistant":
+        st.caption("Attribution is for a model answer: pick one above.")
+        return
+    st.caption(ATTRIBUTION_ABOUT)
+    prefix = f"{found.context_id}:{found.index}"
+    with st.container(horizontal=True, vertical_alignment="bottom"):
+        ablations = int(st.number_input("Ablations", 4, 256, 16, step=4, key=f"attribute_k:{prefix}"))
+        clicked = st.button("Attribute", key=f"attribute:{prefix}")
+    calls, tokens = estimate_tokens(found, ablations)
+    st.caption(f"{calls} scored requests, about {tokens:,} prompt tokens, on {base_url or 'no endpoint yet'}")
+    if clicked:
+        if not base_url:
+            st.error("No endpoint: enter the base URL of the local model server above.")
+            st.stop()
+        run_attribution(scope, index, found.request_hash, ablations, base_url)
+        st.rerun()  # the record is in the store now: the page reads it back
+    latest = latest_attribution(scope.session, found.context_id, found.index)
+    if latest is None:
+        st.info("No attribution of this answer yet.")
+        return
+    st.markdown(escape_markdown(latest.summary()[:1].upper() + latest.summary()[1:] + "."))
+    st.plotly_chart(heat_strip(latest), key=f"heat:{prefix}")
+    st.dataframe(ranked_frame(latest), hide_index=True)
+    st.caption(escape_markdown(latest.trust()))
+    k = sum(1 for a in latest.ablations if a["set"] == "train")
+    st.caption(
+        escape_markdown(
+            f"{k} ablations, {latest.calls} scored requests in {latest.seconds:.0f} s on {latest.endpoint} "
+            f"({latest.method}), {latest.created_at}"
+        )
+    )
+
+
+def run_attribution(scope: Scope, index: int, shown_hash: str, ablations: int, base_url: str) -> None:
+    """Attribute from a fresh load of the session and save the result beside it."""
+    store, session = scope.writable()
+    found = materialize(session, scope.chosen.id, index)
+    if found.request_hash != shown_hash:
+        st.error("The store changed since this request was shown: look at it again before running.")
+        st.stop()
+    bar = st.progress(0.0, text="scoring the whole request")
+
+    def progress(done: int, total: int) -> None:
+        bar.progress(done / total, text=f"{done} of {total} requests scored")
+
+    try:
+        with ServerScorer(base_url) as scorer:
+            scorer.check()
+            result = attribute(session, found, scorer, ablations=ablations, on_progress=progress)
+        save_attribution(store, session, result)
+    except (ScoreError, SoapError) as exc:
+        show_error_and_stop(exc)
 
 
 def run_rerun(

@@ -1,0 +1,473 @@
+"""Which parts of its context a model answer depends on: attribution by ablation.
+
+ContextCite's method (Cohen-Wang, Shah, Georgiev, Mądry, NeurIPS 2024), on a session's
+request as its framework built it:
+
+1. The request's messages are the units (the system prompt, the tool definitions, every
+   message; a tool result is a unit of its own).
+2. ``K`` ablations each remove a random half of the units. The session's request source
+   builds each ablated request (:func:`ablated_request`), so every framework the
+   workbench reads is ablated the way it sends requests.
+3. Each ablated request is scored: the log-odds of the original answer under it
+   (:class:`replay.Scored`, teacher forcing on the local llama.cpp server).
+4. A sparse linear surrogate (LASSO) fitted to (which units were kept, score) gives a
+   weight per unit: how much keeping that unit raises the answer's log-odds. "The answer
+   leans on the tool result of search #3 (+2.1)".
+
+How far to trust the weights is measured on every attribution, not assumed:
+
+* **top-k drop**: the score lost when the top 1, 3 and 5 units are removed, against
+  removing as many units at random (a faithful ranking loses more);
+* **LDS** (linear datamodeling score): the Spearman correlation, on held-out random
+  ablations the surrogate was not fitted to, between the scores it predicts and the
+  scores measured.
+
+A result is kept beside the session (``attributions/``) so the pages show it again.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections import Counter
+from collections.abc import Callable, Collection, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from replay import (
+    Materialized,
+    Overrides,
+    Scored,
+    dropped_with_pairs,
+    inline_call,
+    replay_messages,
+    source_named,
+)
+from soap_core import (
+    Message,
+    Session,
+    SoapError,
+    Store,
+    chat_message,
+    new_record_id,
+    read_attributions,
+    utc_now,
+    write_attribution,
+)
+
+UNITS = ("message",)
+"""The units an answer is attributed to (parts and sentences are not built yet)."""
+KEEP = 0.5
+"""The chance that a random ablation keeps a unit (ContextCite's default)."""
+LASSO_ALPHA = 0.01
+"""The surrogate's L1 penalty (ContextCite's default, on the same log-odds scale)."""
+TOP_K = (1, 3, 5)
+RANDOM_DRAWS = 3
+"""Random removals of k units each top-k drop is compared with."""
+LARGE_RUN_TOKENS = 1_000_000
+"""Prompt tokens above which the command line asks for --yes before it starts."""
+
+
+class AttributionError(SoapError):
+    """An answer that cannot be attributed (no units, a message the model did not write)."""
+
+
+class Scorer(Protocol):
+    """What scores an answer under a request (:class:`replay.ServerScorer`)."""
+
+    method: str
+    base_url: str
+
+    def score(self, request: dict[str, Any], answer: dict[str, Any]) -> Scored: ...
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One part of the request an answer may depend on."""
+
+    index: int
+    """Display index of the message in the request's messages."""
+    kind: str
+    label: str
+    preview: str
+    tokens: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "kind": self.kind,
+            "label": self.label,
+            "preview": self.preview,
+            "tokens": self.tokens,
+        }
+
+
+def _names(names: Sequence[str | None]) -> str:
+    return ", ".join(dict.fromkeys(name or "a tool" for name in names))
+
+
+def _shown(message: Message) -> str:
+    """A message's words for a preview: its text, else its calls, results or tools."""
+    if message.text().strip():
+        return message.text()
+    if message.tool_uses():
+        return "; ".join(inline_call(u.name, u.parsed_arguments()) for u in message.tool_uses())
+    if message.tool_results():
+        return "; ".join(str(r.content) for r in message.tool_results())
+    return ", ".join(t.name for t in message.tool_definitions())
+
+
+def request_units(found: Materialized) -> list[Unit]:
+    """The request's messages as units, each labelled as a reader would name it (a tool
+    result by the tool its call named, where the result does not name it)."""
+    seen: Counter[str] = Counter()
+    called: dict[str, str] = {}
+    units = []
+    for index, message in enumerate(found.messages):
+        if message.message_type == "SystemPromptMessage":
+            kind, label = "system prompt", "the system prompt"
+        elif message.tool_definitions():
+            kind, label = "tool definitions", "the tool definitions"
+        elif message.tool_results() and message.role != "assistant":
+            names = _names([r.name or called.get(r.call_id) for r in message.tool_results()])
+            seen[f"result {names}"] += 1
+            kind, label = "tool result", f"the tool result of {names} #{seen[f'result {names}']}"
+        elif message.role == "assistant" and message.tool_uses():
+            names = _names([u.name for u in message.tool_uses()])
+            called.update((u.call_id, u.name) for u in message.tool_uses())
+            seen[f"call {names}"] += 1
+            kind, label = "tool call", f"the call of {names} #{seen[f'call {names}']}"
+        else:
+            seen[message.role] += 1
+            kind, label = message.role, f"{message.role} message #{seen[message.role]}"
+        text = " ".join(_shown(message).split())
+        preview = text[:77] + "..." if len(text) > 80 else text
+        units.append(Unit(index, kind, label, preview, message.count_tokens()))
+    return units
+
+
+def ablated_request(found: Materialized, removed: Collection[int]) -> tuple[dict[str, Any], frozenset[int]]:
+    """The request with the units ``removed`` taken out, built by the session's request
+    source, and the units that were in fact taken out.
+
+    A tool result is emptied rather than dropped, so its call still has its answer; any
+    other message is dropped, and a dropped call takes its results with it (the source
+    would refuse a result without its call)."""
+    messages = found.messages
+    emptied = {
+        i: [""] * len(messages[i].tool_results())
+        for i in removed
+        if messages[i].tool_results() and messages[i].role != "assistant"
+    }
+    drops = sorted(i for i in removed if i not in emptied)
+    gone = frozenset(dropped_with_pairs(messages, drops)) | frozenset(emptied)
+    sent = replay_messages(found, Overrides(drops=drops, tool_results=emptied))
+    parameters = {k: v for k, v in found.parameters.items() if k != "model"}
+    model = found.parameters.get("model")
+    request = source_named(found.source).build_request(sent, model=model, parameters=parameters)
+    return request, gone
+
+
+def answer_of(session: Session, found: Materialized) -> Message:
+    """The message the call behind ``found`` produced."""
+    context = session.contexts[found.context_id]
+    if found.index >= len(context.messages):
+        raise AttributionError(f"message {found.index} of context {found.context_id} does not exist yet")
+    answer = context.messages[found.index]
+    if answer.role != "assistant":
+        raise AttributionError(
+            f"message {found.index} of context {found.context_id} is a {answer.role} message, not a model answer"
+        )
+    return answer
+
+
+def answer_dict(answer: Message) -> dict[str, Any]:
+    """The answer as an OpenAI assistant message (text and tool calls)."""
+    [shaped] = chat_message(answer)
+    return dict(shaped)
+
+
+@dataclass
+class Attribution:
+    """One answer's attribution to its request's units, with its faithfulness."""
+
+    session: str
+    context_id: str
+    index: int
+    message_id: str | None
+    source: str
+    unit: str
+    units: list[Unit]
+    weights: list[float]
+    intercept: float
+    full_logit: float
+    full_logprob: float
+    ablations: list[dict[str, Any]]
+    """Every scored request: ``removed`` (unit indices), ``logit``, ``set`` (train,
+    held-out, top-k, random)."""
+    lds: float | None
+    top_k: list[dict[str, Any]]
+    """Per k: ``drop`` (top k removed) and ``random_drop`` (k random, the mean)."""
+    method: str
+    endpoint: str
+    model: str | None
+    seed: int
+    seconds: float
+    created_at: str = field(default_factory=utc_now)
+    id: str | None = None
+
+    @property
+    def calls(self) -> int:
+        """Model calls it took (each a scored request, the unablated one included)."""
+        return len(self.ablations) + 1
+
+    def ranked(self) -> list[tuple[Unit, float]]:
+        """Units with their weights, the most relied on first (ties by position)."""
+        pairs = list(zip(self.units, self.weights, strict=True))
+        return sorted(pairs, key=lambda pair: (-pair[1], pair[0].index))
+
+    def weight_of(self, index: int) -> float:
+        return next(w for u, w in zip(self.units, self.weights, strict=True) if u.index == index)
+
+    def summary(self, most: int = 3) -> str:
+        """'the answer leans on X (+2.1), Y (+0.8)', or says it leans on none."""
+        leaning = [(u, w) for u, w in self.ranked() if w > 0][:most]
+        if not leaning:
+            return "the answer leans on no single unit more than the rest"
+        return "the answer leans on " + ", ".join(f"{u.label} ({w:+.1f})" for u, w in leaning)
+
+    def trust(self) -> str:
+        """The faithfulness figures in one line: what the top units' removal costs
+        against as many random ones, and the LDS."""
+        drops = "; ".join(
+            f"top {t['k']} removed {t['drop']:+.1f} vs {t['random_drop']:+.1f} at random" for t in self.top_k
+        )
+        lds = f"{self.lds:.2f}" if self.lds is not None else "n/a (the held-out scores do not vary)"
+        return f"log-odds lost: {drops or 'n/a (too few units)'}. LDS on held-out ablations: {lds}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "session": self.session,
+            "context_id": self.context_id,
+            "index": self.index,
+            "message_id": self.message_id,
+            "source": self.source,
+            "unit": self.unit,
+            "units": [u.as_dict() for u in self.units],
+            "weights": self.weights,
+            "intercept": self.intercept,
+            "full_logit": self.full_logit,
+            "full_logprob": self.full_logprob,
+            "ablations": self.ablations,
+            "lds": self.lds,
+            "top_k": self.top_k,
+            "method": self.method,
+            "endpoint": self.endpoint,
+            "model": self.model,
+            "seed": self.seed,
+            "seconds": self.seconds,
+            "calls": self.calls,
+            "created_at": self.created_at,
+            "summary": self.summary(),
+            "trust": self.trust(),
+            "ranked": [{"index": u.index, "label": u.label, "weight": w} for u, w in self.ranked()],
+            "id": self.id,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Attribution:
+        return cls(
+            session=data["session"],
+            context_id=data["context_id"],
+            index=int(data["index"]),
+            message_id=data.get("message_id"),
+            source=data.get("source", "soapwb"),
+            unit=data.get("unit", "message"),
+            units=[Unit(**u) for u in data["units"]],
+            weights=[float(w) for w in data["weights"]],
+            intercept=float(data["intercept"]),
+            full_logit=float(data["full_logit"]),
+            full_logprob=float(data["full_logprob"]),
+            ablations=list(data["ablations"]),
+            lds=data.get("lds"),
+            top_k=list(data.get("top_k", [])),
+            method=data.get("method", ""),
+            endpoint=data.get("endpoint", ""),
+            model=data.get("model"),
+            seed=int(data.get("seed", 0)),
+            seconds=float(data.get("seconds", 0.0)),
+            created_at=data.get("created_at", ""),
+            id=data.get("id"),
+        )
+
+
+def _random_removals(rng: random.Random, n: int, count: int) -> list[frozenset[int]]:
+    return [frozenset(i for i in range(n) if rng.random() >= KEEP) for _ in range(count)]
+
+
+def planned_calls(units: int, ablations: int, held_out: int) -> int:
+    """The scored requests an attribution makes: the whole request, the ablations, the
+    held-out ones and the top-k comparisons."""
+    ks = [k for k in TOP_K if k < units]
+    return 1 + ablations + held_out + len(ks) * (1 + RANDOM_DRAWS)
+
+
+def default_held_out(ablations: int) -> int:
+    return max(4, ablations // 4)
+
+
+def estimate_tokens(found: Materialized, ablations: int) -> tuple[int, int]:
+    """(scored requests, prompt tokens about): an ablation keeps half the units."""
+    units = request_units(found)
+    total = sum(u.tokens for u in units)
+    calls = planned_calls(len(units), ablations, default_held_out(ablations))
+    return calls, total + (calls - 1) * total // 2
+
+
+def fit_surrogate(kept: Sequence[Sequence[float]], scores: Sequence[float]) -> tuple[list[float], float]:
+    """LASSO weights (one per unit) and intercept, scores ~ intercept + kept · weights."""
+    import numpy as np
+    from sklearn.linear_model import Lasso
+
+    model = Lasso(alpha=LASSO_ALPHA, max_iter=10_000)
+    model.fit(np.asarray(kept, dtype=float), np.asarray(scores, dtype=float))
+    return [float(w) for w in model.coef_], float(model.intercept_)
+
+
+def spearman(predicted: Sequence[float], actual: Sequence[float]) -> float | None:
+    """Their rank correlation; None where either does not vary (no ranking to compare)."""
+    if len(set(predicted)) < 2 or len(set(actual)) < 2:
+        return None
+    from scipy.stats import spearmanr
+
+    value = float(spearmanr(predicted, actual).statistic)
+    return None if math.isnan(value) else value
+
+
+def attribute(
+    session: Session,
+    found: Materialized,
+    scorer: Scorer,
+    *,
+    ablations: int = 32,
+    held_out: int | None = None,
+    seed: int = 0,
+    concurrency: int = 1,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> Attribution:
+    """Attribute the answer behind ``found`` to its request's messages (module docstring)."""
+    started = time.monotonic()
+    answer = answer_dict(answer_of(session, found))
+    units = request_units(found)
+    n = len(units)
+    if n < 2:
+        raise AttributionError(
+            f"the request behind message {found.index} has {n} message: nothing to compare"
+        )
+    if ablations < 2:
+        raise AttributionError("attribution needs at least 2 ablations")
+    held = default_held_out(ablations) if held_out is None else held_out
+    rng = random.Random(seed)
+    total = planned_calls(n, ablations, held)
+    done = 0
+    cache: dict[frozenset[int], tuple[float, frozenset[int]]] = {}
+
+    def score_all(removals: Sequence[frozenset[int]]) -> list[tuple[float, frozenset[int]]]:
+        nonlocal done
+        built = [
+            ablated_request(found, removed) if removed else (found.request, removed) for removed in removals
+        ]
+
+        def one(item: tuple[dict[str, Any], frozenset[int]]) -> tuple[float, frozenset[int]]:
+            request, gone = item
+            if gone not in cache:
+                cache[gone] = (scorer.score(request, answer).logit, gone)
+            return cache[gone]
+
+        # Requests that keep the same first units follow each other, so a server that
+        # keeps the last prompt's state evaluates only where they part.
+        order = sorted(range(len(built)), key=lambda i: [j not in built[i][1] for j in range(n)])
+        results: dict[int, tuple[float, frozenset[int]]] = {}
+        with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+            for at, result in zip(order, pool.map(one, [built[i] for i in order]), strict=True):
+                results[at] = result
+                done += 1
+                if on_progress is not None:
+                    on_progress(done, total)
+        return [results[i] for i in range(len(built))]
+
+    whole = scorer.score(found.request, answer)
+    done += 1
+    if on_progress is not None:
+        on_progress(done, total)
+    train = score_all(_random_removals(rng, n, ablations))
+    test = score_all(_random_removals(rng, n, held))
+    kept = [[0.0 if i in gone else 1.0 for i in range(n)] for _, gone in train]
+    weights, intercept = fit_surrogate(kept, [logit for logit, _ in train])
+    predicted = [intercept + sum(w for i, w in enumerate(weights) if i not in gone) for _, gone in test]
+    lds = spearman(predicted, [logit for logit, _ in test]) if test else None
+    order = sorted(range(n), key=lambda i: (-weights[i], i))
+    top_k, extra = [], []
+    for k in (k for k in TOP_K if k < n):
+        [(top, gone)] = score_all([frozenset(order[:k])])
+        randoms = score_all([frozenset(rng.sample(range(n), k)) for _ in range(RANDOM_DRAWS)])
+        extra.append({"removed": sorted(gone), "logit": top, "set": f"top-{k}"})
+        extra += [{"removed": sorted(g), "logit": s, "set": f"random-{k}"} for s, g in randoms]
+        top_k.append(
+            {
+                "k": k,
+                "drop": whole.logit - top,
+                "random_drop": math.fsum(whole.logit - s for s, _ in randoms) / len(randoms),
+            }
+        )
+    return Attribution(
+        session=session.uuid,
+        context_id=found.context_id,
+        index=found.index,
+        message_id=found.message_id,
+        source=found.source,
+        unit="message",
+        units=units,
+        weights=weights,
+        intercept=intercept,
+        full_logit=whole.logit,
+        full_logprob=whole.logprob,
+        ablations=[
+            *({"removed": sorted(g), "logit": s, "set": "train"} for s, g in train),
+            *({"removed": sorted(g), "logit": s, "set": "held-out"} for s, g in test),
+            *extra,
+        ],
+        lds=lds,
+        top_k=top_k,
+        method=scorer.method,
+        endpoint=scorer.base_url,
+        model=found.parameters.get("model"),
+        seed=seed,
+        seconds=time.monotonic() - started,
+    )
+
+
+def save_attribution(store: Store, session: Session, attribution: Attribution) -> Attribution:
+    """Keep ``attribution`` beside ``session``; it comes back with its record id."""
+    record_id = attribution.id or new_record_id()
+    directory = session.directory or store.session_dir(session.role, session.uuid)
+    write_attribution(directory, record_id, attribution.as_dict())
+    attribution.id = record_id
+    return attribution
+
+
+def saved_attributions(session: Session, *, errors: list[SoapError] | None = None) -> list[Attribution]:
+    """The attributions kept beside ``session``, oldest first."""
+    if session.directory is None:
+        return []
+    return [Attribution.from_dict(data) for data in read_attributions(session.directory, errors=errors)]
+
+
+def latest_attribution(session: Session, context_id: str, index: int) -> Attribution | None:
+    """The newest attribution of the answer at ``index`` of ``context_id``, if any."""
+    found = [
+        a for a in saved_attributions(session, errors=[]) if (a.context_id, a.index) == (context_id, index)
+    ]
+    return found[-1] if found else None

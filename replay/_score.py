@@ -1,0 +1,103 @@
+"""How likely the model finds a given answer to a request: teacher-forced scoring.
+
+Attribution (:mod:`analysis._attribution`) asks, for many changed requests, how probable
+the model still finds the answer it gave. The answer is given, not generated: its
+tokens follow the prompt and the model's log-probability of each is read (teacher
+forcing). The local llama.cpp server (:mod:`local_model`) does it at ``POST
+/soapwb/score``: its chat format renders the request's prompt and the answer's text (for
+a request with tools, ``message:\\n`` before the text or ``functions.NAME:\\n`` before a
+call's arguments, as the model writes them), the model evaluates both as one sequence,
+and the log-softmax of the logits before each answer token is that token's
+log-probability: the number llama.cpp reports for a token it generates (a test holds
+the two together). llama.cpp's own ``/v1/completions`` with ``echo`` and ``logprobs``
+gives the same numbers, but sorts the whole vocabulary in Python at every token (about
+ten times slower on a short prompt).
+
+Hosted chat APIs return no log-probabilities of a given text, so they cannot be scored
+this way.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from soap_core import SoapError
+
+SCORING = "teacher-forced log-probability"
+
+
+class ScoreError(SoapError):
+    """The endpoint cannot score an answer (no render route, no echo log-probabilities),
+    or it failed to."""
+
+
+@dataclass(frozen=True)
+class Scored:
+    """The model's log-probability of each token of an answer."""
+
+    tokens: list[str]
+    token_logprobs: list[float]
+
+    @property
+    def logprob(self) -> float:
+        """log p(answer | request): the sum over its tokens."""
+        return math.fsum(self.token_logprobs)
+
+    @property
+    def logit(self) -> float:
+        """The answer's log-odds, log(p / (1 - p)): ContextCite's target, which stays
+        linear where p nears 1 (a one-token answer) and is ``logprob`` where p is small."""
+        lp = min(self.logprob, -1e-12)
+        return lp - math.log(-math.expm1(lp))
+
+
+class ServerScorer:
+    """Scores answers on a llama.cpp server started by :mod:`local_model` (base URL
+    ``http://HOST:PORT/v1``). Thread-safe: one HTTP client, requests in parallel."""
+
+    method = SCORING
+
+    def __init__(self, base_url: str, *, timeout: float = 300.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.root = self.base_url.removesuffix("/v1")
+        self._http = httpx.Client(timeout=timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> ServerScorer:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _post(self, path: str, body: dict[str, Any]) -> Any:
+        url = self.root + path
+        try:
+            response = self._http.post(url, json=body)
+        except httpx.HTTPError as exc:
+            raise ScoreError(f"{url}: {type(exc).__name__}: {exc}") from None
+        if response.status_code == 404 and path.startswith("/soapwb"):
+            raise ScoreError(
+                f"{self.base_url} cannot score a given answer: it has no {path} route (only the "
+                "local model server, `soapwb` starts it, renders its prompts for scoring)"
+            )
+        if response.status_code != 200:
+            raise ScoreError(f"{url} answered {response.status_code}: {response.text[:300]}")
+        return response.json()
+
+    def check(self) -> None:
+        """Raise ScoreError unless this endpoint can score answers."""
+        self._post("/soapwb/render", {"request": {"messages": [{"role": "user", "content": "hi"}]}})
+
+    def score(self, request: dict[str, Any], answer: dict[str, Any]) -> Scored:
+        """The log-probability of ``answer`` (an OpenAI assistant message) after ``request``."""
+        scored = self._post("/soapwb/score", {"request": request, "answer": answer})
+        tokens, values = scored.get("tokens"), scored.get("token_logprobs")
+        if not tokens or not isinstance(values, list) or len(values) != len(tokens):
+            raise ScoreError(f"{self.base_url} returned no log-probabilities for the answer")
+        return Scored(list(tokens), [float(v) for v in values])

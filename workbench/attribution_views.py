@@ -1,0 +1,53 @@
+"""What the attribution panel shows, computed without Streamlit: the heat strip (one
+cell per message of the request, coloured by how much the answer leans on it) and the
+ranked list. Text from the files reaches plotly's hover labels escaped."""
+
+from __future__ import annotations
+
+import html
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from analysis import Attribution
+
+RANKED_COLUMNS = ("weight", "at", "kind", "unit", "text")
+_HOVER_TEXT = 120
+
+
+def ranked_frame(attribution: Attribution) -> pd.DataFrame:
+    """The units, the most relied on first."""
+    rows = [(round(w, 2), u.index, u.kind, u.label, u.preview) for u, w in attribution.ranked()]
+    return pd.DataFrame(rows, columns=list(RANKED_COLUMNS))
+
+
+def heat_strip(attribution: Attribution) -> go.Figure:
+    """One cell per unit in request order, red where keeping it raises the answer's
+    log-odds, blue where it lowers them; the colour scale is centred on zero."""
+    units = attribution.units
+    reach = max((abs(w) for w in attribution.weights), default=0.0) or 1.0
+    hover = [
+        html.escape(f"#{u.index} {u.label}: {w:+.2f} — {u.preview[:_HOVER_TEXT]}", quote=False)
+        for u, w in zip(units, attribution.weights, strict=True)
+    ]
+    figure = go.Figure(
+        go.Heatmap(
+            z=[attribution.weights],
+            x=[f"#{u.index}" for u in units],
+            y=["answer"],
+            text=[hover],
+            hoverinfo="text",
+            colorscale="RdBu",
+            reversescale=True,
+            zmin=-reach,
+            zmax=reach,
+            colorbar={"title": {"text": "weight"}, "thickness": 12},
+        )
+    )
+    figure.update_layout(
+        height=150,
+        margin={"l": 10, "r": 10, "t": 10, "b": 30},
+        xaxis={"type": "category", "title": None},
+        yaxis={"visible": False},
+    )
+    return figure
