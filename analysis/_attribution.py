@@ -148,9 +148,9 @@ def request_units(found: Materialized) -> list[Unit]:
     return units
 
 
-def ablated_request(found: Materialized, removed: Collection[int]) -> tuple[dict[str, Any], frozenset[int]]:
-    """The request with the units ``removed`` taken out, built by the session's request
-    source, and the units that were in fact taken out.
+def removal(found: Materialized, removed: Collection[int]) -> tuple[Overrides, frozenset[int]]:
+    """The overrides that take the units ``removed`` out of ``found``'s request, and the
+    units they in fact take out.
 
     A tool result is emptied rather than dropped, so its call still has its answer; any
     other message is dropped, and a dropped call takes its results with it (the source
@@ -163,7 +163,14 @@ def ablated_request(found: Materialized, removed: Collection[int]) -> tuple[dict
     }
     drops = sorted(i for i in removed if i not in emptied)
     gone = frozenset(dropped_with_pairs(messages, drops)) | frozenset(emptied)
-    sent = replay_messages(found, Overrides(drops=drops, tool_results=emptied))
+    return Overrides(drops=drops, tool_results=emptied), gone
+
+
+def ablated_request(found: Materialized, removed: Collection[int]) -> tuple[dict[str, Any], frozenset[int]]:
+    """The request with the units ``removed`` taken out (:func:`removal`), built by the
+    session's request source, and the units that were in fact taken out."""
+    overrides, gone = removal(found, removed)
+    sent = replay_messages(found, overrides)
     parameters = {k: v for k, v in found.parameters.items() if k != "model"}
     model = found.parameters.get("model")
     request = source_named(found.source).build_request(sent, model=model, parameters=parameters)
@@ -318,6 +325,12 @@ def default_held_out(ablations: int) -> int:
     return max(4, ablations // 4)
 
 
+def estimate_calls(found: Materialized, ablations: int) -> int:
+    """The scored requests an attribution of ``found`` makes (without counting tokens:
+    cheap on a request of 20,000 messages)."""
+    return planned_calls(len(found.messages), ablations, default_held_out(ablations))
+
+
 def estimate_tokens(found: Materialized, ablations: int) -> tuple[int, int]:
     """(scored requests, prompt tokens about): an ablation keeps half the units."""
     units = request_units(found)
@@ -458,16 +471,24 @@ def save_attribution(store: Store, session: Session, attribution: Attribution) -
     return attribution
 
 
-def saved_attributions(session: Session, *, errors: list[SoapError] | None = None) -> list[Attribution]:
-    """The attributions kept beside ``session``, oldest first."""
-    if session.directory is None:
+def saved_attributions(
+    session: Session, *, store: Store | None = None, errors: list[SoapError] | None = None
+) -> list[Attribution]:
+    """The attributions kept beside ``session``, oldest first (``store`` finds its folder
+    for a session made in this process rather than loaded)."""
+    directory = session.directory or (store.session_dir(session.role, session.uuid) if store else None)
+    if directory is None:
         return []
-    return [Attribution.from_dict(data) for data in read_attributions(session.directory, errors=errors)]
+    return [Attribution.from_dict(data) for data in read_attributions(directory, errors=errors)]
 
 
-def latest_attribution(session: Session, context_id: str, index: int) -> Attribution | None:
+def latest_attribution(
+    session: Session, context_id: str, index: int, *, store: Store | None = None
+) -> Attribution | None:
     """The newest attribution of the answer at ``index`` of ``context_id``, if any."""
     found = [
-        a for a in saved_attributions(session, errors=[]) if (a.context_id, a.index) == (context_id, index)
+        a
+        for a in saved_attributions(session, store=store, errors=[])
+        if (a.context_id, a.index) == (context_id, index)
     ]
     return found[-1] if found else None

@@ -1,4 +1,5 @@
-"""``soapwb attribute``: which messages of its request a model answer depends on."""
+"""``soapwb attribute`` and ``soapwb isolate``: which messages of its request a model
+answer depends on, and the smallest set of them that changes it."""
 
 from __future__ import annotations
 
@@ -9,24 +10,30 @@ from collections.abc import Iterator
 from typing import Any
 
 from analysis import (
+    CHECK_HELP,
     LARGE_RUN_TOKENS,
     UNITS,
     Attribution,
+    Check,
+    IsolateError,
+    Isolation,
     attribute,
     estimate_tokens,
+    isolate,
     save_attribution,
 )
-from replay import ServerScorer
+from replay import Overrides, ServerScorer
 from soapwb.common import (
     Progress,
     UsageError,
     add_progress_option,
     emit_json,
+    endpoint_for,
     format_table,
     open_store,
     store_command,
 )
-from soapwb.replay_commands import add_target, output_target
+from soapwb.replay_commands import add_endpoint_options, add_target, output_target
 
 
 def register(commands: Any) -> None:
@@ -53,6 +60,34 @@ def register(commands: Any) -> None:
     )
     cmd.add_argument("--yes", action="store_true", help="start a large run without asking")
     store_command(cmd, cmd_attribute)
+
+    iso = commands.add_parser(
+        "isolate",
+        help="find the smallest set of messages whose removal flips a check of the model's answer",
+        description="Re-runs the model with parts of the request removed (delta debugging, ddmin), in the "
+        "order of the answer's latest attribution, until it finds a smallest set of messages whose removal "
+        "flips CHECK (with --keep: that alone still give its usual result). Unchanged re-runs first say "
+        "the check's usual result and how often it flips by chance. Every run is saved as a fork.",
+    )
+    add_progress_option(iso)
+    add_target(iso)
+    iso.add_argument("--check", required=True, metavar="CHECK", help=CHECK_HELP)
+    iso.add_argument("--keep", action="store_true", help="the smallest set that alone keeps the usual result")
+    iso.add_argument(
+        "--noise",
+        type=int,
+        default=3,
+        metavar="K",
+        help="unchanged re-runs for the check's usual result (default 3)",
+    )
+    iso.add_argument(
+        "--max-tokens", type=int, default=None, metavar="N", help="per run (default: the request's, else 256)"
+    )
+    iso.add_argument(
+        "--temperature", type=float, default=None, metavar="T", help="per run (default: the request's)"
+    )
+    add_endpoint_options(iso)
+    store_command(iso, cmd_isolate)
 
 
 @contextlib.contextmanager
@@ -114,4 +149,62 @@ def print_attribution(result: Attribution) -> None:
     print(
         f"{result.calls} scored requests in {result.seconds:.1f} s ({result.method}); "
         f"saved as attribution {result.id}"
+    )
+
+
+def cmd_isolate(args: argparse.Namespace) -> int:
+    try:
+        check = Check.parse(args.check)
+    except IsolateError as exc:
+        raise UsageError(str(exc)) from None
+    if args.noise < 1:
+        raise UsageError("--noise must be at least 1: the check's usual result comes from unchanged runs")
+    store = open_store(args)
+    session = store.load_session(args.session, require_active=args.context is None)
+    found = output_target(args, session)
+    max_tokens = args.max_tokens or found.parameters.get("max_tokens") or 256
+    progress = Progress(args)
+    with endpoint_for(args) as endpoint:
+        progress.say(
+            f"isolating {check} at message {found.index} of {found.context_id} on {endpoint.base_url}: "
+            f"{args.noise} unchanged runs, then ddmin over {len(found.messages)} messages"
+        )
+        result = isolate(
+            store,
+            session,
+            found,
+            endpoint,
+            check,
+            keep=args.keep,
+            noise=args.noise,
+            base=Overrides(max_tokens=int(max_tokens), temperature=args.temperature),
+            on_progress=lambda runs: progress.status(f"{runs} runs"),
+        )
+    if args.json:
+        emit_json(result.as_dict())
+    else:
+        print_isolation(result)
+    return 0 if result.cause is not None else 1
+
+
+def print_isolation(result: Isolation) -> None:
+    print(f"message {result.index} of context {result.context_id}: {result.summary()}")
+    flipped = sum(1 for t in result.noise if t.holds is not None and t.holds != result.usual)
+    print(
+        f"the check's usual result: {'holds' if result.usual else 'does not hold'} "
+        f"({flipped} of {len(result.noise)} unchanged runs disagreed: {result.chance:.0%} by chance)"
+    )
+    rows = [
+        (
+            ", ".join(map(str, t.removed)),
+            "failed" if t.holds is None else ("holds" if t.holds else "does not hold"),
+            (t.fork_id or "-")[:8],
+            (t.error or t.text).replace("\n", " ")[:60],
+        )
+        for t in result.trials
+    ]
+    print(format_table(("REMOVED", "CHECK", "FORK", "ANSWER"), rows))
+    print(
+        f"{result.calls} model calls ({len(result.noise)} unchanged, {len(result.trials)} with parts removed; "
+        f"one-by-one removal takes {result.one_by_one}); split in the order of {result.ordered_by}"
     )

@@ -37,6 +37,7 @@ COMMAND_MODULES = {
     "replay": "replay_commands",
     "diff": "replay_commands",
     "attribute": "attribution_commands",
+    "isolate": "attribution_commands",
     "rerun": "rerun_commands",
     "continue": "rerun_commands",
     "tokens": "analysis_commands",

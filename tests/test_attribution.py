@@ -42,7 +42,9 @@ DISTRACTORS = [
 
 def planted_session(store: Store, seed: int, distractors: int = 4) -> tuple[Session, int]:
     """A session whose last answer repeats a code one user message gave, among
-    ``distractors`` other notes; (the session, the planted message's display index)."""
+    ``distractors`` other notes, each a user message of its own (the local model answers
+    the question with the code: its own answer is the one recorded); (the session, the
+    planted message's display index)."""
     rng = random.Random(seed)
     code = str(rng.randrange(1000, 9999))
     context = Context.create("You answer with facts from the conversation.")
@@ -51,12 +53,11 @@ def planted_session(store: Store, seed: int, distractors: int = 4) -> tuple[Sess
     notes.insert(where, f"The secret code is {code}.")
     for note in notes:
         context.append(Message.create("user", [TextPart(note)]))
-        context.append(Message.create("assistant", [TextPart("Noted.")]))
     context.append(Message.create("user", [TextPart("What is the secret code?")]))
     context.append(Message.create("assistant", [TextPart(f"The secret code is {code}.")]))
     session = Session.create("Planted", context)
     store.save_session(session)
-    return session, 1 + 2 * where
+    return session, 1 + where
 
 
 def test_teacher_forced_scores_are_the_log_probabilities_the_server_reports_when_it_generates(
@@ -172,7 +173,7 @@ def test_the_command_attributes_saves_and_a_broken_record_leaves_the_others_read
     print_attribution(saved)
     out = capsys.readouterr().out
     assert "the answer leans on" in out and "LDS on held-out ablations" in out and "WEIGHT" in out
-    assert out.count("message #") >= len(saved.units)
+    assert out.count("message #") == sum(1 for u in saved.units if "message #" in u.label)
 
 
 def test_a_message_the_model_did_not_write_is_refused_with_the_nearest_answer(
@@ -236,7 +237,7 @@ def test_the_replay_page_attributes_an_answer_saves_it_and_a_reload_shows_it(
     at.text_input(key="replay_base_url").set_value(scoring_server.base_url).run()
     [k] = [n for n in at.number_input if n.label == "Ablations"]
     k.set_value(8).run()
-    assert any("scored requests, about" in c.value for c in at.caption)
+    assert any(c.value.startswith("25 scored requests, each about half") for c in at.caption)
     [button] = [b for b in at.button if b.label == "Attribute"]
     button.click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]

@@ -34,7 +34,7 @@ from typing import Any
 import streamlit as st
 from streamlit.runtime.scriptrunner import add_script_run_ctx, get_script_run_ctx
 
-from analysis import attribute, estimate_tokens, latest_attribution, save_attribution
+from analysis import attribute, estimate_calls, latest_attribution, save_attribution
 from replay import (
     EMPTY_OUTPUTS,
     FRAMEWORK_CODE_KEY,
@@ -783,8 +783,11 @@ def show_attribution(scope: Scope, index: int, found: Materialized, base_url: st
     with st.container(horizontal=True, vertical_alignment="bottom"):
         ablations = int(st.number_input("Ablations", 4, 256, 16, step=4, key=f"attribute_k:{prefix}"))
         clicked = st.button("Attribute", key=f"attribute:{prefix}")
-    calls, tokens = estimate_tokens(found, ablations)
-    st.caption(f"{calls} scored requests, about {tokens:,} prompt tokens, on {base_url or 'no endpoint yet'}")
+    calls = estimate_calls(found, ablations)
+    st.caption(
+        f"{calls} scored requests, each about half of this request (a random half of its messages), "
+        f"on {base_url or 'no endpoint yet'}"
+    )
     if clicked:
         if not base_url:
             st.error("No endpoint: enter the base URL of the local model server above.")
