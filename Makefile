@@ -7,7 +7,7 @@ STORE  ?= $(CURDIR)/.demo-store
 HOST   ?= 127.0.0.1
 PORT   ?= 8501
 
-.PHONY: install run test lint typecheck unit browser bench fuzz reliability clean
+.PHONY: install run test lint typecheck unit browser bench fuzz reliability fleet clean
 
 install: $(STAMP)
 
@@ -38,6 +38,11 @@ test: lint typecheck browser unit
 # each). The figures go to test-output/reliability/.
 reliability: install
 	SOAPWB_RELIABILITY=full $(BIN)/pytest -q tests/test_crash_safety.py tests/test_concurrent_saves.py
+
+# Issue 27's suite of 200 recorded calls replayed on the local engine and on a two-worker
+# Ray cluster, with the same report (`make test` runs the comparison on 40 calls).
+fleet: install
+	SOAPWB_FLEET=full $(BIN)/pytest -q tests/test_fleet_replay_200.py
 
 # The browser tests drive Debian's chromium (Playwright's own browser download is not
 # reachable here). Installed once, with apt as root or through sudo.

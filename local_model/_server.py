@@ -116,6 +116,19 @@ def endpoint_from_env() -> tuple[str, str] | None:
     return base_url, os.environ.get("OPENAI_API_KEY") or NO_API_KEY
 
 
+def model_threads() -> int:
+    """Threads the model computes on: every core this process may use, up to 8
+    (``$SOAPWB_MODEL_THREADS`` says otherwise).
+    llama.cpp's server would take half of them; its callers mostly wait for it, and on two
+    cores one thread left a prompt 1.6 times slower. A fixed count keeps answers
+    repeatable: each output is summed by one thread in the same order."""
+    wanted = os.environ.get("SOAPWB_MODEL_THREADS", "")
+    if wanted.isdigit() and int(wanted) > 0:
+        return int(wanted)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(cores, 8))  # more threads than that wait on each other more than they gain
+
+
 class LocalModelServer:
     """One ``llama_cpp.server`` process serving the bundled model on a loopback port.
 
@@ -175,7 +188,8 @@ class LocalModelServer:
         command += ["--n_ctx", str(self.n_ctx), "--chat_format", CHAT_FORMAT]
         if self.deterministic:
             command += ["--n_batch", "1", "--n_ubatch", "1"]
-        return command
+        threads = str(model_threads())
+        return [*command, "--n_threads", threads, "--n_threads_batch", threads]
 
     def start(self, timeout: float = 120) -> LocalModelServer:
         """Start the server and return once it answers ``GET /v1/models``.

@@ -291,9 +291,22 @@ def test_the_host_defaults_to_loopback() -> None:
 def test_deterministic_servers_evaluate_one_token_at_a_time() -> None:
     deterministic = LocalModelServer(1234).command(Path("m.gguf"))
     default = LocalModelServer(1234, deterministic=False).command(Path("m.gguf"))
-    assert deterministic[-4:] == ["--n_batch", "1", "--n_ubatch", "1"]
+    at = deterministic.index("--n_batch")
+    assert deterministic[at : at + 4] == ["--n_batch", "1", "--n_ubatch", "1"]
     assert "--n_batch" not in default
     assert "soapwb-function-calling" in default  # tool results shown to the model
+
+
+def test_the_model_computes_on_every_core_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SOAPWB_MODEL_THREADS", raising=False)
+    command = LocalModelServer(1234).command(Path("m.gguf"))
+    cores = str(min(len(os.sched_getaffinity(0)), 8))
+    assert (
+        command[command.index("--n_threads") + 1] == command[command.index("--n_threads_batch") + 1] == cores
+    )
+    monkeypatch.setenv("SOAPWB_MODEL_THREADS", "1")
+    command = LocalModelServer(1234).command(Path("m.gguf"))
+    assert command[command.index("--n_threads") + 1] == "1"
 
 
 def test_an_openai_base_url_in_the_environment_is_the_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
