@@ -78,7 +78,7 @@ from replay import (
 from replay import (
     run_batch as replay_batch,
 )
-from soap_core import Message, Session, SoapError, ToolPart
+from soap_core import Message, Session, SoapError, ToolPart, time_text
 from soap_core.runtime import LLMEndpoint
 from workbench.attribution_views import heat_strip, ranked_frame
 from workbench.loading import SCOPED, Scope, chosen_store, show_error_and_stop
@@ -806,7 +806,7 @@ def show_attribution(scope: Scope, index: int, found: Materialized, base_url: st
     st.caption(
         escape_markdown(
             f"{k} ablations, {latest.calls} scored requests in {latest.seconds:.0f} s on {latest.endpoint} "
-            f"({latest.method}), {latest.created_at}"
+            f"({latest.method}), {time_text(latest.created_at)}"
         )
     )
 
