@@ -311,7 +311,14 @@ class Attribution:
 
 
 def _random_removals(rng: random.Random, n: int, count: int) -> list[frozenset[int]]:
-    return [frozenset(i for i in range(n) if rng.random() >= KEEP) for _ in range(count)]
+    """``count`` random removals, each unit kept with chance KEEP; one that would remove
+    every unit (an empty request, which no model answers) is drawn again."""
+    removals: list[frozenset[int]] = []
+    while len(removals) < count:
+        removed = frozenset(i for i in range(n) if rng.random() >= KEEP)
+        if len(removed) < n:
+            removals.append(removed)
+    return removals
 
 
 def planned_calls(units: int, ablations: int, held_out: int) -> int:

@@ -197,6 +197,14 @@ def test_a_message_the_model_did_not_write_is_refused_with_the_nearest_answer(
     assert code != 0 and "not a model output" in err and "Traceback" not in err
 
 
+def test_no_ablation_removes_every_unit_even_of_a_two_message_request() -> None:
+    from analysis._attribution import _random_removals
+
+    removals = _random_removals(random.Random(0), 2, 64)
+    assert len(removals) == 64 and all(len(r) < 2 for r in removals)
+    assert {len(r) for r in removals} == {0, 1}
+
+
 def test_an_attribution_round_trips_through_its_record() -> None:
     data = {
         "session": "s",
