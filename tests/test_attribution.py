@@ -155,7 +155,10 @@ def test_the_command_attributes_saves_and_a_broken_record_leaves_the_others_read
     argv = ["attribute", session.uuid, "--at", "-1", "--ablations", "4", "--store", str(tmp_path / "store")]
     assert main([*argv, "--json", "--base-url", scoring_server.base_url]) == 0
     printed = json.loads(capsys.readouterr().out)
-    assert printed["calls"] == 1 + 4 + 4 + 3 * 4
+    # five units (system prompt, three notes, the question): the top 1 and 3 are compared
+    # with random removals, the top 5 would be all of them
+    assert len(printed["units"]) == 5 and [t["k"] for t in printed["top_k"]] == [1, 3]
+    assert printed["calls"] == 1 + 4 + 4 + 2 * 4
     assert [r["index"] for r in printed["ranked"]] == [
         u["index"]
         for u, _ in sorted(zip(printed["units"], printed["weights"], strict=True), key=lambda p: -p[1])
@@ -173,7 +176,10 @@ def test_the_command_attributes_saves_and_a_broken_record_leaves_the_others_read
     print_attribution(saved)
     out = capsys.readouterr().out
     assert "the answer leans on" in out and "LDS on held-out ablations" in out and "WEIGHT" in out
-    assert out.count("message #") == sum(1 for u in saved.units if "message #" in u.label)
+    table = out.splitlines()[1:-2]  # between the summary line and the trust and cost lines
+    assert table[0].split() == ["WEIGHT", "AT", "KIND", "UNIT", "TEXT"]
+    assert [line.split()[1] for line in table[1:]] == [str(u.index) for u, _ in saved.ranked()]
+    assert all(u.label in line for (u, _), line in zip(saved.ranked(), table[1:], strict=True))
 
 
 def test_a_message_the_model_did_not_write_is_refused_with_the_nearest_answer(
