@@ -32,8 +32,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from replay import (
@@ -95,13 +94,7 @@ class Unit:
     tokens: int
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "kind": self.kind,
-            "label": self.label,
-            "preview": self.preview,
-            "tokens": self.tokens,
-        }
+        return asdict(self)
 
 
 def _names(names: Sequence[str | None]) -> str:
@@ -374,7 +367,6 @@ def attribute(
     ablations: int = 32,
     held_out: int | None = None,
     seed: int = 0,
-    concurrency: int = 1,
     on_progress: Callable[[int, int], None] | None = None,
 ) -> Attribution:
     """Attribute the answer behind ``found`` to its request's messages (module docstring)."""
@@ -392,31 +384,22 @@ def attribute(
     rng = random.Random(seed)
     total = planned_calls(n, ablations, held)
     done = 0
-    cache: dict[frozenset[int], tuple[float, frozenset[int]]] = {}
+    cache: dict[frozenset[int], float] = {}
 
     def score_all(removals: Sequence[frozenset[int]]) -> list[tuple[float, frozenset[int]]]:
+        """Each removal's score and the units it really removed. The requests go in the
+        order of the units they keep, so those that keep the same first units follow each
+        other and a server that keeps the last prompt's state evaluates only where they
+        part (the server answers one request at a time: nothing is gained in parallel)."""
         nonlocal done
-        built = [
-            ablated_request(found, removed) if removed else (found.request, removed) for removed in removals
-        ]
-
-        def one(item: tuple[dict[str, Any], frozenset[int]]) -> tuple[float, frozenset[int]]:
-            request, gone = item
+        built = [ablated_request(found, r) if r else (found.request, r) for r in removals]
+        for request, gone in sorted(built, key=lambda item: [j not in item[1] for j in range(n)]):
             if gone not in cache:
-                cache[gone] = (scorer.score(request, answer).logit, gone)
-            return cache[gone]
-
-        # Requests that keep the same first units follow each other, so a server that
-        # keeps the last prompt's state evaluates only where they part.
-        order = sorted(range(len(built)), key=lambda i: [j not in built[i][1] for j in range(n)])
-        results: dict[int, tuple[float, frozenset[int]]] = {}
-        with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-            for at, result in zip(order, pool.map(one, [built[i] for i in order]), strict=True):
-                results[at] = result
-                done += 1
-                if on_progress is not None:
-                    on_progress(done, total)
-        return [results[i] for i in range(len(built))]
+                cache[gone] = scorer.score(request, answer).logit
+            done += 1
+            if on_progress is not None:
+                on_progress(done, total)
+        return [(cache[gone], gone) for _, gone in built]
 
     whole = scorer.score(found.request, answer)
     done += 1
