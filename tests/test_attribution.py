@@ -23,41 +23,11 @@ from analysis import (
 from local_model import LocalModelServer
 from replay import ScoreError, ServerScorer, materialize
 from soap_core import Context, Message, Session, Store, TextPart, ToolPart, ToolResultPart, ToolUsePart
+from soap_gen import planted_session
 from soapwb.attribution_commands import print_attribution
 from soapwb.cli import main
 from tests.apptest import open_app_page
 from tests.llm import openai_client
-
-DISTRACTORS = [
-    "The library opens at nine.",
-    "Bananas are yellow.",
-    "The bus is late today.",
-    "My cat sleeps a lot.",
-    "It rained on Monday.",
-    "The shop sells bread.",
-    "Tom likes chess.",
-    "The river is wide.",
-]
-
-
-def planted_session(store: Store, seed: int, distractors: int = 4) -> tuple[Session, int]:
-    """A session whose last answer repeats a code one user message gave, among
-    ``distractors`` other notes, each a user message of its own (the local model answers
-    the question with the code: its own answer is the one recorded); (the session, the
-    planted message's display index)."""
-    rng = random.Random(seed)
-    code = str(rng.randrange(1000, 9999))
-    context = Context.create("You answer with facts from the conversation.")
-    notes = rng.sample(DISTRACTORS, distractors)
-    where = rng.randrange(len(notes) + 1)
-    notes.insert(where, f"The secret code is {code}.")
-    for note in notes:
-        context.append(Message.create("user", [TextPart(note)]))
-    context.append(Message.create("user", [TextPart("What is the secret code?")]))
-    context.append(Message.create("assistant", [TextPart(f"The secret code is {code}.")]))
-    session = Session.create("Planted", context)
-    store.save_session(session)
-    return session, 1 + where
 
 
 def test_teacher_forced_scores_are_the_log_probabilities_the_server_reports_when_it_generates(

@@ -15,8 +15,8 @@ from local_model import LocalModelServer
 from replay import Output, Overrides, ServerScorer, materialize
 from soap_core import REPLAY_KEY, Store
 from soap_core.runtime import LLMEndpoint
+from soap_gen import planted_session
 from soapwb.cli import main
-from tests.test_attribution import planted_session
 
 
 def counting(cause: set[int]) -> tuple[list[frozenset[int]], object]:
