@@ -7,7 +7,7 @@ STORE  ?= $(CURDIR)/.demo-store
 HOST   ?= 127.0.0.1
 PORT   ?= 8501
 
-.PHONY: install run test lint typecheck unit browser bench fuzz reliability fleet clean
+.PHONY: install run test lint typecheck unit browser bench bench-attribution fuzz reliability fleet clean
 
 install: $(STAMP)
 
@@ -64,6 +64,12 @@ run: install
 # installed with the rest so that `make test` checks the comparison too.
 bench: install browser
 	$(BIN)/python -m benchmarks.run $(if $(QUICK),--quick)
+
+# Issue 29's planted-fact cases for attribution on the local model (hit rate, top-k drop,
+# LDS at K = 16, 32, 64; about as long as the rest of make bench, so not part of it),
+# written to benchmarks/RESULTS-attribution.md (QUICK=1: 2 cases at K = 8).
+bench-attribution: install
+	$(BIN)/python -m benchmarks.run --only attribution $(if $(QUICK),--quick)
 
 # The fuzzer: CASES mutated files (default 100,000) of every kind through every reader,
 # drawn by hypothesis on every core, then ATHERIS_CASES more under atheris (coverage-guided)

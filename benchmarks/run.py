@@ -6,6 +6,11 @@ in name order, each in a process of its own (``--section``) over the run's one w
 so they share the generated stores and the machine's state but no heap: a section that
 leaves a 100,000-message session in Streamlit's caches made every garbage collection of
 the next one slower (the replay paths took 3.6 min after the pages, 1.8 min alone).
+
+A section whose module sets ``OPT_IN = True`` (``bench_attribution``: up to 45 minutes on
+a busy machine) runs only when ``--only`` names it (``make bench-attribution``), and its
+figures go to the file its ``RESULTS_FILE`` names beside RESULTS.md, so that a run of it
+leaves RESULTS.md as ``make bench`` last wrote it (and ``make bench`` leaves its file).
 """
 
 from __future__ import annotations
@@ -30,9 +35,32 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "RESULTS.md"
 
 
+def _source(name: str) -> str:
+    return (HERE / f"{name}.py").read_text("utf-8")
+
+
+def opt_in(name: str) -> bool:
+    """Whether section ``name`` runs only when asked for (its module sets ``OPT_IN = True``;
+    read from its source, so listing the sections imports none of them)."""
+    return "\nOPT_IN = True" in _source(name)
+
+
+def results_file(name: str, default: Path) -> Path:
+    """Where section ``name``'s figures are written: ``default`` (RESULTS.md, or
+    ``--results``), or the file its module's ``RESULTS_FILE`` names beside it."""
+    for line in _source(name).splitlines():
+        if line.startswith("RESULTS_FILE = "):
+            return default.with_name(line.split("=", 1)[1].strip().strip("\"'"))
+    return default
+
+
 def bench_modules(only: list[str]) -> list[str]:
+    """The sections to run: those whose names contain one of ``only``, or, without it,
+    all but the opt-in ones."""
     names = sorted(m.name for m in pkgutil.iter_modules([str(HERE)]) if m.name.startswith("bench_"))
-    return [n for n in names if not only or any(o in n for o in only)]
+    if only:
+        return [n for n in names if any(o in n for o in only)]
+    return [n for n in names if not opt_in(n)]
 
 
 def machine() -> str:
@@ -67,13 +95,14 @@ def render(
     failed: dict[str, str],
     sections: dict[str, float] | None = None,
     kept: str = "",
+    command: str = "make bench",
 ) -> str:
     met = sum(1 for f in figures if f.met)
     goals = sum(1 for f in figures if f.met is not None)
     lines = [
         "# Benchmark results",
         "",
-        f"Written by `make bench{' QUICK=1' if quick else ''}` on "
+        f"Written by `{command}{' QUICK=1' if quick else ''}` on "
         f"{datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}; {machine()}.",
         f"Whole run: {seconds / 60:.1f} min. Goals met: {met} of {goals}. "
         f"Load average (1, 5, 15 min) at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())} "
@@ -152,8 +181,18 @@ def _section_in_child(name: str, workdir: Path, quick: bool) -> tuple[list[Figur
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small scale (a smoke run)")
-    parser.add_argument("--only", nargs="*", default=[], help="run the modules whose names contain these")
-    parser.add_argument("--results", type=Path, default=RESULTS, help="where to write the results")
+    parser.add_argument(
+        "--only",
+        nargs="*",
+        default=[],
+        help="run the modules whose names contain these (the opt-in ones run only so: --only attribution)",
+    )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=RESULTS,
+        help="where to write the results (an opt-in section writes to its own file beside it)",
+    )
     parser.add_argument("--section", help=argparse.SUPPRESS)  # one module, in a child process
     parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -163,29 +202,43 @@ def main(argv: list[str] | None = None) -> int:
         )
     started = time.perf_counter()
     failed: dict[str, str] = {}
-    sections: dict[str, float] = {}
-    figures: list[Figure] = []
+    outputs: dict[Path, Output] = {}
     with tempfile.TemporaryDirectory(prefix="soapwb-bench-") as tmp:
         for name in bench_modules(args.only):
+            output = outputs.setdefault(results_file(name, args.results), Output())
             begun = time.perf_counter()
             measured, error = _section_in_child(name, Path(tmp), args.quick)
-            figures += measured
+            output.figures += measured
             if error:  # one benchmark failing must not lose the others' figures
-                failed[name] = error
-            sections[f"`{name}`"] = time.perf_counter() - begun
-            print(f"  ({sections[f'`{name}`'] / 60:.1f} min)", flush=True)
+                failed[name] = output.failed[name] = error
+            output.sections[f"`{name}`"] = time.perf_counter() - begun
+            output.commands.add(f"make bench-{name.removeprefix('bench_')}" if opt_in(name) else "make bench")
+            print(f"  ({output.sections[f'`{name}`'] / 60:.1f} min)", flush=True)
     seconds = time.perf_counter() - started
-    text = render(
-        figures,
-        quick=args.quick,
-        seconds=seconds,
-        failed=failed,
-        sections=sections,
-        kept=hand_written(args.results),
-    )
-    args.results.write_text(text)
-    print(f"wrote {args.results} ({seconds / 60:.1f} min)")
+    for path, output in outputs.items():
+        text = render(
+            output.figures,
+            quick=args.quick,
+            seconds=sum(output.sections.values()),
+            failed=output.failed,
+            sections=output.sections,
+            kept=hand_written(path),
+            command=" and ".join(sorted(output.commands)),
+        )
+        path.write_text(text)
+        print(f"wrote {path}")
+    print(f"done in {seconds / 60:.1f} min")
     return 1 if failed else 0
+
+
+@dataclasses.dataclass
+class Output:
+    """What one results file gets from a run: its sections' figures, times and failures."""
+
+    figures: list[Figure] = dataclasses.field(default_factory=list)
+    sections: dict[str, float] = dataclasses.field(default_factory=dict)
+    failed: dict[str, str] = dataclasses.field(default_factory=dict)
+    commands: set[str] = dataclasses.field(default_factory=set)
 
 
 if __name__ == "__main__":
