@@ -195,7 +195,7 @@ class DriftRunner:
 
     def run(self, step: DriftStep) -> DriftRun:
         if step.strategy == AS_SENT:
-            found = _sent_at(self.session, self.history, step.call)  # sent again unchanged
+            found = sent_at(self.session, self.history, step.call)  # sent again unchanged
             return _replayed(self.store, self.session, found, self.endpoint, step.label, AS_SENT, step.call)
         strategy = self.strategies[step.strategy]
         return _drift_run(
@@ -347,8 +347,8 @@ def _origin_context(session: Session, produced: str) -> Context:
     return next((c for c in holding if not is_marked(c)), holding[0])
 
 
-def _sent_at(session: Session, history: History, call: int) -> Materialized:
-    """The request of ``call`` rebuilt as the session sent it."""
+def sent_at(session: Session, history: History, call: int) -> Materialized:
+    """The request of ``call`` (of :func:`analysis.history_of`) rebuilt as the session sent it."""
     if not 0 <= call < len(history.calls):
         raise ValueError(f"call {call} does not exist: the session has {len(history.calls)} calls")
     produced = history.items[history.calls[call]].id
@@ -379,7 +379,7 @@ def _drift_run(
     summarizer: Summarizer | None,
     label: str,
 ) -> DriftRun:
-    found = _sent_at(session, history, call)
+    found = sent_at(session, history, call)
     try:
         messages = view_messages(history, simulation, strategy, call, summarizer)
     except SoapError as exc:  # the summary could not be written: this run fails, not the table

@@ -16,7 +16,8 @@ the view the model should see.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
+import heapq
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -209,6 +210,95 @@ class SummarizeOlder(Strategy):
 
 
 @dataclass
+class LeastUsed(Strategy):
+    """Over ``threshold`` tokens, drop the messages the answers used least until at most
+    ``int(threshold * keep)`` are left: ``usage`` holds each message's use (the largest
+    weight any attributed answer gave it, :func:`analysis.message_usage`). A tool call
+    and its results go together, with the larger use of the two; a message no attributed
+    answer saw counts 0, as one they did not lean on; ties go oldest first, so without any
+    attribution it is a rolling window. Specials stay, and so does the newest group.
+
+    The groups wait in a heap by (use, age): a simulation pays ``log n`` a message."""
+
+    threshold: int = int(DEFAULTS["least-used"][0])
+    keep: float = float(DEFAULTS["least-used"][1])
+    usage: Mapping[str, float] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.rule = CompactionSpec("least-used", (self.threshold, float(self.keep)))
+
+    def note(self) -> str:
+        """What it drops by, in a line."""
+        if not self.usage:
+            return (
+                f"{self.name}: no answer of this session is attributed yet (soapwb attribute), "
+                "so it drops the oldest messages first, as a rolling window"
+            )
+        return (
+            f"{self.name}: drops first the messages its attributed answers leaned on least "
+            f"({len(self.usage):,} messages weighed); a message no attributed answer saw counts 0"
+        )
+
+    def start(self) -> None:
+        super().start()
+        self.members: dict[int, list[Item]] = {}
+        """The groups still in the view, oldest first, each with its messages."""
+        self.use: dict[int, float] = {}
+        self.age: dict[int, int] = {}
+        self.heap: list[tuple[float, int, int]] = []
+        self.gone: set[int] = set()
+        self.late: list[str] = []
+        """Messages of a dropped group that came after it went (a tool result): dropped
+        with the next compaction, never sent without their call."""
+        self.newest = 0
+
+    def add(self, item: Item) -> None:
+        if item.special:
+            super().add(item)
+            return
+        if item.group in self.gone:
+            self.late.append(item.id)
+            return
+        self.total += item.tokens
+        self.newest = item.group
+        use = self.usage.get(item.id, 0.0)
+        if item.group not in self.members:
+            self.members[item.group] = [item]
+            self.use[item.group] = use
+            self.age[item.group] = len(self.age)
+            heapq.heappush(self.heap, (use, self.age[item.group], item.group))
+            return
+        self.members[item.group].append(item)
+        if use > self.use[item.group]:  # the old entry goes stale; the group keeps its age
+            self.use[item.group] = use
+            heapq.heappush(self.heap, (use, self.age[item.group], item.group))
+
+    def compact(self) -> list[str]:
+        dropped, self.late = self.late, []
+        if self.total <= self.threshold:
+            return dropped
+        limit = int(self.threshold * self.keep)
+        held: list[tuple[float, int, int]] = []
+        while self.total > limit and self.heap:
+            use, age, group = heapq.heappop(self.heap)
+            if group in self.gone or use != self.use[group]:
+                continue  # dropped already, or an entry its group's larger use replaced
+            if group == self.newest:
+                held.append((use, age, group))  # a model not asked the question is worse
+                continue
+            self.gone.add(group)
+            for member in self.members.pop(group):
+                self.total -= member.tokens
+                dropped.append(member.id)
+        for entry in held:
+            heapq.heappush(self.heap, entry)
+        return dropped
+
+    def view(self) -> list[Item]:
+        return [*self.specials, *(i for members in self.members.values() for i in members)]
+
+
+@dataclass
 class FunctionStrategy(Strategy):
     """A plug-in: any function from the view to the view the model should see."""
 
@@ -229,10 +319,13 @@ class FunctionStrategy(Strategy):
         return [i.id for i in before if i.id not in kept]
 
 
-def parse_strategy(spec: str) -> Strategy:
+def parse_strategy(spec: str, usage: Mapping[str, float] | None = None) -> Strategy:
     """``rolling-tokens:T[:KEEP]``, ``rolling-messages:N``, ``strip-thinking``,
-    ``summarize[:T[:KEEP_LAST]]`` or ``none`` (the grammar of :mod:`soap_core`'s specs)."""
+    ``summarize[:T[:KEEP_LAST]]``, ``least-used[:T[:KEEP]]`` or ``none`` (the grammar of
+    :mod:`soap_core`'s specs); ``usage`` is what least-used drops by (each message's use)."""
     parsed = parse_spec(spec)
+    if parsed.kind == "least-used":
+        return LeastUsed(int(parsed.numbers[0]), float(parsed.numbers[1]), dict(usage or {}))
     kinds: dict[str, Callable[..., Strategy]] = {
         "rolling-tokens": RollingTokens,
         "rolling-messages": RollingMessages,

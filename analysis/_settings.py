@@ -140,6 +140,7 @@ def suggested_numbers(history: History, ran: RanWith | None = None) -> dict[str,
         "rolling-messages": [messages],
         "strip-thinking": [],
         "summarize": [int(threshold), 4],
+        "least-used": [int(threshold), 0.5],
     }
     if ran is not None:
         numbers[kind_of(ran.spec)] = numbers_of(ran.spec)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from analysis import compare, history_of, parse_strategy, ran_with
+from analysis import compare, history_of, lab_strategies, ran_with
 from analysis._settings import session_spec
 from fleet._engines import PartitionResult
 from fleet._store import Location, open_location
@@ -28,7 +28,7 @@ def compact_task(location: Location, partition: CompactPartition) -> list[dict[s
     history, ran = history_of(session), ran_with(session)
     given = [session_spec(spec, history, ran) for spec in partition.strategies]
     specs = given if "none" in given else ["none", *given]
-    rows = compare(store, session, [parse_strategy(s) for s in specs])
+    rows = compare(store, session, lab_strategies(session, specs, store=store))
     return [{"session": partition.session, **row.as_dict()} for row in rows]
 
 

@@ -22,14 +22,19 @@ DEFAULTS: dict[str, tuple[float | int, ...]] = {
     "rolling-messages": (40,),
     "summarize": (60_000, 4),
     "strip-thinking": (),
+    "least-used": (60_000, 0.5),
     "none": (),
     "context-budget": (),
 }
 """Each kind and the numbers it takes, at their defaults: a token threshold and the share
-kept; a number of messages; a token threshold and the messages kept whole."""
-_FLOATS = {("rolling-tokens", 1)}
+kept; a number of messages; a token threshold and the messages kept whole. ``least-used``
+is the lab's alone (it drops by what the answers used, which only attributions tell)."""
+_FLOATS = {("rolling-tokens", 1), ("least-used", 1)}
 """The numbers that are shares (the rest count tokens or messages)."""
-GRAMMAR = "rolling-tokens:T[:KEEP], rolling-messages:N, strip-thinking, summarize[:T[:KEEP_LAST]] or none"
+GRAMMAR = (
+    "rolling-tokens:T[:KEEP], rolling-messages:N, strip-thinking, summarize[:T[:KEEP_LAST]], "
+    "least-used[:T[:KEEP]] or none"
+)
 T = TypeVar("T")
 _Of = Callable[[T], int]
 """A number a rule reads off one message of a view: its tool group, its tokens."""
@@ -49,7 +54,7 @@ class CompactionSpec:
     @property
     def threshold(self) -> float | int | None:
         """The tokens a context must be over for the strategy to act (None: any size)."""
-        return self.numbers[0] if self.kind in ("rolling-tokens", "summarize") else None
+        return self.numbers[0] if self.kind in ("rolling-tokens", "summarize", "least-used") else None
 
     def kept(self, view: Sequence[T], group: _Of[T], cost: _Of[T], total: int, start: int = 0) -> int | None:
         """Where the part of ``view[start:]`` the strategy keeps starts, None when it
@@ -58,6 +63,8 @@ class CompactionSpec:
         whole groups go from the old end until at most ``int(T * KEEP)`` tokens (the
         newest group even over it) or N (KEEP_LAST) messages are left; only the dropped
         messages' costs are read, so a caller keeping its view and total pays once each."""
+        if self.kind == "least-used":
+            raise ValueError("least-used drops by the answers' attributions, not from the old end")
         threshold, by_tokens = self.threshold, self.kind == "rolling-tokens"
         if not self.numbers or (threshold is not None and total <= threshold):
             return None  # the kinds without numbers drop nothing

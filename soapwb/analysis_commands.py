@@ -8,14 +8,15 @@ from typing import Any
 
 from analysis import (
     CATEGORIES,
+    LeastUsed,
     call_budgets,
     chain_budget,
     compare,
     history_of,
+    lab_strategies,
     measure,
     message_budgets,
     model_summarizer,
-    parse_strategy,
     ran_with,
 )
 from analysis._settings import session_spec
@@ -55,8 +56,10 @@ def register(commands: Any) -> None:
         default=[],
         metavar="SPEC",
         help="rolling-tokens:T[:KEEP], rolling-messages:N, strip-thinking, "
-        "summarize[:T[:KEEP_LAST]] or none (repeatable); a kind without numbers takes the "
-        "session's own (the ones it ran with, else sized to it), as the Compaction page does",
+        "summarize[:T[:KEEP_LAST]], least-used[:T[:KEEP]] or none (repeatable); a kind without "
+        "numbers takes the session's own (the ones it ran with, else sized to it), as the "
+        "Compaction page does. least-used drops the messages the session's attributed answers "
+        "(soapwb attribute) leaned on least, oldest first among equals",
     )
     compact.add_argument(
         "--drift-at",
@@ -150,7 +153,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
     try:
         given = [session_spec(spec, history, ran) for spec in args.strategy]
         specs = given if "none" in given else ["none", *given]  # the whole history beside them
-        strategies = [parse_strategy(s) for s in specs]
+        strategies = lab_strategies(session, specs, store=store)
         drift_at = [int(n) for n in args.drift_at.split(",") if n.strip()]
     except ValueError as exc:
         raise UsageError(str(exc)) from None
@@ -188,6 +191,9 @@ def cmd_compact(args: argparse.Namespace) -> int:
         return 1 if failures else 0
     if ran is not None:
         print(ran.note)
+    for strategy in strategies:
+        if isinstance(strategy, LeastUsed):
+            print(strategy.note())
     print(
         format_table(
             ("STRATEGY", "PEAK TOKENS", "TOKENS SENT", "COMPACTIONS", "TOKENS SAVED", "DRIFT", "VS NOISE"),

@@ -23,6 +23,7 @@ from analysis import (
     DriftRun,
     DriftStep,
     History,
+    MessageUse,
     RanWith,
     SimPoint,
     Simulation,
@@ -34,7 +35,7 @@ from analysis._settings import call_sizes, kind_of, strategy_spec, suggested_num
 from soap_core import preview
 
 BASELINE = "none"
-KINDS = ("rolling-tokens", "rolling-messages", "strip-thinking", "summarize")
+KINDS = ("rolling-tokens", "rolling-messages", "strip-thinking", "summarize", "least-used")
 """The strategies a user can pick (the baseline ``none`` is always simulated)."""
 
 DRIFT_COLUMNS = ("drift", "noise band", "vs noise")
@@ -493,3 +494,32 @@ def call_from_param(text: str | None, calls: int) -> int:
     except ValueError:
         return calls - 1
     return call if 0 <= call < calls else calls - 1
+
+
+USAGE_COLUMNS = ("#", "message", "use", "answers", "leaned on by", "text")
+
+
+def usage_table(history: History, uses: Sequence[MessageUse]) -> pd.DataFrame:
+    """The history's messages the attributed answers saw, the most used first: ``#`` is
+    the message's place in the history, ``use`` the largest weight an answer gave it."""
+    place = {item.id: number for number, item in enumerate(history.items)}
+    rows = [
+        (place[u.message_id], u.label, round(u.use, 2), u.answers, u.leaning, u.preview)
+        for u in uses
+        if u.message_id in place
+    ]
+    return pd.DataFrame(rows, columns=list(USAGE_COLUMNS))
+
+
+def usage_note(attributed: int, calls: int, weighed: int) -> str:
+    """What the ranking rests on, in a line."""
+    if not attributed:
+        return (
+            f"None of the {calls:,} answers is attributed yet: least-used has nothing to rank by and "
+            "drops the oldest messages first, as a rolling window. Attribute some answers below."
+        )
+    return (
+        f"{attributed:,} of {calls:,} answers attributed; {weighed:,} messages weighed by them. "
+        "least-used drops first the messages they leaned on least (a message none of them saw counts 0, "
+        "the oldest first among equals)."
+    )

@@ -20,6 +20,7 @@ from pandas.io.formats.style import Styler
 from importers.openpoke import openpoke_state
 from replay import marked_runs, minute, session_names, short_id
 from soap_core import (
+    ATTRIBUTIONS_DIR,
     CALLS_DIR,
     INSTANCE_FILE,
     INVOCATIONS_DIR,
@@ -160,14 +161,17 @@ def store_signature(root: str) -> StoreSignature:
 
 
 def records_signature(session_dir: str | Path | None) -> StoreSignature:
-    """``(path, mtime_ns, size)`` of a session's ``calls/`` and ``invocations/`` folders:
-    two ``stat`` calls. Their times move with every record written into them (a record is
+    """``(path, mtime_ns, size)`` of a session's ``calls/``, ``invocations/`` and
+    ``attributions/`` folders: three ``stat`` calls. Their times move with every record written into them (a record is
     renamed into place), which :func:`store_signature` does not look at (the catalog's
     listing walk leaves record folders out), so the pages that show a session's records
     key their caches by both."""
     if session_dir is None:
         return ()
-    found = (_stat_entry(os.path.join(session_dir, kind)) for kind in (CALLS_DIR, INVOCATIONS_DIR))
+    found = (
+        _stat_entry(os.path.join(session_dir, kind))
+        for kind in (CALLS_DIR, INVOCATIONS_DIR, ATTRIBUTIONS_DIR)
+    )
     return tuple(entry for entry in found if entry is not None)
 
 

@@ -24,21 +24,29 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from analysis import (
+    Attribution,
     DriftRunner,
     History,
     RanWith,
     Simulation,
+    attribute_calls,
     drift_band,
     drift_plan,
     drift_rows,
+    estimate_calls,
     history_of,
+    lab_strategies,
+    message_usage,
+    message_uses,
     model_summarizer,
     parse_strategy,
     ran_with,
+    saved_attributions,
+    sent_at,
     simulate_items,
 )
 from analysis._settings import numbers_of, strategy_spec, suggested_numbers
-from replay import short_id
+from replay import ScoreError, ServerScorer, short_id
 from soap_core import SoapError
 from soap_core.runtime import LLMEndpoint
 from workbench.compaction_views import (
@@ -65,6 +73,8 @@ from workbench.compaction_views import (
     paused_note,
     plan_note,
     progress_text,
+    usage_note,
+    usage_table,
     with_baseline,
 )
 from workbench.loading import SCOPED, Scope, load_session, show_error_and_stop
@@ -85,10 +95,20 @@ def _history(scope: Scope) -> History:
     return history_of(scope.session)
 
 
+@st.cache_resource(show_spinner=False, max_entries=16, hash_funcs=SCOPED)
+def _attributions(scope: Scope) -> tuple[list[Attribution], list[str]]:
+    """The attributions kept beside the session and the errors of those that do not
+    read (the scope's key moves with the attributions folder)."""
+    errors: list[SoapError] = []
+    found = saved_attributions(scope.session, errors=errors)
+    return found, [str(e) for e in errors]
+
+
 @st.cache_resource(show_spinner="Simulating…", max_entries=16, hash_funcs=SCOPED)
 def _simulations(scope: Scope, specs: tuple[str, ...]) -> tuple[Simulation, ...]:
     history = _history(scope)
-    return tuple(simulate_items(history.items, history.calls, [parse_strategy(s) for s in specs]))
+    usage = message_usage(_attributions(scope)[0])
+    return tuple(simulate_items(history.items, history.calls, [parse_strategy(s, usage) for s in specs]))
 
 
 @st.cache_resource(show_spinner=False, max_entries=16, hash_funcs=SCOPED)
@@ -124,6 +144,13 @@ def pick_numbers(kind: str, start: list[float | int]) -> str:
     if kind == "rolling-messages":
         n = st.number_input("rolling messages: keep the last N", 1, value=int(start[0]), key=kind + "_n")
         return strategy_spec(kind, [int(n)])
+    if kind == "least-used":
+        left, right = st.columns(2)
+        threshold = left.number_input(
+            "least used: threshold", 1, value=int(start[0]), step=100, key=kind + "_t"
+        )
+        keep = right.number_input("keep share", 0.05, 1.0, float(start[1]), 0.05, key=kind + "_keep")
+        return strategy_spec(kind, [int(threshold), float(keep)])
     if kind == "summarize":
         left, right = st.columns(2)
         threshold = left.number_input(
@@ -175,7 +202,8 @@ def start_job(scope: Scope, history: History, specs: list[str], calls: list[int]
     """Plan the measurement; above the confirmation limit it waits for a go-ahead."""
     noise = int(st.session_state.get("drift_noise", NOISE_SAMPLES))
     simulations = _simulations(scope, tuple(specs))
-    strategies = [parse_strategy(s) for s in specs]
+    usage = message_usage(_attributions(scope)[0])
+    strategies = [parse_strategy(s, usage) for s in specs]
     steps = drift_plan(history, strategies, simulations, sorted(calls), noise)
     limit = confirm_above(os.environ)
     st.session_state[DRIFT_JOB] = new_job((scope.session.uuid, tuple(specs)), endpoint_url(), steps, limit)
@@ -232,13 +260,10 @@ def run_job(scope: Scope, job: DriftJob) -> None:
     bar = st.progress(job.made_calls / job.total_calls, text=progress_text(job))
     try:
         endpoint = LLMEndpoint(job.base_url)
-        runner = DriftRunner(  # with a copy of the session: replay adds its forks to it
-            open_store(scope.root),
-            load_session(scope.root, scope.session.uuid, scope.signature),
-            [parse_strategy(s) for s in job.key[1]],
-            endpoint,
-            model_summarizer(endpoint),
-        )
+        copy = load_session(scope.root, scope.session.uuid, scope.signature)  # replay adds its forks to it
+        store = open_store(scope.root)
+        strategies = lab_strategies(copy, job.key[1], store=store)
+        runner = DriftRunner(store, copy, strategies, endpoint, model_summarizer(endpoint))
         job.run_pending(
             me, runner.run, lambda: bar.progress(job.made_calls / job.total_calls, text=progress_text(job))
         )
@@ -331,6 +356,64 @@ def _dropped(
     return tuple(shown)
 
 
+def show_usage(scope: Scope, history: History) -> None:
+    """How much the session's answers lean on each message (its kept attributions), and
+    the button that attributes more answers: what least-used drops by."""
+    st.subheader("What the answers use")
+    attributions, errors = _attributions(scope)
+    for error in errors:
+        st.error(escape_markdown(error))
+    produced = {history.items[cut].id for cut in history.calls if cut < len(history.items)}
+    attributed = {a.message_id for a in attributions if a.message_id in produced}
+    uses = message_uses(attributions)
+    st.text(usage_note(len(attributed), len(history.calls), len(uses)))
+    table = usage_table(history, uses)
+    if not table.empty:
+        st.dataframe(table, hide_index=True, key="usage_table")
+    with st.expander("Attribute answers", expanded=not attributed):
+        st.caption(
+            "Each answer is attributed as on the Replay page: random halves of its request are scored on a "
+            "model server that can score a given answer (the local model: make run starts one), and a sparse "
+            "linear fit gives each message its weight. Results are kept with the session."
+        )
+        base_url = st.text_input(
+            "Scoring endpoint base URL", value=os.environ.get("OPENAI_BASE_URL", ""), key="usage_endpoint"
+        ).strip()
+        labels = call_labels(history)
+        left, right = st.columns([3, 1])
+        calls = left.multiselect(
+            "Answers of calls", list(labels), format_func=labels.__getitem__, key="usage_calls"
+        )
+        ablations = int(right.number_input("Ablations", 4, 256, 16, step=4, key="usage_ablations"))
+        if calls:
+            scored = sum(estimate_calls(sent_at(scope.session, history, c), ablations) for c in calls)
+            st.caption(f"{scored:,} scored requests, each about half of its call's request")
+        if st.button("Attribute", disabled=not base_url or not calls, key="usage_attribute"):
+            run_usage(scope, calls, ablations, base_url)
+            st.rerun()  # the records are in the store now: the page reads them back
+        if not base_url:
+            st.info("Attribution needs a scoring endpoint: the local model server's base URL.")
+
+
+def run_usage(scope: Scope, calls: list[int], ablations: int, base_url: str) -> None:
+    """Attribute the answers of ``calls`` from a fresh load of the session; each result is
+    kept as soon as it is made."""
+    bar = st.progress(0.0, text="scoring")
+    order = {call: n for n, call in enumerate(sorted(calls))}
+
+    def progress(call: int, done: int, total: int) -> None:
+        share = (order[call] + done / total) / len(calls)
+        bar.progress(share, text=f"call {call}: {done} of {total} requests scored")
+
+    try:
+        store, session = scope.writable()
+        with ServerScorer(base_url) as scorer:
+            scorer.check()
+            attribute_calls(store, session, sorted(calls), scorer, ablations=ablations, on_progress=progress)
+    except (ScoreError, SoapError, ValueError) as exc:
+        show_error_and_stop(exc)
+
+
 def show_dropped(scope: Scope, history: History, specs: list[str]) -> None:
     """For one call, what every strategy had dropped by then."""
     st.subheader("What each dropped")
@@ -368,6 +451,7 @@ def show_session(scope: Scope) -> None:
     if note:
         st.caption(note)
     st.plotly_chart(_curves(scope, tuple(specs)), key="curves_chart")
+    show_usage(scope, history)
     job = show_drift_controls(scope, history, specs)
     show_drift(simulations, job)
     show_dropped(scope, history, specs)
