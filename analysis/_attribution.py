@@ -35,10 +35,12 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from analysis._drift import sent_at
+from analysis._lab import Strategy, history_of, parse_strategy
 from replay import (
     Materialized,
     Overrides,
-    Scored,
+    Score,
     dropped_with_pairs,
     inline_call,
     replay_messages,
@@ -67,6 +69,9 @@ RANDOM_DRAWS = 3
 """Random removals of k units each top-k drop is compared with."""
 LARGE_RUN_TOKENS = 1_000_000
 """Prompt tokens above which the command line asks for --yes before it starts."""
+NOISE_RUNS = 3
+"""Unchanged re-runs of the whole request a noisy scorer (regenerate-and-compare) makes:
+their spread is the band a weight must clear."""
 
 
 class AttributionError(SoapError):
@@ -74,12 +79,14 @@ class AttributionError(SoapError):
 
 
 class Scorer(Protocol):
-    """What scores an answer under a request (:class:`replay.ServerScorer`)."""
+    """What scores an answer under a request: :class:`replay.ServerScorer` (teacher-forced
+    log-odds) or :class:`replay.RegenerateScorer` (the weaker method, ``noisy``)."""
 
     method: str
     base_url: str
+    noisy: bool
 
-    def score(self, request: dict[str, Any], answer: dict[str, Any]) -> Scored: ...
+    def score(self, request: dict[str, Any], answer: dict[str, Any]) -> Score: ...
 
 
 @dataclass(frozen=True)
@@ -92,6 +99,9 @@ class Unit:
     label: str
     preview: str
     tokens: int
+    message_id: str | None = None
+    """The session's message the unit is (None for one the source made up, or in a
+    record written before ids were kept)."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -137,7 +147,7 @@ def request_units(found: Materialized) -> list[Unit]:
             kind, label = message.role, f"{message.role} message #{seen[message.role]}"
         text = " ".join(_shown(message).split())
         preview = text[:77] + "..." if len(text) > 80 else text
-        units.append(Unit(index, kind, label, preview, message.count_tokens()))
+        units.append(Unit(index, kind, label, preview, message.count_tokens(), message.id))
     return units
 
 
@@ -217,11 +227,19 @@ class Attribution:
     seconds: float
     created_at: str = field(default_factory=utc_now)
     id: str | None = None
+    noise: list[float] = field(default_factory=list)
+    """A noisy scorer's scores of the unchanged request (empty for teacher forcing,
+    which repeats its numbers)."""
 
     @property
     def calls(self) -> int:
-        """Model calls it took (each a scored request, the unablated one included)."""
-        return len(self.ablations) + 1
+        """Model calls it took (each a scored request, the unablated ones included)."""
+        return len(self.ablations) + max(1, len(self.noise))
+
+    @property
+    def band(self) -> float:
+        """How far apart the unchanged re-runs scored (0 for teacher forcing)."""
+        return max(self.noise) - min(self.noise) if self.noise else 0.0
 
     def ranked(self) -> list[tuple[Unit, float]]:
         """Units with their weights, the most relied on first (ties by position)."""
@@ -245,7 +263,14 @@ class Attribution:
             f"top {t['k']} removed {t['drop']:+.1f} vs {t['random_drop']:+.1f} at random" for t in self.top_k
         )
         lds = f"{self.lds:.2f}" if self.lds is not None else "n/a (the held-out scores do not vary)"
-        return f"log-odds lost: {drops or 'n/a (too few units)'}. LDS on held-out ablations: {lds}"
+        if not self.noise:
+            return f"log-odds lost: {drops or 'n/a (too few units)'}. LDS on held-out ablations: {lds}"
+        return (
+            f"weaker method, regenerate-and-compare: weights are changes in the regenerated answer's "
+            f"similarity to this one (0 to 1). Unchanged re-runs scored {min(self.noise):.2f} to "
+            f"{max(self.noise):.2f}: a weight under {self.band:.2f} is within that noise. "
+            f"Similarity lost: {drops or 'n/a (too few units)'}. LDS on held-out ablations: {lds}"
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -273,6 +298,7 @@ class Attribution:
             "summary": self.summary(),
             "trust": self.trust(),
             "ranked": [{"index": u.index, "label": u.label, "weight": w} for u, w in self.ranked()],
+            "noise": self.noise,
             "id": self.id,
         }
 
@@ -300,6 +326,7 @@ class Attribution:
             seconds=float(data.get("seconds", 0.0)),
             created_at=data.get("created_at", ""),
             id=data.get("id"),
+            noise=[float(x) for x in data.get("noise", [])],
         )
 
 
@@ -314,28 +341,28 @@ def _random_removals(rng: random.Random, n: int, count: int) -> list[frozenset[i
     return removals
 
 
-def planned_calls(units: int, ablations: int, held_out: int) -> int:
-    """The scored requests an attribution makes: the whole request, the ablations, the
-    held-out ones and the top-k comparisons."""
+def planned_calls(units: int, ablations: int, held_out: int, noisy: bool = False) -> int:
+    """The scored requests an attribution makes: the whole request (NOISE_RUNS times for
+    a noisy scorer), the ablations, the held-out ones and the top-k comparisons."""
     ks = [k for k in TOP_K if k < units]
-    return 1 + ablations + held_out + len(ks) * (1 + RANDOM_DRAWS)
+    return (NOISE_RUNS if noisy else 1) + ablations + held_out + len(ks) * (1 + RANDOM_DRAWS)
 
 
 def default_held_out(ablations: int) -> int:
     return max(4, ablations // 4)
 
 
-def estimate_calls(found: Materialized, ablations: int) -> int:
+def estimate_calls(found: Materialized, ablations: int, noisy: bool = False) -> int:
     """The scored requests an attribution of ``found`` makes (without counting tokens:
     cheap on a request of 20,000 messages)."""
-    return planned_calls(len(found.messages), ablations, default_held_out(ablations))
+    return planned_calls(len(found.messages), ablations, default_held_out(ablations), noisy)
 
 
-def estimate_tokens(found: Materialized, ablations: int) -> tuple[int, int]:
+def estimate_tokens(found: Materialized, ablations: int, noisy: bool = False) -> tuple[int, int]:
     """(scored requests, prompt tokens about): an ablation keeps half the units."""
     units = request_units(found)
     total = sum(u.tokens for u in units)
-    calls = planned_calls(len(units), ablations, default_held_out(ablations))
+    calls = planned_calls(len(units), ablations, default_held_out(ablations), noisy)
     return calls, total + (calls - 1) * total // 2
 
 
@@ -382,7 +409,7 @@ def attribute(
         raise AttributionError("attribution needs at least 2 ablations")
     held = default_held_out(ablations) if held_out is None else held_out
     rng = random.Random(seed)
-    total = planned_calls(n, ablations, held)
+    total = planned_calls(n, ablations, held, scorer.noisy)
     done = 0
     cache: dict[frozenset[int], float] = {}
 
@@ -401,10 +428,15 @@ def attribute(
                 on_progress(done, total)
         return [(cache[gone], gone) for _, gone in built]
 
-    whole = scorer.score(found.request, answer)
-    done += 1
-    if on_progress is not None:
-        on_progress(done, total)
+    unchanged, whole_logprob = [], 0.0
+    for _ in range(NOISE_RUNS if scorer.noisy else 1):
+        whole = scorer.score(found.request, answer)
+        unchanged.append(whole.logit)
+        whole_logprob = whole.logprob
+        done += 1
+        if on_progress is not None:
+            on_progress(done, total)
+    whole_logit = math.fsum(unchanged) / len(unchanged)
     train = score_all(_random_removals(rng, n, ablations))
     test = score_all(_random_removals(rng, n, held))
     kept = [[0.0 if i in gone else 1.0 for i in range(n)] for _, gone in train]
@@ -421,8 +453,8 @@ def attribute(
         top_k.append(
             {
                 "k": k,
-                "drop": whole.logit - top,
-                "random_drop": math.fsum(whole.logit - s for s, _ in randoms) / len(randoms),
+                "drop": whole_logit - top,
+                "random_drop": math.fsum(whole_logit - s for s, _ in randoms) / len(randoms),
             }
         )
     return Attribution(
@@ -435,8 +467,8 @@ def attribute(
         units=units,
         weights=weights,
         intercept=intercept,
-        full_logit=whole.logit,
-        full_logprob=whole.logprob,
+        full_logit=whole_logit,
+        full_logprob=whole_logit if scorer.noisy else whole_logprob,
         ablations=[
             *({"removed": sorted(g), "logit": s, "set": "train"} for s, g in train),
             *({"removed": sorted(g), "logit": s, "set": "held-out"} for s, g in test),
@@ -449,6 +481,7 @@ def attribute(
         model=found.parameters.get("model"),
         seed=seed,
         seconds=time.monotonic() - started,
+        noise=unchanged if scorer.noisy else [],
     )
 
 
@@ -482,3 +515,88 @@ def latest_attribution(
         if (a.context_id, a.index) == (context_id, index)
     ]
     return found[-1] if found else None
+
+
+@dataclass(frozen=True)
+class MessageUse:
+    """How much a session's attributed answers lean on one message."""
+
+    message_id: str
+    use: float
+    """The largest weight any attributed answer gave it."""
+    answers: int
+    """The attributed answers whose requests held it."""
+    leaning: int
+    """Of those, the answers that gave it a positive weight."""
+    label: str
+    preview: str
+
+
+def message_uses(attributions: Sequence[Attribution]) -> list[MessageUse]:
+    """Every message the attributed answers saw, the most used first (each answer's
+    newest attribution only; units without a message id, from records written before
+    ids were kept, are left out)."""
+    newest = {(a.context_id, a.index): a for a in attributions}
+    seen: dict[str, list[tuple[float, Unit]]] = {}
+    for attribution in newest.values():
+        for unit, weight in zip(attribution.units, attribution.weights, strict=True):
+            if unit.message_id is not None:
+                seen.setdefault(unit.message_id, []).append((weight, unit))
+    uses = [
+        MessageUse(
+            message_id,
+            max(w for w, _ in found),
+            len(found),
+            sum(1 for w, _ in found if w > 0),
+            found[0][1].label,
+            found[0][1].preview,
+        )
+        for message_id, found in seen.items()
+    ]
+    return sorted(uses, key=lambda u: -u.use)
+
+
+def message_usage(attributions: Sequence[Attribution]) -> dict[str, float]:
+    """Each message's use (:func:`message_uses`), what :class:`analysis.LeastUsed` drops by."""
+    return {u.message_id: u.use for u in message_uses(attributions)}
+
+
+def session_usage(session: Session, *, store: Store | None = None) -> dict[str, float]:
+    """:func:`message_usage` of every attribution kept beside ``session`` (an unreadable
+    record is left out: :func:`saved_attributions` names it where it is shown)."""
+    return message_usage(saved_attributions(session, store=store, errors=[]))
+
+
+def lab_strategies(session: Session, specs: Sequence[str], *, store: Store | None = None) -> list[Strategy]:
+    """The compaction lab's strategies for ``specs`` on ``session``: least-used drops by
+    the session's kept attributions (read only when a spec asks for it)."""
+    wanted = any(spec.split(":", 1)[0] == "least-used" for spec in specs)
+    usage = session_usage(session, store=store) if wanted else {}
+    return [parse_strategy(spec, usage) for spec in specs]
+
+
+def attribute_calls(
+    store: Store,
+    session: Session,
+    calls: Sequence[int],
+    scorer: Scorer,
+    *,
+    ablations: int = 16,
+    seed: int = 0,
+    on_progress: Callable[[int, int, int], None] | None = None,
+) -> list[Attribution]:
+    """Attribute the answers of ``calls`` (numbers of :func:`analysis.history_of`), each
+    from the request as the session sent it, and keep each beside the session as it is
+    made (a run stopped halfway keeps what it made). ``on_progress(call, done, total)``."""
+    history = history_of(session)
+    found = [sent_at(session, history, call) for call in calls]  # a bad call fails before any model call
+    made = []
+    for call, request in zip(calls, found, strict=True):
+
+        def progress(done: int, total: int, call: int = call) -> None:
+            if on_progress is not None:
+                on_progress(call, done, total)
+
+        result = attribute(session, request, scorer, ablations=ablations, seed=seed, on_progress=progress)
+        made.append(save_attribution(store, session, result))
+    return made

@@ -25,7 +25,7 @@ from typing import Any
 
 from analysis._attribution import latest_attribution, removal, request_units
 from replay import Endpoint, Materialized, Output, Overrides, replay
-from soap_core import Session, SoapError, Store
+from soap_core import Session, SoapError, Store, new_record_id, read_isolations, utc_now, write_isolation
 
 ISOLATE_LABEL = "isolate"
 CHECK_KINDS = ("contains", "lacks", "calls", "no-call", "json", "cmd")
@@ -158,6 +158,8 @@ class Isolation:
     ordered_by: str
     noise: list[Trial] = field(default_factory=list)
     trials: list[Trial] = field(default_factory=list)
+    created_at: str = field(default_factory=utc_now)
+    id: str | None = None
 
     @property
     def calls(self) -> int:
@@ -196,7 +198,35 @@ class Isolation:
             "summary": self.summary(),
             "noise": [t.as_dict() for t in self.noise],
             "trials": [t.as_dict() for t in self.trials],
+            "labels": {str(k): v for k, v in self.labels.items()},
+            "created_at": self.created_at,
+            "id": self.id,
         }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Isolation:
+        cause = data.get("cause")
+        return cls(
+            session=data["session"],
+            context_id=data["context_id"],
+            index=int(data["index"]),
+            check=str(data["check"]),
+            keep=bool(data.get("keep", False)),
+            usual=bool(data["usual"]),
+            chance=float(data.get("chance", 0.0)),
+            cause=[int(i) for i in cause] if cause is not None else None,
+            labels={int(k): str(v) for k, v in data.get("labels", {}).items()},
+            order=[int(i) for i in data.get("order", [])],
+            ordered_by=str(data.get("ordered_by", "")),
+            noise=[Trial(**t) for t in data.get("noise", [])],
+            trials=[Trial(**t) for t in data.get("trials", [])],
+            created_at=str(data.get("created_at", "")),
+            id=data.get("id"),
+        )
+
+    def removed_labels(self, trial: Trial) -> str:
+        """The units a run took out, by name."""
+        return ", ".join(self.labels.get(i, f"#{i}") for i in trial.removed) or "nothing"
 
 
 def _said(value: bool) -> str:
@@ -304,3 +334,22 @@ def isolate(
         noise=baseline,
         trials=trials,
     )
+
+
+def save_isolation(store: Store, session: Session, isolation: Isolation) -> Isolation:
+    """Keep ``isolation`` beside ``session``; it comes back with its record id."""
+    record_id = isolation.id or new_record_id()
+    directory = session.directory or store.session_dir(session.role, session.uuid)
+    write_isolation(directory, record_id, isolation.as_dict())
+    isolation.id = record_id
+    return isolation
+
+
+def saved_isolations(
+    session: Session, *, store: Store | None = None, errors: list[SoapError] | None = None
+) -> list[Isolation]:
+    """The isolations kept beside ``session``, oldest first."""
+    directory = session.directory or (store.session_dir(session.role, session.uuid) if store else None)
+    if directory is None:
+        return []
+    return [Isolation.from_dict(data) for data in read_isolations(directory, errors=errors)]

@@ -94,7 +94,16 @@ from replay._saved import (
     saved_reruns,
     saved_runs,
 )
-from replay._score import SCORING, Scored, ScoreError, ServerScorer
+from replay._score import (
+    REGENERATING,
+    SCORING,
+    Compared,
+    RegenerateScorer,
+    Score,
+    Scored,
+    ScoreError,
+    ServerScorer,
+)
 from replay._sources import (
     ENTRY_POINT_GROUP,
     RequestSource,
@@ -115,6 +124,7 @@ __all__ = [
     "INTERRUPTED_RUN",
     "NOISE_LABEL",
     "ORIGINAL_AND_RUN",
+    "REGENERATING",
     "REPLAY_KEY",
     "RUNTIME_SOURCE",
     "SCORING",
@@ -123,6 +133,7 @@ __all__ = [
     "Batch",
     "BranchDiff",
     "CallLog",
+    "Compared",
     "ContextDiff",
     "Endpoint",
     "ForkRun",
@@ -136,12 +147,14 @@ __all__ = [
     "Overrides",
     "PromptAtCall",
     "Reference",
+    "RegenerateScorer",
     "ReplayRun",
     "RequestSource",
     "RerunError",
     "RerunResult",
     "SavedRerun",
     "SavedRun",
+    "Score",
     "ScoreError",
     "Scored",
     "ServerScorer",

@@ -14,20 +14,39 @@ gives the same numbers, but sorts the whole vocabulary in Python at every token 
 ten times slower on a short prompt).
 
 Hosted chat APIs return no log-probabilities of a given text, so they cannot be scored
-this way.
+this way. For them, :class:`RegenerateScorer` is the weaker method: each changed request
+is sent and the new answer compared with the given one (1 the same words and calls, 0
+nothing in common, :func:`replay.diff_outputs`). It is coarser (a changed word counts
+the same however unlikely it was) and noisy at any temperature above 0, so attribution
+measures its noise band on unchanged re-runs and reports it.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
-from soap_core import SoapError
+from replay._diff import Output, diff_outputs
+from soap_core import SoapError, count_text
+from soap_core.runtime import LLMError, assistant_message
 
 SCORING = "teacher-forced log-probability"
+REGENERATING = "regenerate-and-compare (the weaker method: no log-probabilities)"
+
+
+class Score(Protocol):
+    """What a scorer says of an answer under a request: ``logit`` is what attribution
+    fits (the log-odds, or a regenerated answer's similarity)."""
+
+    @property
+    def logit(self) -> float: ...
+
+    @property
+    def logprob(self) -> float: ...
 
 
 class ScoreError(SoapError):
@@ -60,6 +79,7 @@ class ServerScorer:
     ``http://HOST:PORT/v1``). Thread-safe: one HTTP client, requests in parallel."""
 
     method = SCORING
+    noisy = False
 
     def __init__(self, base_url: str, *, timeout: float = 300.0) -> None:
         self.base_url = base_url.rstrip("/")
@@ -84,7 +104,8 @@ class ServerScorer:
         if response.status_code == 404 and path.startswith("/soapwb"):
             raise ScoreError(
                 f"{self.base_url} cannot score a given answer: it has no {path} route (only the "
-                "local model server, `soapwb` starts it, renders its prompts for scoring)"
+                "local model server, `soapwb` starts it, renders its prompts for scoring); any other "
+                "endpoint can attribute by regenerate-and-compare, the weaker method"
             )
         if response.status_code != 200:
             raise ScoreError(f"{url} answered {response.status_code}: {response.text[:300]}")
@@ -101,3 +122,81 @@ class ServerScorer:
         if not tokens or not isinstance(values, list) or len(values) != len(tokens):
             raise ScoreError(f"{self.base_url} returned no log-probabilities for the answer")
         return Scored(list(tokens), [float(v) for v in values])
+
+
+class _Completing(Protocol):
+    base_url: str
+
+    def complete(self, request: dict[str, Any]) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Compared:
+    """How close a regenerated answer came to the given one."""
+
+    similarity: float
+    """1: the same words and tool calls; 0: nothing in common."""
+    text: str
+
+    @property
+    def logit(self) -> float:
+        return self.similarity
+
+    @property
+    def logprob(self) -> float:
+        return self.similarity
+
+
+def _output_of(answer: dict[str, Any]) -> Output:
+    """An OpenAI assistant message as :class:`Output` (text and tool calls)."""
+    calls = []
+    for call in answer.get("tool_calls") or []:
+        function = call.get("function", {})
+        try:
+            arguments = json.loads(function.get("arguments") or "{}")
+        except ValueError:
+            arguments = function.get("arguments")
+        calls.append((str(function.get("name", "")), arguments))
+    return Output(str(answer.get("content") or ""), tuple(calls))
+
+
+class RegenerateScorer:
+    """Scores an answer by asking the endpoint again and comparing (the module docstring):
+    any OpenAI-compatible endpoint, hosted ones included. ``noisy``: unchanged re-runs
+    differ, so a result comes with their band."""
+
+    method = REGENERATING
+    noisy = True
+
+    def __init__(self, endpoint: _Completing, *, temperature: float | None = None) -> None:
+        self.endpoint = endpoint
+        self.base_url = endpoint.base_url
+        self.temperature = temperature
+        """Sent with every request when given (else the request's own)."""
+
+    def __enter__(self) -> RegenerateScorer:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        return None
+
+    def check(self) -> None:
+        """Nothing to check before the first request: any chat endpoint can regenerate."""
+
+    def score(self, request: dict[str, Any], answer: dict[str, Any]) -> Compared:
+        """The similarity to ``answer`` of a new answer to ``request``, which may run to
+        twice the answer's length (at least 32 tokens; at most the request's own limit):
+        an answer already twice as long is already far from it, and a model that lost
+        what it was answering from can ramble to the request's whole limit."""
+        given = _output_of(answer)
+        cap = max(32, 2 * count_text(given.text + json.dumps(given.tool_calls)))
+        limit = request.get("max_tokens")
+        request = {**request, "max_tokens": min(cap, limit) if isinstance(limit, int) else cap}
+        if self.temperature is not None:
+            request["temperature"] = self.temperature
+        try:
+            completion = self.endpoint.complete(request)
+        except LLMError as exc:  # it names the endpoint and the request
+            raise ScoreError(str(exc)) from None
+        new = Output.of(assistant_message(completion.response))
+        return Compared(1.0 - diff_outputs(given, new).distance, new.text)

@@ -80,10 +80,12 @@ from soap_core._parts import (
 from soap_core._paths import OutsideStoreError, UnsafeNameError, inside
 from soap_core._progress import reporting as reporting_progress
 from soap_core._records import (
+    ATTRIBUTIONS_DIR,
     CALL_FORMAT,
     CALLS_DIR,
     INVOCATION_FORMAT,
     INVOCATIONS_DIR,
+    ISOLATIONS_DIR,
     CallRecord,
     InvocationRecord,
     Party,
@@ -92,10 +94,12 @@ from soap_core._records import (
     read_calls,
     read_invocation,
     read_invocations,
+    read_isolations,
     utc_now,
     write_attribution,
     write_call,
     write_invocation,
+    write_isolation,
 )
 from soap_core._remote import (
     STORAGE_OPTIONS_ENV,
@@ -118,6 +122,7 @@ from soap_core._tree import ContextNode, describe_node, fork_tree
 
 __all__ = [
     "APP_BRANCH_KEY",
+    "ATTRIBUTIONS_DIR",
     "CALLS_DIR",
     "CALL_FORMAT",
     "COMPACTION",
@@ -125,6 +130,7 @@ __all__ = [
     "INSTANCE_FILE",
     "INVOCATIONS_DIR",
     "INVOCATION_FORMAT",
+    "ISOLATIONS_DIR",
     "MESSAGES_ANCHOR",
     "NO_TIME",
     "OBJECT_KEY",
@@ -213,6 +219,7 @@ __all__ = [
     "read_calls",
     "read_invocation",
     "read_invocations",
+    "read_isolations",
     "read_json",
     "read_mark",
     "reporting_progress",
@@ -232,6 +239,7 @@ __all__ = [
     "write_attribution",
     "write_call",
     "write_invocation",
+    "write_isolation",
     "write_json_atomic",
     "write_text_atomic",
 ]

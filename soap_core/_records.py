@@ -63,6 +63,10 @@ ATTRIBUTIONS_DIR = "attributions"
 ATTRIBUTION_FORMAT = "soapwb.attribution/1"
 """An attribution of one answer to its context's parts (:mod:`analysis._attribution`),
 kept beside the session like its calls, so a reload shows it."""
+ISOLATIONS_DIR = "isolations"
+ISOLATION_FORMAT = "soapwb.isolation/1"
+"""What ``soapwb isolate`` found for one answer (:mod:`analysis._isolate`): the smallest
+cause, the noise and every run, each run a replay fork."""
 LOCK_FILE = ".soapwb.lock"
 """The file whose ``flock`` a running invocation holds in its session folder."""
 INTERRUPTED = "interrupted"
@@ -401,15 +405,32 @@ def write_attribution(session_dir: Path, record_id: str, data: dict[str, Any]) -
 def read_attributions(session_dir: Path, *, errors: list[SoapError] | None = None) -> list[dict[str, Any]]:
     """Every attribution record of a session, oldest first. A broken one (not JSON, or of
     another format) raises its FormatError, or, with ``errors``, is added there and left out."""
+    return _read_kept(session_dir, ATTRIBUTIONS_DIR, ATTRIBUTION_FORMAT, "an attribution", errors)
+
+
+def write_isolation(session_dir: Path, record_id: str, data: dict[str, Any]) -> Path:
+    """One isolation record (``isolations/<record_id>.json``), written once."""
+    path = _record_path(session_dir, ISOLATIONS_DIR, record_id)
+    write_json_atomic(path, {"format": ISOLATION_FORMAT, **data, "id": record_id})
+    return path
+
+
+def read_isolations(session_dir: Path, *, errors: list[SoapError] | None = None) -> list[dict[str, Any]]:
+    """Every isolation record of a session, oldest first; a broken one as for
+    :func:`read_attributions`."""
+    return _read_kept(session_dir, ISOLATIONS_DIR, ISOLATION_FORMAT, "an isolation", errors)
+
+
+def _read_kept(
+    session_dir: Path, kind: str, record_format: str, what: str, errors: list[SoapError] | None
+) -> list[dict[str, Any]]:
     records = []
-    for path in _record_files(session_dir, ATTRIBUTIONS_DIR):
+    for path in _record_files(session_dir, kind):
         try:
             data = read_json(path)
-            if not isinstance(data, dict) or data.get("format") != ATTRIBUTION_FORMAT:
+            if not isinstance(data, dict) or data.get("format") != record_format:
                 found = data.get("format") if isinstance(data, dict) else type(data).__name__
-                raise FormatError(
-                    path, "$.format", f"not an attribution record ({ATTRIBUTION_FORMAT}): {found!r}"
-                )
+                raise FormatError(path, "$.format", f"not {what} record ({record_format}): {found!r}")
         except SoapError as exc:
             if errors is None:
                 raise

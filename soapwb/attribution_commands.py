@@ -12,17 +12,20 @@ from typing import Any
 from analysis import (
     CHECK_HELP,
     LARGE_RUN_TOKENS,
+    NOISE_RUNS,
     UNITS,
     Attribution,
     Check,
     IsolateError,
     Isolation,
+    Scorer,
     attribute,
     estimate_tokens,
     isolate,
     save_attribution,
+    save_isolation,
 )
-from replay import Overrides, ServerScorer
+from replay import Overrides, RegenerateScorer, ServerScorer
 from soapwb.common import (
     Progress,
     UsageError,
@@ -55,9 +58,24 @@ def register(commands: Any) -> None:
     )
     cmd.add_argument("--seed", type=int, default=0, help="the ablations' random seed (default 0)")
     cmd.add_argument(
-        "--base-url",
-        help="a local model server (`python -m local_model`) to score on (default: one started for the run)",
+        "--method",
+        choices=("score", "regenerate"),
+        default="score",
+        help="score: the answer's log-probability, teacher-forced on a local model server "
+        "(--base-url names one started with `python -m local_model`; default: one started for the run). "
+        "regenerate: the weaker method for any OpenAI-compatible endpoint, hosted ones included "
+        "(--base-url, else $OPENAI_BASE_URL, else the local model): each request is sent again and the "
+        f"new answer compared with the original, with {NOISE_RUNS} unchanged re-runs for the noise band",
     )
+    cmd.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        metavar="T",
+        help="with --method regenerate: the temperature of every request (default: the request's own; "
+        "0 makes unchanged re-runs agree where the endpoint is deterministic, and the noise band narrow)",
+    )
+    add_endpoint_options(cmd)
     cmd.add_argument("--yes", action="store_true", help="start a large run without asking")
     store_command(cmd, cmd_attribute)
 
@@ -91,9 +109,14 @@ def register(commands: Any) -> None:
 
 
 @contextlib.contextmanager
-def scorer_for(args: argparse.Namespace) -> Iterator[ServerScorer]:
-    """The server asked for, else a local model started for the run (default batching:
-    every request is scored from a fresh state, so a seed repeats its numbers)."""
+def scorer_for(args: argparse.Namespace) -> Iterator[Scorer]:
+    """For ``--method score``: the server asked for, else a local model started for the
+    run (default batching: every request is scored from a fresh state, so a seed repeats
+    its numbers). For ``regenerate``: the endpoint asked for, as replay finds one."""
+    if args.method == "regenerate":
+        with endpoint_for(args) as endpoint:
+            yield RegenerateScorer(endpoint, temperature=args.temperature)
+        return
     base_url = args.base_url or os.environ.get("SOAPWB_SCORING_URL")
     with contextlib.ExitStack() as stack:
         if not base_url:
@@ -108,10 +131,12 @@ def scorer_for(args: argparse.Namespace) -> Iterator[ServerScorer]:
 def cmd_attribute(args: argparse.Namespace) -> int:
     if args.ablations < 2:
         raise UsageError("--ablations must be at least 2")
+    if args.temperature is not None and args.method != "regenerate":
+        raise UsageError("--temperature applies to --method regenerate: scoring reads the answer as it is")
     store = open_store(args)
     session = store.load_session(args.session, require_active=args.context is None)
     found = output_target(args, session)
-    calls, tokens = estimate_tokens(found, args.ablations)
+    calls, tokens = estimate_tokens(found, args.ablations, noisy=args.method == "regenerate")
     progress = Progress(args)
     if tokens > LARGE_RUN_TOKENS and not args.yes:
         raise UsageError(
@@ -180,6 +205,7 @@ def cmd_isolate(args: argparse.Namespace) -> int:
             base=Overrides(max_tokens=int(max_tokens), temperature=args.temperature),
             on_progress=lambda runs: progress.status(f"{runs} runs"),
         )
+    save_isolation(store, session, result)
     if args.json:
         emit_json(result.as_dict())
     else:
@@ -208,3 +234,5 @@ def print_isolation(result: Isolation) -> None:
         f"{result.calls} model calls ({len(result.noise)} unchanged, {len(result.trials)} with parts removed; "
         f"one-by-one removal takes {result.one_by_one}); split in the order of {result.ordered_by}"
     )
+    if result.id is not None:
+        print(f"kept as isolation {result.id} (the Replay page shows it with the answer)")

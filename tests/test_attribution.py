@@ -189,7 +189,16 @@ def test_an_attribution_round_trips_through_its_record() -> None:
         "message_id": "m",
         "source": "soapwb",
         "unit": "message",
-        "units": [{"index": 0, "kind": "user", "label": "user message #1", "preview": "hi", "tokens": 1}],
+        "units": [
+            {
+                "index": 0,
+                "kind": "user",
+                "label": "user message #1",
+                "preview": "hi",
+                "tokens": 1,
+                "message_id": "u",
+            }
+        ],
         "weights": [0.5],
         "intercept": -3.0,
         "full_logit": -2.0,
@@ -208,6 +217,9 @@ def test_an_attribution_round_trips_through_its_record() -> None:
     again = Attribution.from_dict(data).as_dict()
     assert {k: again[k] for k in data} == data
     assert again["summary"] == "the answer leans on user message #1 (+0.5)"
+    # a record written before units kept their message's id reads with none
+    del data["units"][0]["message_id"]  # type: ignore[attr-defined]
+    assert Attribution.from_dict(data).units[0].message_id is None
 
 
 def test_the_replay_page_attributes_an_answer_saves_it_and_a_reload_shows_it(

@@ -10,13 +10,23 @@ from pathlib import Path
 
 import pytest
 
-from analysis import Check, IsolateError, attribute, ddmin, isolate, request_units, save_attribution
+from analysis import (
+    Check,
+    IsolateError,
+    attribute,
+    ddmin,
+    isolate,
+    request_units,
+    save_attribution,
+    saved_isolations,
+)
 from local_model import LocalModelServer
 from replay import Output, Overrides, ServerScorer, materialize
 from soap_core import REPLAY_KEY, Store
 from soap_core.runtime import LLMEndpoint
 from soap_gen import planted_session
 from soapwb.cli import main
+from tests.apptest import open_app_page
 
 
 def counting(cause: set[int]) -> tuple[list[frozenset[int]], object]:
@@ -119,6 +129,8 @@ def test_the_command_isolates_and_keep_finds_what_alone_gives_the_answer(
     argv += ["--store", str(tmp_path / "store"), "--base-url", llm_server.base_url]
     assert main([*argv, "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
+    [kept] = saved_isolations(Store(tmp_path / "store").load_session(session.uuid))
+    assert kept.id == printed["id"] and kept.as_dict() == printed  # kept whole, read back the same
     assert printed["calls"] == 1 + len(printed["trials"]) and printed["ordered_by"].startswith("position")
     cause = printed["cause"]
     assert cause, printed["summary"]
@@ -126,7 +138,45 @@ def test_the_command_isolates_and_keep_finds_what_alone_gives_the_answer(
     assert its_run["holds"] is False and code not in its_run["text"] and printed["usual"] is True
     assert main([*argv, "--keep"]) == 0
     out = capsys.readouterr().out
+    assert len(saved_isolations(Store(tmp_path / "store").load_session(session.uuid))) == 2
+    assert "kept as isolation" in out
     assert "alone still give `contains:" in out and f"user message #{planted}" in out
     assert "one-by-one removal takes" in out
     assert main([*argv[:5], "nonsense", *argv[6:]]) == 2
     assert "--check 'nonsense'" in capsys.readouterr().err
+
+
+def test_the_replay_page_isolates_keeps_the_result_and_shows_every_run_after_a_reload(
+    tmp_path: Path, llm_server: LocalModelServer
+) -> None:
+    store = Store(tmp_path / "store")
+    session, planted = planted_session(store, seed=1, distractors=2)
+    code = session.active_context.messages[-1].text().split()[-1].rstrip(".")
+    last = str(len(session.active_context.messages) - 1)
+    at = open_app_page(store.root, "replay", session=session.uuid, message=last)
+    [button] = [b for b in at.button if b.label == "Isolate"]
+    assert button.disabled  # no check yet
+    at.text_input(key="replay_base_url").set_value(llm_server.base_url).run()
+    [check] = [t for t in at.text_input if t.label == "Check"]
+    check.set_value("nonsense:1").run()
+    [button] = [b for b in at.button if b.label == "Isolate"]
+    button.click().run()
+    assert not at.exception and any("nonsense" in e.value for e in at.error)
+    [check] = [t for t in at.text_input if t.label == "Check"]
+    check.set_value(f"contains:{code}").run()
+    [noise] = [n for n in at.number_input if n.label == "Unchanged runs"]
+    noise.set_value(1).run()
+    [button] = [b for b in at.button if b.label == "Isolate"]
+    button.click().run(timeout=300)
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    [kept] = saved_isolations(Store(store.root).load_session(session.uuid))
+
+    later = open_app_page(store.root, "replay", session=session.uuid, message=last)  # a reload
+    assert kept.summary()[1:] + "." in [t.value[1:] for t in later.text]
+    [runs] = [d.value for d in later.dataframe if "removed" in d.value.columns]
+    assert runs["run"].tolist() == ["unchanged"] + ["ddmin"] * len(kept.trials)
+    assert runs["fork"].tolist() == [t.fork_id[:8] for t in [*kept.noise, *kept.trials]]  # type: ignore[index]
+    assert runs["check"].iloc[0] == "holds"
+    captions = [c.value.replace("\\", "") for c in later.caption]
+    assert any(f"against {kept.one_by_one} for one-by-one removal" in c for c in captions), captions
+    del planted  # which message flips it is the model's: the library's tests above judge that

@@ -9,9 +9,11 @@ import html
 import pandas as pd
 import plotly.graph_objects as go
 
-from analysis import Attribution
+from analysis import Attribution, Isolation
+from replay import short_id
 
 RANKED_COLUMNS = ("weight", "at", "kind", "unit", "text")
+ISOLATION_COLUMNS = ("run", "removed", "check", "fork", "answer")
 _HOVER_TEXT = 120
 
 
@@ -51,3 +53,19 @@ def heat_strip(attribution: Attribution) -> go.Figure:
         yaxis={"visible": False},
     )
     return figure
+
+
+def isolation_frame(made: Isolation) -> pd.DataFrame:
+    """Every run of an isolation: the unchanged ones, then ddmin's, each with what it took
+    out, what the check said and its fork."""
+    rows = [
+        (
+            "unchanged" if n < len(made.noise) else "ddmin",
+            made.removed_labels(t),
+            "failed" if t.holds is None else ("holds" if t.holds else "does not hold"),
+            short_id(t.fork_id) if t.fork_id else "-",
+            (t.error or t.text).replace("\n", " ")[:120],
+        )
+        for n, t in enumerate([*made.noise, *made.trials])
+    ]
+    return pd.DataFrame(rows, columns=list(ISOLATION_COLUMNS))

@@ -30,6 +30,7 @@ from typing import Any
 
 import streamlit as st
 
+from analysis import Attribution, latest_attribution
 from replay import PromptAtCall, message_address, message_index, session_names
 from soap_core import (
     AmbiguousSessionError,
@@ -50,6 +51,7 @@ from soap_core import (
     UnknownPart,
     part_to_dict,
 )
+from workbench.attribution_views import heat_strip, ranked_frame
 from workbench.context_views import (
     ContextIndex,
     ForkPoint,
@@ -157,6 +159,8 @@ class PageView:
     details: bool
     calls: Mapping[str, CallRecord]
     """Message id → the model call that produced it (the soapwb runtime records them)."""
+    weights: Mapping[str, float]
+    """Message id → its weight in the linked answer's attribution (none: no such answer)."""
 
 
 def show_tool_call(view: PageView, placement: Placement, at: int, part: ToolUsePart) -> None:
@@ -380,6 +384,14 @@ def show_message(view: PageView, placement: Placement) -> None:
             named = "" if address == str(index) else f" (?message={address})"
             st.text(f"▶ message {index}, as linked{named}")
         st.text(message_title(view.rows[index], message))
+        weight = view.weights.get(message.id)
+        if weight is not None:
+            st.badge(
+                f"{weight:+.2f} to the answer at message {view.shown.linked}",
+                icon=":material/thermostat:",
+                color="red" if weight > 0 else "blue" if weight < 0 else "gray",
+                help="What keeping this message adds to the log-odds of the linked answer (its attribution)",
+            )
         if view.details:
             st.text(details_line(view.rows[index]))
         call = view.calls.get(message.id) if message.role == "assistant" else None
@@ -427,6 +439,40 @@ def produced_by(scope: Scope) -> dict[str, CallRecord]:
     return {c.message_id: c for c in calls if c.message_id}
 
 
+@st.cache_data(show_spinner=False, max_entries=32, hash_funcs=SCOPED)
+def linked_attribution(scope: Scope, linked: int | None) -> Attribution | None:
+    """The newest attribution of the linked message, when it is a model answer that has
+    one (the scope's key moves with the session's attributions folder)."""
+    if linked is None or linked >= scope.chosen.message_count:
+        return None
+    return latest_attribution(scope.session, scope.chosen.id, linked)
+
+
+def show_why(scope: Scope, linked: int | None) -> None:
+    """Above the transcript of a linked answer: what it leans on (its newest attribution,
+    as the Replay page shows it) and where to make one."""
+    attribution = linked_attribution(scope, linked)
+    if linked is None or scope.chosen.message_view[linked].role != "assistant":
+        return
+    if attribution is None:
+        st.caption(
+            f"The answer at message {linked} is not attributed yet: the Replay page's 'Why this answer' "
+            "measures which messages it leans on."
+        )
+        return
+    with st.expander(f"Why the answer at message {linked}", expanded=True):
+        summary = attribution.summary()
+        st.markdown(escape_markdown(summary[:1].upper() + summary[1:] + "."))
+        st.plotly_chart(heat_strip(attribution), key="context_heat")
+        st.caption(
+            escape_markdown(
+                attribution.trust() + ". Each message the answer saw carries its weight below, on this page "
+                "and the others of the transcript."
+            )
+        )
+        st.dataframe(ranked_frame(attribution), hide_index=True, key="context_ranked")
+
+
 def show_messages(scope: Scope, shown: Listing, index: ContextIndex, details: bool) -> list[Placement]:
     """The messages of the page as a transcript, each followed by the anchors it ends and
     the forks that branched off after it. Returns how they were placed."""
@@ -435,7 +481,13 @@ def show_messages(scope: Scope, shown: Listing, index: ContextIndex, details: bo
         index.calls, context.message_view, shown.indices, lambda at: index.page_of(at, shown.chronological)
     )
     rows = {row.index: row for row in page_rows(context, placed_indices(placements))}
-    view = PageView(scope.root, scope.session, context, shown, rows, details, produced_by(scope))
+    attribution = linked_attribution(scope, shown.linked)
+    weights = (
+        {u.message_id: w for u, w in zip(attribution.units, attribution.weights, strict=True) if u.message_id}
+        if attribution is not None
+        else {}
+    )
+    view = PageView(scope.root, scope.session, context, shown, rows, details, produced_by(scope), weights)
     forks = forks_after(index)
     for placement in placements:
         show_message(view, placement)
@@ -630,6 +682,7 @@ def show_session(scope: Scope) -> None:
     if shown.paged:
         show_pager(shown, "top")
     style_page(context, shown)
+    show_why(scope, shown.linked)
     show_messages(scope, shown, index, details)
     if shown.paged:
         show_pager(shown, "bottom")

@@ -34,7 +34,20 @@ from typing import Any
 import streamlit as st
 from streamlit.runtime.scriptrunner import add_script_run_ctx, get_script_run_ctx
 
-from analysis import attribute, estimate_calls, latest_attribution, save_attribution
+from analysis import (
+    CHECK_HELP,
+    NOISE_RUNS,
+    Check,
+    IsolateError,
+    Isolation,
+    attribute,
+    estimate_calls,
+    isolate,
+    latest_attribution,
+    save_attribution,
+    save_isolation,
+    saved_isolations,
+)
 from replay import (
     EMPTY_OUTPUTS,
     FRAMEWORK_CODE_KEY,
@@ -48,6 +61,7 @@ from replay import (
     OutputDiff,
     Overrides,
     Reference,
+    RegenerateScorer,
     ReplayRun,
     RerunResult,
     SavedRerun,
@@ -80,7 +94,7 @@ from replay import (
 )
 from soap_core import Message, Session, SoapError, ToolPart, time_text
 from soap_core.runtime import LLMEndpoint
-from workbench.attribution_views import heat_strip, ranked_frame
+from workbench.attribution_views import heat_strip, isolation_frame, ranked_frame
 from workbench.loading import SCOPED, Scope, chosen_store, show_error_and_stop
 from workbench.replay_views import (
     EDIT_TAIL,
@@ -758,6 +772,7 @@ def show_replay(scope: Scope) -> None:
         st.error(escape_markdown(note))
     show_saved_runs(scope, found, runs)
     show_attribution(scope, index, found, settings.base_url)
+    show_isolations(scope, index, found, settings)
 
 
 # ── why this answer: attribution ─────────────────────────────────────────────────────
@@ -782,17 +797,28 @@ def show_attribution(scope: Scope, index: int, found: Materialized, base_url: st
     prefix = f"{found.context_id}:{found.index}"
     with st.container(horizontal=True, vertical_alignment="bottom"):
         ablations = int(st.number_input("Ablations", 4, 256, 16, step=4, key=f"attribute_k:{prefix}"))
+        method = st.radio(
+            "Scoring",
+            list(SCORING_METHODS),
+            format_func=SCORING_METHODS.__getitem__,
+            horizontal=True,
+            key=f"attribute_method:{prefix}",
+            help="A hosted chat API gives no log-probability of a given answer: regenerate-and-compare "
+            "sends each request again and compares the new answer with this one (coarser, and noisy: "
+            f"{NOISE_RUNS} unchanged re-runs measure its noise band).",
+        )
         clicked = st.button("Attribute", key=f"attribute:{prefix}")
-    calls = estimate_calls(found, ablations)
+    noisy = method == "regenerate"
+    calls = estimate_calls(found, ablations, noisy)
     st.caption(
-        f"{calls} scored requests, each about half of this request (a random half of its messages), "
-        f"on {base_url or 'no endpoint yet'}"
+        f"{calls} {'model calls' if noisy else 'scored requests'}, each about half of this request "
+        f"(a random half of its messages), on {base_url or 'no endpoint yet'}"
     )
     if clicked:
         if not base_url:
             st.error("No endpoint: enter the base URL of the local model server above.")
             st.stop()
-        run_attribution(scope, index, found.request_hash, ablations, base_url)
+        run_attribution(scope, index, found.request_hash, ablations, base_url, noisy)
         st.rerun()  # the record is in the store now: the page reads it back
     latest = latest_attribution(scope.session, found.context_id, found.index)
     if latest is None:
@@ -811,7 +837,15 @@ def show_attribution(scope: Scope, index: int, found: Materialized, base_url: st
     )
 
 
-def run_attribution(scope: Scope, index: int, shown_hash: str, ablations: int, base_url: str) -> None:
+SCORING_METHODS = {
+    "score": "log-probability (local model)",
+    "regenerate": "regenerate and compare (any endpoint, weaker)",
+}
+
+
+def run_attribution(
+    scope: Scope, index: int, shown_hash: str, ablations: int, base_url: str, noisy: bool = False
+) -> None:
     """Attribute from a fresh load of the session and save the result beside it."""
     store, session = scope.writable()
     found = materialize(session, scope.chosen.id, index)
@@ -824,11 +858,119 @@ def run_attribution(scope: Scope, index: int, shown_hash: str, ablations: int, b
         bar.progress(done / total, text=f"{done} of {total} requests scored")
 
     try:
-        with ServerScorer(base_url) as scorer:
+        with RegenerateScorer(LLMEndpoint(base_url)) if noisy else ServerScorer(base_url) as scorer:
             scorer.check()
             result = attribute(session, found, scorer, ablations=ablations, on_progress=progress)
         save_attribution(store, session, result)
     except (ScoreError, SoapError) as exc:
+        show_error_and_stop(exc)
+
+
+ISOLATE_ABOUT = (
+    "Runs the request again with parts of it removed, split by delta debugging (ddmin) in the order "
+    "of the answer's latest attribution, until it finds a smallest set of messages whose removal flips "
+    "the check (with 'keep': whose presence alone keeps the usual result). The unchanged runs first "
+    "say what the check usually says and how often it flips by chance. Every run is a replay fork "
+    "labelled 'isolate'; the result is kept with the session."
+)
+ISOLATIONS_SHOWN = 5
+
+
+@st.cache_data(show_spinner=False, max_entries=32, hash_funcs=SCOPED)
+def answer_isolations(scope: Scope, context_id: str, index: int) -> tuple[list[Isolation], list[str]]:
+    """The isolations kept for this answer, newest first, and the errors of unreadable
+    records (the scope's key moves with the store's files: an isolation adds forks)."""
+    errors: list[SoapError] = []
+    found = [
+        i
+        for i in saved_isolations(scope.session, errors=errors)
+        if (i.context_id, i.index) == (context_id, index)
+    ]
+    return found[::-1], [str(e) for e in errors]
+
+
+def show_isolations(scope: Scope, index: int, found: Materialized, settings: RunSettings) -> None:
+    """The smallest part of the request that flips a check on the answer: the form that
+    runs ``isolate`` and the isolations kept for this answer, each with its runs."""
+    answer = scope.session.contexts[found.context_id].messages[found.index : found.index + 1]
+    if not answer or answer[0].role != "assistant":
+        return
+    st.subheader("The smallest cause: isolate")
+    st.caption(ISOLATE_ABOUT)
+    prefix = f"{found.context_id}:{found.index}"
+    with st.container(horizontal=True, vertical_alignment="bottom"):
+        check_text = st.text_input(
+            "Check", key=f"isolate_check:{prefix}", help=CHECK_HELP, placeholder="contains:TEXT"
+        )
+        noise = int(st.number_input("Unchanged runs", 1, 10, 3, key=f"isolate_noise:{prefix}"))
+        keep = st.toggle(
+            "keep", key=f"isolate_keep:{prefix}", help="find the smallest part that alone keeps the check"
+        )
+        clicked = st.button("Isolate", key=f"isolate:{prefix}", disabled=not check_text.strip())
+    if clicked:
+        run_isolation(scope, index, found.request_hash, check_text, noise, keep, settings)
+        st.rerun()  # the record and the forks are in the store now
+    kept, errors = answer_isolations(scope, found.context_id, found.index)
+    for error in errors:
+        st.error(escape_markdown(error))
+    for made in kept[:ISOLATIONS_SHOWN]:
+        show_isolation(made)
+    if len(kept) > ISOLATIONS_SHOWN:
+        st.caption(f"{len(kept) - ISOLATIONS_SHOWN} older isolations of this answer are kept and not shown")
+
+
+def show_isolation(made: Isolation) -> None:
+    """One kept isolation: what it found, what it took, and every run."""
+    with st.container(border=True):
+        st.text(made.summary()[:1].upper() + made.summary()[1:] + ".")
+        disagreed = sum(1 for t in made.noise if t.holds is not None and t.holds != made.usual)
+        st.caption(
+            escape_markdown(
+                f"{made.calls} model calls ({len(made.noise)} unchanged, of which {disagreed} disagreed: "
+                f"{made.chance:.0%} by chance; {len(made.trials)} with parts removed), against {made.one_by_one} "
+                f"for one-by-one removal; split in the order of {made.ordered_by}; {time_text(made.created_at)}"
+            )
+        )
+        st.dataframe(isolation_frame(made), hide_index=True, key=f"isolation:{made.id}")
+
+
+def run_isolation(
+    scope: Scope, index: int, shown_hash: str, check_text: str, noise: int, keep: bool, settings: RunSettings
+) -> None:
+    """Isolate from a fresh load of the session and keep the result beside it."""
+    try:
+        check = Check.parse(check_text.strip())
+    except IsolateError as exc:
+        st.error(escape_markdown(str(exc)))
+        st.stop()
+    if not settings.base_url:
+        st.error("No endpoint: enter the base URL of a model server above.")
+        st.stop()
+    status = st.empty()
+
+    def progress(runs: int) -> None:
+        status.text(f"isolating: {runs} model calls made")
+
+    try:
+        store, session = scope.writable()
+        found = materialize(session, scope.chosen.id, index)
+        if found.request_hash != shown_hash:
+            st.error("The store changed since this request was shown: look at it again before running.")
+            st.stop()
+        max_tokens = found.parameters.get("max_tokens") or 256
+        result = isolate(
+            store,
+            session,
+            found,
+            LLMEndpoint(settings.base_url),
+            check,
+            keep=keep,
+            noise=noise,
+            base=Overrides(max_tokens=int(max_tokens)),
+            on_progress=progress,
+        )
+        save_isolation(store, session, result)
+    except SoapError as exc:
         show_error_and_stop(exc)
 
 
