@@ -194,9 +194,12 @@ def test_a_quick_run_records_every_comparison(tmp_path: Path) -> None:
     bench.group = "peers"
     bp.run(bench)
     ratios = {f.what: f for f in bench.figures if f.unit == "x"}
-    assert len(ratios) == 9
+    assert len(ratios) == 11  # with the stores' sizes against each peer's
     held = {f.what: f.goal for f in bench.figures if f.goal}
-    assert sorted(held.values()) == ["≤ 1x", "≤ 2x", "≤ 2x"], held  # the two forks and the followed listing
+    # the two forks, the followed listing, and issue 28's 1x for reading a conversation
+    # (three peers' ways) and the state at step k
+    assert sorted(held.values()) == ["≤ 1x"] * 5 + ["≤ 2x", "≤ 2x"], held
+    assert held["state at step k of the long conversation: ours / LangGraph"] == "≤ 1x"
     assert all(f.met is not None for f in bench.figures if f.goal)
     assert all(math.isfinite(f.value) and f.value > 0 for f in ratios.values())
     assert not [f for f in bench.figures if "not measured" in f.what]
