@@ -535,10 +535,12 @@ class MessageUse:
 def message_uses(attributions: Sequence[Attribution]) -> list[MessageUse]:
     """Every message the attributed answers saw, the most used first (each answer's
     newest attribution only; units without a message id, from records written before
-    ids were kept, are left out)."""
+    ids were kept, are left out). Weights of the two methods are on different scales
+    (log-odds, similarity): where any answer is scored, regenerated ones are left out."""
     newest = {(a.context_id, a.index): a for a in attributions}
+    scored = [a for a in newest.values() if not a.noise]
     seen: dict[str, list[tuple[float, Unit]]] = {}
-    for attribution in newest.values():
+    for attribution in scored or newest.values():
         for unit, weight in zip(attribution.units, attribution.weights, strict=True):
             if unit.message_id is not None:
                 seen.setdefault(unit.message_id, []).append((weight, unit))

@@ -118,6 +118,11 @@ def test_a_messages_use_is_the_largest_weight_any_answer_gave_it_newest_attribut
     assert (uses["m2"].use, uses["m2"].answers, uses["m2"].leaning) == (-1.0, 1, 0)
     assert [u.message_id for u in message_uses([older, first, second])] == ["m1", "m3", "m2"]
     assert message_usage([older, first, second]) == {"m1": 2.0, "m2": -1.0, "m3": -0.2}
+    # a regenerated answer's weights (similarity, 0 to 1) do not mix with scored ones
+    regenerated = attribution("c", 12, {"m4": 0.9})
+    regenerated.noise = [1.0, 0.8, 0.9]
+    assert "m4" not in message_usage([first, second, regenerated])
+    assert message_usage([regenerated]) == {"m4": 0.9}
 
 
 def test_the_spec_reads_and_only_the_lab_knows_it() -> None:
