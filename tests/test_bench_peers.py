@@ -245,7 +245,7 @@ def test_the_runs_store_is_linked_and_left_as_it_was(tmp_path: Path) -> None:
         assert setup.long.uuid not in listed and setup.long.turns >= 30
         bench = Bench(work, quick=True)
         bp._measure(bench, setup, 1)
-        assert len([f for f in bench.figures if f.unit == "x"]) == 9
+        assert len([f for f in bench.figures if f.unit == "x"]) == 11  # the stores' sizes too
     finally:
         setup.close()
         setup.remove()
