@@ -20,13 +20,16 @@ class MessageRangeError(SoapError):
     """A message range that names no messages of the request (with which item and why)."""
 
 
-def parse_message_ranges(spec: str, count: int) -> list[int]:
+def parse_message_ranges(
+    spec: str, count: int, *, noun: str = "message", holder: str = "the request"
+) -> list[int]:
     """The indices ``spec`` names among ``count`` messages, ascending and once each.
 
     Items are separated by commas or spaces: ``N`` one message, ``A-B`` both ends
     included, ``A-`` from A to the last message. A ``#`` before a number is allowed, as
     the page and the fork names print them. An empty spec names nothing. Anything else,
-    a reversed range or a message past the last, raises :class:`MessageRangeError`.
+    a reversed range or a message past the last, raises :class:`MessageRangeError`
+    (``noun`` and ``holder`` name what is numbered in it: calls of the session, say).
     """
     chosen: set[int] = set()
     tidy = re.sub(r"\s*[-–]\s*", "-", spec.replace("#", ""))
@@ -35,13 +38,11 @@ def parse_message_ranges(spec: str, count: int) -> list[int]:
             continue
         match = _ITEM.match(item) if item.isascii() else None
         if match is None:
-            raise MessageRangeError(f"{item!r} is not a message number or a range like 3-9")
+            raise MessageRangeError(f"{item!r} is not a {noun} number or a range like 3-9")
         first = int(match[1])
         last = first if match[2] is None else (int(match[2]) if match[2] else count - 1)
         if max(first, last) >= count:
-            raise MessageRangeError(
-                f"{item!r}: the request has {count:,} messages, numbered 0 to {count - 1:,}"
-            )
+            raise MessageRangeError(f"{item!r}: {holder} has {count:,} {noun}s, numbered 0 to {count - 1:,}")
         if last < first:
             raise MessageRangeError(f"{item!r} runs backwards: write the smaller number first")
         chosen.update(range(first, last + 1))

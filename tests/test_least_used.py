@@ -210,3 +210,27 @@ def test_least_used_keeps_the_message_an_attributed_answer_leaned_on_where_a_win
     rows = {r["strategy"]: r for r in table.to_dict("records")}
     assert rows[specs[1]]["tokens saved"] == least.tokens_saved
     assert json.loads(at.get("plotly_chart")[0].proto.spec)["data"]
+
+
+def test_the_compaction_page_attributes_the_answers_of_the_calls_typed(
+    tmp_path: Path, scoring_server: LocalModelServer
+) -> None:
+    """Calls are typed as numbers and ranges (a long session has 50,000 of them: a list to
+    pick from would be sent to the browser at every click)."""
+    store = Store(tmp_path / "store")
+    session, _ = remembered_session(store)
+    at = open_app_page(store.root, "compaction", session=session.uuid)
+    assert any(t.value.startswith("None of the 4 answers is attributed yet") for t in at.text)
+    at.text_input(key="usage_calls").set_value("2-9").run()
+    assert [e.value.replace("\\", "") for e in at.error] == [
+        "'2-9': the session has 4 calls, numbered 0 to 3"
+    ]
+    at.text_input(key="usage_endpoint").set_value(scoring_server.base_url)
+    at.text_input(key="usage_calls").set_value("0, 2").run()
+    assert not at.error
+    assert any(c.value.endswith("scored requests, each about half of its call's request") for c in at.caption)
+    at.number_input(key="usage_ablations").set_value(4).run()
+    at.button(key="usage_attribute").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert any(t.value.startswith("2 of 4 answers attributed") for t in at.text)
+    assert len(saved_attributions(Store(store.root).load_session(session.uuid))) == 2

@@ -46,7 +46,7 @@ from analysis import (
     simulate_items,
 )
 from analysis._settings import numbers_of, strategy_spec, suggested_numbers
-from replay import ScoreError, ServerScorer, short_id
+from replay import MessageRangeError, ScoreError, ServerScorer, parse_message_ranges, short_id
 from soap_core import SoapError
 from soap_core.runtime import LLMEndpoint
 from workbench.compaction_views import (
@@ -356,18 +356,34 @@ def _dropped(
     return tuple(shown)
 
 
+@st.cache_resource(show_spinner=False, max_entries=16, hash_funcs=SCOPED)
+def _usage(scope: Scope) -> tuple[str, pd.DataFrame, bool]:
+    """The usage section's line and table, and whether any answer is attributed: once per
+    change of the session or its attributions, not at every click."""
+    history = _history(scope)
+    attributions, _ = _attributions(scope)
+    produced = {history.items[cut].id for cut in history.calls if cut < len(history.items)}
+    attributed = {a.message_id for a in attributions if a.message_id in produced}
+    uses = message_uses(attributions)
+    return (
+        usage_note(len(attributed), len(history.calls), len(uses)),
+        usage_table(history, uses),
+        bool(attributed),
+    )
+
+
+MOST_ATTRIBUTED = 50
+"""Answers one click attributes at most (each costs its K ablations' scored requests)."""
+
+
 def show_usage(scope: Scope, history: History) -> None:
     """How much the session's answers lean on each message (its kept attributions), and
     the button that attributes more answers: what least-used drops by."""
     st.subheader("What the answers use")
-    attributions, errors = _attributions(scope)
-    for error in errors:
+    for error in _attributions(scope)[1]:
         st.error(escape_markdown(error))
-    produced = {history.items[cut].id for cut in history.calls if cut < len(history.items)}
-    attributed = {a.message_id for a in attributions if a.message_id in produced}
-    uses = message_uses(attributions)
-    st.text(usage_note(len(attributed), len(history.calls), len(uses)))
-    table = usage_table(history, uses)
+    note, table, attributed = _usage(scope)
+    st.text(note)
     if not table.empty:
         st.dataframe(table, hide_index=True, key="usage_table")
     with st.expander("Attribute answers", expanded=not attributed):
@@ -379,12 +395,22 @@ def show_usage(scope: Scope, history: History) -> None:
         base_url = st.text_input(
             "Scoring endpoint base URL", value=os.environ.get("OPENAI_BASE_URL", ""), key="usage_endpoint"
         ).strip()
-        labels = call_labels(history)
         left, right = st.columns([3, 1])
-        calls = left.multiselect(
-            "Answers of calls", list(labels), format_func=labels.__getitem__, key="usage_calls"
+        spec = left.text_input(
+            "Answers of calls",
+            key="usage_calls",
+            placeholder=f"e.g. 3, 10-12 (0 to {len(history.calls) - 1:,})",
+            help="Call numbers and ranges, as the curves and the drift table number them.",
         )
         ablations = int(right.number_input("Ablations", 4, 256, 16, step=4, key="usage_ablations"))
+        try:
+            calls = parse_message_ranges(spec, len(history.calls), noun="call", holder="the session")
+        except MessageRangeError as exc:
+            st.error(escape_markdown(str(exc)))
+            calls = []
+        if len(calls) > MOST_ATTRIBUTED:
+            st.error(f"{len(calls):,} answers: attribute at most {MOST_ATTRIBUTED} at a time.")
+            calls = []
         if calls:
             scored = sum(estimate_calls(sent_at(scope.session, history, c), ablations) for c in calls)
             st.caption(f"{scored:,} scored requests, each about half of its call's request")
