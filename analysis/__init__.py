@@ -6,13 +6,11 @@ Public names are re-exported here; the ``_modules`` behind them are private.
 from analysis._attribution import (
     LARGE_RUN_TOKENS,
     NOISE_RUNS,
-    UNITS,
     Attribution,
     AttributionError,
     MessageUse,
     Scorer,
-    Unit,
-    ablated_request,
+    Scores,
     attribute,
     attribute_calls,
     estimate_calls,
@@ -21,9 +19,9 @@ from analysis._attribution import (
     latest_attribution,
     message_usage,
     message_uses,
-    request_units,
     save_attribution,
     saved_attributions,
+    score_ablations,
     session_usage,
 )
 from analysis._budget import (
@@ -83,6 +81,14 @@ from analysis._lab import (
     simulate_items,
 )
 from analysis._settings import RanWith, ThresholdStart, ran_with, threshold_start
+from analysis._units import (
+    UNITS,
+    Unit,
+    ablated_messages,
+    ablated_request,
+    request_units,
+    sentence_spans,
+)
 
 __all__ = [
     "AS_SENT",
@@ -114,6 +120,7 @@ __all__ = [
     "RollingMessages",
     "RollingTokens",
     "Scorer",
+    "Scores",
     "SessionSpend",
     "SimPoint",
     "Simulation",
@@ -121,6 +128,7 @@ __all__ = [
     "SummarizeOlder",
     "ThresholdStart",
     "Unit",
+    "ablated_messages",
     "ablated_request",
     "attribute",
     "attribute_calls",
@@ -152,7 +160,9 @@ __all__ = [
     "save_isolation",
     "saved_attributions",
     "saved_isolations",
+    "score_ablations",
     "sent_at",
+    "sentence_spans",
     "session_usage",
     "simulate",
     "simulate_items",

@@ -4,7 +4,8 @@ ContextCite's method (Cohen-Wang, Shah, Georgiev, Mądry, NeurIPS 2024), on a se
 request as its framework built it:
 
 1. The request's messages are the units (the system prompt, the tool definitions, every
-   message; a tool result is a unit of its own).
+   message; a tool result is a unit of its own), or, finer, each text part or sentence of
+   them (:mod:`analysis._units`).
 2. ``K`` ablations each remove a random half of the units. The session's request source
    builds each ablated request (:func:`ablated_request`), so every framework the
    workbench reads is ablated the way it sends requests.
@@ -30,22 +31,14 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections import Counter
-from collections.abc import Callable, Collection, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from analysis._drift import sent_at
 from analysis._lab import Strategy, history_of, parse_strategy
-from replay import (
-    Materialized,
-    Overrides,
-    Score,
-    dropped_with_pairs,
-    inline_call,
-    replay_messages,
-    source_named,
-)
+from analysis._units import Unit, ablated_request, request_units
+from replay import Materialized, Score
 from soap_core import (
     Message,
     Session,
@@ -58,8 +51,6 @@ from soap_core import (
     write_attribution,
 )
 
-UNITS = ("message",)
-"""The units an answer is attributed to (parts and sentences are not built yet)."""
 KEEP = 0.5
 """The chance that a random ablation keeps a unit (ContextCite's default)."""
 LASSO_ALPHA = 0.01
@@ -87,97 +78,6 @@ class Scorer(Protocol):
     noisy: bool
 
     def score(self, request: dict[str, Any], answer: dict[str, Any]) -> Score: ...
-
-
-@dataclass(frozen=True)
-class Unit:
-    """One part of the request an answer may depend on."""
-
-    index: int
-    """Display index of the message in the request's messages."""
-    kind: str
-    label: str
-    preview: str
-    tokens: int
-    message_id: str | None = None
-    """The session's message the unit is (None for one the source made up, or in a
-    record written before ids were kept)."""
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def _names(names: Sequence[str | None]) -> str:
-    return ", ".join(dict.fromkeys(name or "a tool" for name in names))
-
-
-def _shown(message: Message) -> str:
-    """A message's words for a preview: its text, else its calls, results or tools."""
-    if message.text().strip():
-        return message.text()
-    if message.tool_uses():
-        return "; ".join(inline_call(u.name, u.parsed_arguments()) for u in message.tool_uses())
-    if message.tool_results():
-        return "; ".join(str(r.content) for r in message.tool_results())
-    return ", ".join(t.name for t in message.tool_definitions())
-
-
-def request_units(found: Materialized) -> list[Unit]:
-    """The request's messages as units, each labelled as a reader would name it (a tool
-    result by the tool its call named, where the result does not name it)."""
-    seen: Counter[str] = Counter()
-    called: dict[str, str] = {}
-    units = []
-    for index, message in enumerate(found.messages):
-        if message.message_type == "SystemPromptMessage":
-            kind, label = "system prompt", "the system prompt"
-        elif message.tool_definitions():
-            kind, label = "tool definitions", "the tool definitions"
-        elif message.tool_results() and message.role != "assistant":
-            names = _names([r.name or called.get(r.call_id) for r in message.tool_results()])
-            seen[f"result {names}"] += 1
-            kind, label = "tool result", f"the tool result of {names} #{seen[f'result {names}']}"
-        elif message.role == "assistant" and message.tool_uses():
-            names = _names([u.name for u in message.tool_uses()])
-            called.update((u.call_id, u.name) for u in message.tool_uses())
-            seen[f"call {names}"] += 1
-            kind, label = "tool call", f"the call of {names} #{seen[f'call {names}']}"
-        else:
-            seen[message.role] += 1
-            kind, label = message.role, f"{message.role} message #{seen[message.role]}"
-        text = " ".join(_shown(message).split())
-        preview = text[:77] + "..." if len(text) > 80 else text
-        units.append(Unit(index, kind, label, preview, message.count_tokens(), message.id))
-    return units
-
-
-def removal(found: Materialized, removed: Collection[int]) -> tuple[Overrides, frozenset[int]]:
-    """The overrides that take the units ``removed`` out of ``found``'s request, and the
-    units they in fact take out.
-
-    A tool result is emptied rather than dropped, so its call still has its answer; any
-    other message is dropped, and a dropped call takes its results with it (the source
-    would refuse a result without its call)."""
-    messages = found.messages
-    emptied = {
-        i: [""] * len(messages[i].tool_results())
-        for i in removed
-        if messages[i].tool_results() and messages[i].role != "assistant"
-    }
-    drops = sorted(i for i in removed if i not in emptied)
-    gone = frozenset(dropped_with_pairs(messages, drops)) | frozenset(emptied)
-    return Overrides(drops=drops, tool_results=emptied), gone
-
-
-def ablated_request(found: Materialized, removed: Collection[int]) -> tuple[dict[str, Any], frozenset[int]]:
-    """The request with the units ``removed`` taken out (:func:`removal`), built by the
-    session's request source, and the units that were in fact taken out."""
-    overrides, gone = removal(found, removed)
-    sent = replay_messages(found, overrides)
-    parameters = {k: v for k, v in found.parameters.items() if k != "model"}
-    model = found.parameters.get("model")
-    request = source_named(found.source).build_request(sent, model=model, parameters=parameters)
-    return request, gone
 
 
 def answer_of(session: Session, found: Materialized) -> Message:
@@ -246,8 +146,29 @@ class Attribution:
         pairs = list(zip(self.units, self.weights, strict=True))
         return sorted(pairs, key=lambda pair: (-pair[1], pair[0].index))
 
-    def weight_of(self, index: int) -> float:
-        return next(w for u, w in zip(self.units, self.weights, strict=True) if u.index == index)
+    def weight_meaning(self) -> str:
+        """What a message's weight is, in words for a reader (its badge's help)."""
+        scale = (
+            "the similarity to the linked answer of the answer regenerated with it (weaker method)"
+            if self.noise
+            else "the log-odds of the linked answer"
+        )
+        pieces = (
+            "" if self.unit == "message" else f"; by {self.unit}: the {self.unit} of it that moves it most"
+        )
+        return f"What keeping this message adds to {scale} (its attribution{pieces})"
+
+    def message_weights(self) -> dict[str, tuple[float, Unit]]:
+        """Each session message's weight and the unit it is of: the message's own, or,
+        where it was cut into parts or sentences, its piece that moves the answer most
+        (either way; the first among equals)."""
+        weights: dict[str, tuple[float, Unit]] = {}
+        for unit, weight in zip(self.units, self.weights, strict=True):
+            if unit.message_id is None:
+                continue
+            if unit.message_id not in weights or abs(weight) > abs(weights[unit.message_id][0]):
+                weights[unit.message_id] = (weight, unit)
+        return weights
 
     def summary(self, most: int = 3) -> str:
         """'the answer leans on X (+2.1), Y (+0.8)', or says it leans on none."""
@@ -297,7 +218,9 @@ class Attribution:
             "created_at": self.created_at,
             "summary": self.summary(),
             "trust": self.trust(),
-            "ranked": [{"index": u.index, "label": u.label, "weight": w} for u, w in self.ranked()],
+            "ranked": [
+                {"index": u.index, "at": u.at, "label": u.label, "weight": w} for u, w in self.ranked()
+            ],
             "noise": self.noise,
             "id": self.id,
         }
@@ -311,7 +234,7 @@ class Attribution:
             message_id=data.get("message_id"),
             source=data.get("source", "soapwb"),
             unit=data.get("unit", "message"),
-            units=[Unit(**u) for u in data["units"]],
+            units=[Unit.from_dict(u) for u in data["units"]],
             weights=[float(w) for w in data["weights"]],
             intercept=float(data["intercept"]),
             full_logit=float(data["full_logit"]),
@@ -352,15 +275,18 @@ def default_held_out(ablations: int) -> int:
     return max(4, ablations // 4)
 
 
-def estimate_calls(found: Materialized, ablations: int, noisy: bool = False) -> int:
-    """The scored requests an attribution of ``found`` makes (without counting tokens:
-    cheap on a request of 20,000 messages)."""
-    return planned_calls(len(found.messages), ablations, default_held_out(ablations), noisy)
+def estimate_calls(found: Materialized, ablations: int, noisy: bool = False, unit: str = "message") -> int:
+    """The scored requests an attribution of ``found`` makes (by messages without
+    counting tokens: cheap on a request of 20,000 messages)."""
+    n = len(found.messages) if unit == "message" else len(request_units(found, unit))
+    return planned_calls(n, ablations, default_held_out(ablations), noisy)
 
 
-def estimate_tokens(found: Materialized, ablations: int, noisy: bool = False) -> tuple[int, int]:
+def estimate_tokens(
+    found: Materialized, ablations: int, noisy: bool = False, unit: str = "message"
+) -> tuple[int, int]:
     """(scored requests, prompt tokens about): an ablation keeps half the units."""
-    units = request_units(found)
+    units = request_units(found, unit)
     total = sum(u.tokens for u in units)
     calls = planned_calls(len(units), ablations, default_held_out(ablations), noisy)
     return calls, total + (calls - 1) * total // 2
@@ -386,6 +312,52 @@ def spearman(predicted: Sequence[float], actual: Sequence[float]) -> float | Non
     return None if math.isnan(value) else value
 
 
+Scores = Callable[[Sequence[frozenset[int]]], list[tuple[float, float, frozenset[int]]]]
+"""Scores a batch of removals (unit positions): each one's (logit, logprob, the units it
+in fact removed), in order. :func:`score_removals` in this process, or the batch engine
+(``soapwb attribute --engine``)."""
+
+
+def score_removals(
+    found: Materialized,
+    units: Sequence[Unit],
+    scorer: Scorer,
+    answer: dict[str, Any],
+    removals: Sequence[frozenset[int]],
+    *,
+    cache: dict[frozenset[int], tuple[float, float]] | None = None,
+    on_scored: Callable[[], None] | None = None,
+) -> list[tuple[float, float, frozenset[int]]]:
+    """Each removal's (logit, logprob, units gone), built by the session's request source.
+    The requests go in the order of the units they keep, so those that keep the same
+    first units follow each other and a server that keeps the last prompt's state
+    evaluates only where they part. A removal that takes out what another took out is
+    scored once (``cache``), except the empty one, the whole request: each is a re-run
+    (a noisy scorer's noise band)."""
+    n = len(units)
+    cache = {} if cache is None else cache
+    built = [ablated_request(found, r, units) if r else (found.request, frozenset[int]()) for r in removals]
+    scored: list[tuple[float, float, frozenset[int]]] = [(0.0, 0.0, frozenset())] * len(built)
+    for i in sorted(range(len(built)), key=lambda i: [j not in built[i][1] for j in range(n)]):
+        request, gone = built[i]
+        if not gone or gone not in cache:
+            score = scorer.score(request, answer)
+            cache[gone] = (score.logit, score.logprob)
+        scored[i] = (*cache[gone], gone)
+        if on_scored is not None:
+            on_scored()
+    return scored
+
+
+def score_ablations(
+    session: Session, found: Materialized, unit: str, scorer: Scorer, removals: Sequence[frozenset[int]]
+) -> list[tuple[float, float, frozenset[int]]]:
+    """:func:`score_removals` of the answer behind ``found`` at ``unit``: what a batch
+    engine's worker runs on its share of an attribution."""
+    answer = answer_dict(answer_of(session, found))
+    return score_removals(found, request_units(found, unit), scorer, answer, removals)
+
+
 def attribute(
     session: Session,
     found: Materialized,
@@ -394,60 +366,72 @@ def attribute(
     ablations: int = 32,
     held_out: int | None = None,
     seed: int = 0,
+    unit: str = "message",
     on_progress: Callable[[int, int], None] | None = None,
+    scores: Scores | None = None,
 ) -> Attribution:
-    """Attribute the answer behind ``found`` to its request's messages (module docstring)."""
+    """Attribute the answer behind ``found`` to its request's units of size ``unit``
+    (``message``, ``part`` or ``sentence``: :mod:`analysis._units`; module docstring).
+
+    The scored requests go in two batches: the whole request (:data:`NOISE_RUNS` times
+    for a noisy scorer), the ablations and the held-out ones; then, once the weights are
+    fitted, the top-k removals and the random ones they are compared with. ``scores``
+    scores each batch elsewhere (the batch engine); ``scorer`` then only names the
+    method and endpoint, and progress is told per batch."""
     started = time.monotonic()
     answer = answer_dict(answer_of(session, found))
-    units = request_units(found)
+    units = request_units(found, unit)
     n = len(units)
     if n < 2:
-        raise AttributionError(
-            f"the request behind message {found.index} has {n} message: nothing to compare"
-        )
+        raise AttributionError(f"the request behind message {found.index} has {n} {unit}: nothing to compare")
     if ablations < 2:
         raise AttributionError("attribution needs at least 2 ablations")
     held = default_held_out(ablations) if held_out is None else held_out
     rng = random.Random(seed)
     total = planned_calls(n, ablations, held, scorer.noisy)
     done = 0
-    cache: dict[frozenset[int], float] = {}
 
-    def score_all(removals: Sequence[frozenset[int]]) -> list[tuple[float, frozenset[int]]]:
-        """Each removal's score and the units it really removed. The requests go in the
-        order of the units they keep, so those that keep the same first units follow each
-        other and a server that keeps the last prompt's state evaluates only where they
-        part (the server answers one request at a time: nothing is gained in parallel)."""
+    def tick(count: int = 1) -> None:
         nonlocal done
-        built = [ablated_request(found, r) if r else (found.request, r) for r in removals]
-        for request, gone in sorted(built, key=lambda item: [j not in item[1] for j in range(n)]):
-            if gone not in cache:
-                cache[gone] = scorer.score(request, answer).logit
-            done += 1
-            if on_progress is not None:
-                on_progress(done, total)
-        return [(cache[gone], gone) for _, gone in built]
-
-    unchanged, whole_logprob = [], 0.0
-    for _ in range(NOISE_RUNS if scorer.noisy else 1):
-        whole = scorer.score(found.request, answer)
-        unchanged.append(whole.logit)
-        whole_logprob = whole.logprob
-        done += 1
+        done += count
         if on_progress is not None:
             on_progress(done, total)
+
+    cache: dict[frozenset[int], tuple[float, float]] = {}
+
+    whole_logprob = 0.0
+
+    def score_batch(removals: Sequence[frozenset[int]]) -> list[tuple[float, frozenset[int]]]:
+        nonlocal whole_logprob
+        if scores is None:
+            got = score_removals(found, units, scorer, answer, removals, cache=cache, on_scored=tick)
+        else:
+            got = scores(removals)
+            tick(len(removals))
+        whole_logprob = next((logprob for _, logprob, gone in got if not gone), whole_logprob)
+        return [(logit, gone) for logit, _, gone in got]
+
+    runs = NOISE_RUNS if scorer.noisy else 1
+    train_removals = _random_removals(rng, n, ablations)
+    test_removals = _random_removals(rng, n, held)
+    first = score_batch([frozenset[int]()] * runs + train_removals + test_removals)
+    unchanged = [logit for logit, _ in first[:runs]]
+    train, test = first[runs : runs + ablations], first[runs + ablations :]
     whole_logit = math.fsum(unchanged) / len(unchanged)
-    train = score_all(_random_removals(rng, n, ablations))
-    test = score_all(_random_removals(rng, n, held))
     kept = [[0.0 if i in gone else 1.0 for i in range(n)] for _, gone in train]
     weights, intercept = fit_surrogate(kept, [logit for logit, _ in train])
     predicted = [intercept + sum(w for i, w in enumerate(weights) if i not in gone) for _, gone in test]
     lds = spearman(predicted, [logit for logit, _ in test]) if test else None
     order = sorted(range(n), key=lambda i: (-weights[i], i))
+    ks = [k for k in TOP_K if k < n]
+    second: list[frozenset[int]] = []
+    for k in ks:
+        second.append(frozenset(order[:k]))
+        second += [frozenset(rng.sample(range(n), k)) for _ in range(RANDOM_DRAWS)]
+    compared = score_batch(second) if second else []
     top_k, extra = [], []
-    for k in (k for k in TOP_K if k < n):
-        [(top, gone)] = score_all([frozenset(order[:k])])
-        randoms = score_all([frozenset(rng.sample(range(n), k)) for _ in range(RANDOM_DRAWS)])
+    for at, k in enumerate(ks):
+        (top, gone), *randoms = compared[at * (1 + RANDOM_DRAWS) : (at + 1) * (1 + RANDOM_DRAWS)]
         extra.append({"removed": sorted(gone), "logit": top, "set": f"top-{k}"})
         extra += [{"removed": sorted(g), "logit": s, "set": f"random-{k}"} for s, g in randoms]
         top_k.append(
@@ -463,7 +447,7 @@ def attribute(
         index=found.index,
         message_id=found.message_id,
         source=found.source,
-        unit="message",
+        unit=unit,
         units=units,
         weights=weights,
         intercept=intercept,
@@ -488,7 +472,7 @@ def attribute(
 def save_attribution(store: Store, session: Session, attribution: Attribution) -> Attribution:
     """Keep ``attribution`` beside ``session``; it comes back with its record id."""
     record_id = attribution.id or new_record_id()
-    directory = session.directory or store.session_dir(session.role, session.uuid)
+    directory = store.folder_of(session)
     write_attribution(directory, record_id, attribution.as_dict())
     attribution.id = record_id
     return attribution
@@ -499,7 +483,7 @@ def saved_attributions(
 ) -> list[Attribution]:
     """The attributions kept beside ``session``, oldest first (``store`` finds its folder
     for a session made in this process rather than loaded)."""
-    directory = session.directory or (store.session_dir(session.role, session.uuid) if store else None)
+    directory = store.folder_of(session) if store else session.directory
     if directory is None:
         return []
     return [Attribution.from_dict(data) for data in read_attributions(directory, errors=errors)]

@@ -1,7 +1,7 @@
 """The smallest part of a request that changes what the model answers: delta debugging.
 
 ``isolate`` re-runs the model on the request behind an answer with units (its messages,
-as :mod:`analysis._attribution` names them) removed, and asks a :class:`Check` of each
+as :mod:`analysis._units` names them) removed, and asks a :class:`Check` of each
 new answer (it contains a text, calls a tool, has a JSON field, passes a command). Zeller
 and Hildebrandt's ``ddmin`` ("Simplifying and Isolating Failure-Inducing Input", 2002)
 narrows the units down to a smallest set whose removal flips the check (with ``keep``:
@@ -23,7 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from analysis._attribution import latest_attribution, removal, request_units
+from analysis._attribution import latest_attribution
+from analysis._units import removal, request_units
 from replay import Endpoint, Materialized, Output, Overrides, replay
 from soap_core import Session, SoapError, Store, new_record_id, read_isolations, utc_now, write_isolation
 
@@ -278,8 +279,13 @@ def isolate(
     units = request_units(found)
     labels = {u.index: u.label for u in units}
     latest = latest_attribution(session, found.context_id, found.index, store=store)
-    if latest is not None and [u.index for u in latest.units] == [u.index for u in units]:
-        order, ordered_by = [u.index for u, _ in latest.ranked()], f"attribution {latest.id}"
+    if latest is not None and {u.index for u in latest.units} == set(labels):
+        best: dict[int, float] = {}  # a message attributed by parts or sentences: its strongest
+        for unit, weight in zip(latest.units, latest.weights, strict=True):
+            best[unit.index] = max(weight, best.get(unit.index, weight))
+        order = sorted(best, key=lambda i: (-best[i], i))
+        by = "" if latest.unit == "message" else f", each message by its {latest.unit} that weighs most"
+        ordered_by = f"attribution {latest.id}{by}"
     else:
         order, ordered_by = [u.index for u in units], "position (no attribution of this answer yet)"
     made = 0
@@ -339,7 +345,7 @@ def isolate(
 def save_isolation(store: Store, session: Session, isolation: Isolation) -> Isolation:
     """Keep ``isolation`` beside ``session``; it comes back with its record id."""
     record_id = isolation.id or new_record_id()
-    directory = session.directory or store.session_dir(session.role, session.uuid)
+    directory = store.folder_of(session)
     write_isolation(directory, record_id, isolation.as_dict())
     isolation.id = record_id
     return isolation
@@ -349,7 +355,7 @@ def saved_isolations(
     session: Session, *, store: Store | None = None, errors: list[SoapError] | None = None
 ) -> list[Isolation]:
     """The isolations kept beside ``session``, oldest first."""
-    directory = session.directory or (store.session_dir(session.role, session.uuid) if store else None)
+    directory = store.folder_of(session) if store else session.directory
     if directory is None:
         return []
     return [Isolation.from_dict(data) for data in read_isolations(directory, errors=errors)]

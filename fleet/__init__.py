@@ -5,6 +5,7 @@ one report gathered at the end that is the same on every engine.
 Public names are re-exported here; the ``_modules`` behind them are private.
 """
 
+from fleet._attribute_job import AttributionPartition, attribution_task, engine_scores
 from fleet._compact_job import CompactPartition, compact_report, compact_task
 from fleet._engines import ENGINES, Engine, EngineError, PartitionResult, Task, run_partitions
 from fleet._replay_job import (
@@ -24,6 +25,7 @@ from fleet._verify_job import failed_partitions, verify_partitions, verify_repor
 __all__ = [
     "ENGINES",
     "RECORDED_MODEL",
+    "AttributionPartition",
     "CompactPartition",
     "Engine",
     "EngineError",
@@ -34,9 +36,11 @@ __all__ = [
     "RerunPartition",
     "SuiteEntry",
     "Task",
+    "attribution_task",
     "by_session",
     "compact_report",
     "compact_task",
+    "engine_scores",
     "failed_partitions",
     "mean_latency",
     "open_location",

@@ -167,7 +167,7 @@ class FrameworkRun:
         """Append ``answer`` (the framework's message for one model call, not yet on
         :attr:`fork`) and write the record of the call: its request as the framework
         sent it, the response, or the ``error`` it ended with (``answer`` None)."""
-        directory = self.session.directory or self.store.session_dir(self.session.role, self.session.uuid)
+        directory = self.store.folder_of(self.session)
         call = open_call(
             self.session, self.fork, request, self.endpoint.base_url, started_at=started_at, replay=self.mark
         )

@@ -373,4 +373,4 @@ def _finish(
         set_mark(fork, mark.failed(error))
     session.add_context(fork)
     store.save_session(session)
-    write_call(session.directory or store.session_dir(session.role, session.uuid), call)
+    write_call(store.folder_of(session), call)

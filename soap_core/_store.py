@@ -242,6 +242,10 @@ class Store:
         safe_name(session_uuid, "session uuid", self.agents_dir / role)
         return self.agents_dir / role / session_uuid
 
+    def folder_of(self, session: Session) -> Path:
+        """The folder ``session`` was read from, else the one a save creates for it."""
+        return session.directory or self.session_dir(session.role, session.uuid)
+
     def real_roots(self) -> list[str]:
         """The store's folders with symlinks followed: a path is inside the store when it
         leads into one of them (the config dir, ``agents``, ``sessions``, wherever the
@@ -689,7 +693,7 @@ class Store:
         file that leads outside the store is refused (OutsideStoreError), never written
         through.
         """
-        directory = session.directory or self.session_dir(session.role, session.uuid)
+        directory = self.folder_of(session)
         roots = self.real_roots()
         confine(roots, directory, "session folder")
         for name in (SESSION_FILE, *session.context_files.values()):

@@ -6,6 +6,13 @@ Public names are re-exported here; the ``_modules`` behind them are private.
 """
 
 from soap_gen._generate import DEFAULT_START, GeneratedStore, generate_store
-from soap_gen._planted import DISTRACTORS, planted_session
+from soap_gen._planted import DISTRACTORS, planted_paragraph, planted_session
 
-__all__ = ["DEFAULT_START", "DISTRACTORS", "GeneratedStore", "generate_store", "planted_session"]
+__all__ = [
+    "DEFAULT_START",
+    "DISTRACTORS",
+    "GeneratedStore",
+    "generate_store",
+    "planted_paragraph",
+    "planted_session",
+]

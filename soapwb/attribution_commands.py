@@ -19,13 +19,15 @@ from analysis import (
     IsolateError,
     Isolation,
     Scorer,
+    Scores,
     attribute,
     estimate_tokens,
     isolate,
     save_attribution,
     save_isolation,
 )
-from replay import Overrides, RegenerateScorer, ServerScorer
+from fleet import AttributionPartition, attribution_task, engine_scores
+from replay import Materialized, Overrides, RegenerateScorer, ServerScorer
 from soapwb.common import (
     Progress,
     UsageError,
@@ -36,6 +38,7 @@ from soapwb.common import (
     open_store,
     store_command,
 )
+from soapwb.fleet_commands import add_engine_options, run_on_engine
 from soapwb.replay_commands import add_endpoint_options, add_target, output_target
 
 
@@ -54,7 +57,11 @@ def register(commands: Any) -> None:
         "--ablations", type=int, default=32, metavar="K", help="random ablations to fit on (default 32)"
     )
     cmd.add_argument(
-        "--unit", choices=UNITS, default="message", help="what is ablated: each message of the request"
+        "--unit",
+        choices=UNITS,
+        default="message",
+        help="what is ablated: each message of the request (default); each text part and tool result of "
+        "a message; or each sentence of them. A tool call, the tool definitions or an image stay whole",
     )
     cmd.add_argument("--seed", type=int, default=0, help="the ablations' random seed (default 0)")
     cmd.add_argument(
@@ -76,6 +83,9 @@ def register(commands: Any) -> None:
         "0 makes unchanged re-runs agree where the endpoint is deterministic, and the noise band narrow)",
     )
     add_endpoint_options(cmd)
+    add_engine_options(
+        cmd, what="the scored requests (split into one partition per worker, in two batches)", default=None
+    )
     cmd.add_argument("--yes", action="store_true", help="start a large run without asking")
     store_command(cmd, cmd_attribute)
 
@@ -136,7 +146,7 @@ def cmd_attribute(args: argparse.Namespace) -> int:
     store = open_store(args)
     session = store.load_session(args.session, require_active=args.context is None)
     found = output_target(args, session)
-    calls, tokens = estimate_tokens(found, args.ablations, noisy=args.method == "regenerate")
+    calls, tokens = estimate_tokens(found, args.ablations, noisy=args.method == "regenerate", unit=args.unit)
     progress = Progress(args)
     if tokens > LARGE_RUN_TOKENS and not args.yes:
         raise UsageError(
@@ -154,7 +164,9 @@ def cmd_attribute(args: argparse.Namespace) -> int:
             scorer,
             ablations=args.ablations,
             seed=args.seed,
+            unit=args.unit,
             on_progress=lambda done, total: progress.bar(done, total, "scored"),
+            scores=None if args.engine is None else on_engine(args, found, scorer.base_url),
         )
     save_attribution(store, session, result)
     if args.json:
@@ -164,11 +176,33 @@ def cmd_attribute(args: argparse.Namespace) -> int:
     return 0
 
 
+def on_engine(args: argparse.Namespace, found: Materialized, base_url: str) -> Scores:
+    """The scored requests of ``attribute --engine``: one partition per worker a batch,
+    each worker scoring on ``base_url`` (the server the command started, or the one named)."""
+    if args.workers is not None and args.workers < 1:
+        raise UsageError("--workers must be at least 1")
+    template = AttributionPartition(
+        session=args.session,
+        context=args.context,
+        at=args.at,
+        checkout=str(args.openpoke_root) if getattr(args, "openpoke_root", None) else None,
+        request_hash=found.request_hash,
+        unit=args.unit,
+        method=args.method,
+        base_url=base_url,
+        temperature=args.temperature,
+        removals=(),
+    )
+    return engine_scores(
+        template,
+        args.workers or os.cpu_count() or 1,
+        lambda parts: run_on_engine(args, parts, attribution_task, None),
+    )
+
+
 def print_attribution(result: Attribution) -> None:
     print(f"message {result.index} of context {result.context_id}: {result.summary()}")
-    rows = [
-        (f"{round(w, 2) + 0.0:+.2f}", u.index, u.kind, u.label, u.preview[:60]) for u, w in result.ranked()
-    ]
+    rows = [(f"{round(w, 2) + 0.0:+.2f}", u.at, u.kind, u.label, u.preview[:60]) for u, w in result.ranked()]
     print(format_table(("WEIGHT", "AT", "KIND", "UNIT", "TEXT"), rows))
     print(result.trust())
     print(

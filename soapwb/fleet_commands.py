@@ -48,14 +48,20 @@ def register(commands: Any) -> None:
     store_command(suite, cmd_suite)
 
 
-def add_engine_options(parser: argparse.ArgumentParser) -> None:
-    """Where the partitions run: the same four options on every batch command."""
+def add_engine_options(
+    parser: argparse.ArgumentParser,
+    *,
+    what: str = "partitions (one per session)",
+    default: str | None = "local",
+) -> None:
+    """Where the partitions run: the same four options on every batch command (``default``
+    None: in the command's own process unless ``--engine`` is given)."""
     parser.add_argument(
         "--engine",
         choices=ENGINES,
-        default="local",
-        help="run partitions (one per session) on a local process pool, a Ray cluster or a Dask "
-        "cluster; the report is the same (default local)",
+        default=default,
+        help=f"run {what} on a local process pool, a Ray cluster or a Dask cluster; the result is the "
+        f"same ({'default local' if default else 'default: in this process'})",
     )
     parser.add_argument(
         "--workers", type=int, metavar="N", help="worker processes (default: this machine's cores)"
@@ -77,9 +83,10 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
 
 
 def run_on_engine(
-    args: argparse.Namespace, partitions: Mapping[str, Any], task: Task, unit: str
+    args: argparse.Namespace, partitions: Mapping[str, Any], task: Task, unit: str | None
 ) -> list[PartitionResult]:
-    """``task`` over ``partitions`` on the engine the options name, with a progress bar."""
+    """``task`` over ``partitions`` on the engine the options name, with a progress bar
+    counting ``unit`` (None: no bar, the command draws its own)."""
     from fleet import run_partitions
 
     if args.workers is not None and args.workers < 1:
@@ -94,7 +101,7 @@ def run_on_engine(
             workers=args.workers,
             address=args.address,
             retries=args.partition_retries,
-            on_progress=lambda done, total: progress.bar(done, total, unit),
+            on_progress=None if unit is None else lambda done, total: progress.bar(done, total, unit),
         )
     except EngineError as exc:
         raise UsageError(str(exc)) from None

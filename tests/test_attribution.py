@@ -90,7 +90,7 @@ def test_ablated_requests_are_built_by_the_sessions_source_with_calls_and_result
     context = Context.create("You search.", [search])
     context.append(Message.create("user", [TextPart("Find the code.")]))
     context.append(Message.create("assistant", [ToolUsePart("c1", "search", '{"q": "code"}')]))
-    context.append(Message("tool", [ToolResultPart("c1", "The code is 7311.", "search")]))
+    context.append(Message("tool_result", [ToolResultPart("c1", "The code is 7311.", "search")]))
     context.append(Message.create("assistant", [TextPart("The code is 7311.")]))
     session = Session.create("Searcher", context)
     found = materialize(session, None, -1)
@@ -148,7 +148,7 @@ def test_the_command_attributes_saves_and_a_broken_record_leaves_the_others_read
     assert "the answer leans on" in out and "LDS on held-out ablations" in out and "WEIGHT" in out
     table = out.splitlines()[1:-2]  # between the summary line and the trust and cost lines
     assert table[0].split() == ["WEIGHT", "AT", "KIND", "UNIT", "TEXT"]
-    assert [line.split()[1] for line in table[1:]] == [str(u.index) for u, _ in saved.ranked()]
+    assert [line.split()[1] for line in table[1:]] == [u.at for u, _ in saved.ranked()]
     assert all(u.label in line for (u, _), line in zip(saved.ranked(), table[1:], strict=True))
 
 
@@ -243,7 +243,7 @@ def test_the_replay_page_attributes_an_answer_saves_it_and_a_reload_shows_it(
     later = open_app_page(store.root, "replay", session=session.uuid, message=last)  # a reload
     assert any(m.value.startswith("The answer leans on") for m in later.markdown)
     [table] = [d.value for d in later.dataframe if "weight" in d.value.columns]
-    assert table["at"].tolist() == [u.index for u, _ in saved.ranked()]
+    assert table["at"].tolist() == [u.at for u, _ in saved.ranked()]
     assert table["weight"].tolist() == [round(w, 2) for _, w in saved.ranked()]
     assert any("LDS on held-out ablations" in c.value.replace("\\", "") for c in later.caption)
     shown = [c for c in later.get("plotly_chart")]

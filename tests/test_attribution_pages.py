@@ -29,16 +29,22 @@ def answered(store: Store) -> Session:
     return session
 
 
-def kept_attribution(store: Store, session: Session, weights: list[float]) -> Attribution:
+def kept_attribution(
+    store: Store,
+    session: Session,
+    weights: list[float],
+    unit: str = "message",
+    noise: list[float] | None = None,
+) -> Attribution:
     found = materialize(session, None, 4)
-    units = request_units(found)
+    units = request_units(found, unit)
     made = Attribution(
         session=session.uuid,
         context_id=found.context_id,
         index=found.index,
         message_id=found.message_id,
         source=found.source,
-        unit="message",
+        unit=unit,
         units=units,
         weights=weights,
         intercept=0.0,
@@ -52,6 +58,7 @@ def kept_attribution(store: Store, session: Session, weights: list[float]) -> At
         model=None,
         seed=0,
         seconds=1.0,
+        noise=noise or [],
     )
     return save_attribution(store, session, made)
 
@@ -107,3 +114,37 @@ def test_a_new_attribution_shows_without_a_restart(tmp_path: Path) -> None:
     kept_attribution(store, session, [0.0, 1.0, 0.0, 0.0])
     at.run()
     assert len(badges(at)) == 4
+
+
+def test_by_sentence_a_message_shows_its_strongest_sentence_and_the_badge_says_what_it_measures(
+    tmp_path: Path,
+) -> None:
+    store = Store(tmp_path / "store")
+    session = answered(store)
+    # the system prompt, the code, the bananas' two sentences (the second the markup), the question
+    kept_attribution(store, session, [0.1, 2.5, 0.2, -0.4, 0.0], unit="sentence")
+    at = open_app_page(store.root, "context", session=session.uuid, message="4")
+    assert not at.exception and not at.error
+    figure = json.loads(at.get("plotly_chart")[0].proto.spec)
+    assert figure["data"][0]["x"] == ["#0", "#1", "#2.1", "#2.2", "#3"]
+    [ranked] = [d.value for d in at.dataframe if "weight" in d.value.columns]
+    assert ranked["at"].tolist() == ["#1", "#2.1", "#0", "#3", "#2.2"]
+    assert EVIL in ranked["text"].tolist()[-1]  # shown as text in a table cell, never as markup
+    assert badges(at)[1:3] == [
+        ":red-badge[:material/thermostat: +2.50 to the answer at message 4]",  # one sentence: the message
+        ":blue-badge[:material/thermostat: -0.40 to the answer at message 4 (its sentence 2)]",
+    ]
+    helps = {m.proto.help for m in at.markdown if "-badge[" in m.value}
+    assert helps == {
+        "What keeping this message adds to the log-odds of the linked answer "
+        "(its attribution; by sentence: the sentence of it that moves it most)"
+    }
+
+
+def test_a_regenerated_attributions_badges_say_they_are_similarity(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    session = answered(store)
+    kept_attribution(store, session, [0.0, 0.6, 0.0, 0.0], noise=[0.9, 1.0, 1.0])
+    at = open_app_page(store.root, "context", session=session.uuid, message="4")
+    helps = {m.proto.help for m in at.markdown if "-badge[" in m.value}
+    assert len(helps) == 1 and "similarity" in helps.pop()

@@ -1,5 +1,5 @@
 """What the attribution panel shows, computed without Streamlit: the heat strip (one
-cell per message of the request, coloured by how much the answer leans on it) and the
+cell per unit of the request: a message, or a part or sentence of one, coloured by how much the answer leans on it) and the
 ranked list. Text from the files reaches plotly's hover labels escaped."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ _HOVER_TEXT = 120
 
 def ranked_frame(attribution: Attribution) -> pd.DataFrame:
     """The units, the most relied on first."""
-    rows = [(round(w, 2), u.index, u.kind, u.label, u.preview) for u, w in attribution.ranked()]
+    rows = [(round(w, 2), u.at, u.kind, u.label, u.preview) for u, w in attribution.ranked()]
     return pd.DataFrame(rows, columns=list(RANKED_COLUMNS))
 
 
@@ -29,13 +29,13 @@ def heat_strip(attribution: Attribution) -> go.Figure:
     units = attribution.units
     reach = max((abs(w) for w in attribution.weights), default=0.0) or 1.0
     hover = [
-        html.escape(f"#{u.index} {u.label}: {w:+.2f} — {u.preview[:_HOVER_TEXT]}", quote=False)
+        html.escape(f"{u.at} {u.label}: {w:+.2f} — {u.preview[:_HOVER_TEXT]}", quote=False)
         for u, w in zip(units, attribution.weights, strict=True)
     ]
     figure = go.Figure(
         go.Heatmap(
             z=[attribution.weights],
-            x=[f"#{u.index}" for u in units],
+            x=[u.at for u in units],
             y=["answer"],
             text=[hover],
             hoverinfo="text",

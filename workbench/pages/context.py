@@ -30,7 +30,7 @@ from typing import Any
 
 import streamlit as st
 
-from analysis import Attribution, latest_attribution
+from analysis import Attribution, Unit, latest_attribution
 from replay import PromptAtCall, message_address, message_index, session_names
 from soap_core import (
     AmbiguousSessionError,
@@ -159,8 +159,11 @@ class PageView:
     details: bool
     calls: Mapping[str, CallRecord]
     """Message id → the model call that produced it (the soapwb runtime records them)."""
-    weights: Mapping[str, float]
-    """Message id → its weight in the linked answer's attribution (none: no such answer)."""
+    weights: Mapping[str, tuple[float, Unit]]
+    """Message id → its weight in the linked answer's attribution and the unit it is of
+    (none: no such answer)."""
+    weight_meaning: str = ""
+    """What those weights measure (:meth:`analysis.Attribution.weight_meaning`)."""
 
 
 def show_tool_call(view: PageView, placement: Placement, at: int, part: ToolUsePart) -> None:
@@ -384,13 +387,15 @@ def show_message(view: PageView, placement: Placement) -> None:
             named = "" if address == str(index) else f" (?message={address})"
             st.text(f"▶ message {index}, as linked{named}")
         st.text(message_title(view.rows[index], message))
-        weight = view.weights.get(message.id)
-        if weight is not None:
+        weighed = view.weights.get(message.id)
+        if weighed is not None:
+            weight, unit = weighed
+            piece = "" if unit.piece is None else f" (its {unit.label.rsplit(', ', 1)[-1]})"
             st.badge(
-                f"{weight:+.2f} to the answer at message {view.shown.linked}",
+                f"{weight:+.2f} to the answer at message {view.shown.linked}{piece}",
                 icon=":material/thermostat:",
                 color="red" if weight > 0 else "blue" if weight < 0 else "gray",
-                help="What keeping this message adds to the log-odds of the linked answer (its attribution)",
+                help=view.weight_meaning,
             )
         if view.details:
             st.text(details_line(view.rows[index]))
@@ -482,12 +487,11 @@ def show_messages(scope: Scope, shown: Listing, index: ContextIndex, details: bo
     )
     rows = {row.index: row for row in page_rows(context, placed_indices(placements))}
     attribution = linked_attribution(scope, shown.linked)
-    weights = (
-        {u.message_id: w for u, w in zip(attribution.units, attribution.weights, strict=True) if u.message_id}
-        if attribution is not None
-        else {}
+    weights = attribution.message_weights() if attribution is not None else {}
+    meaning = attribution.weight_meaning() if attribution is not None else ""
+    view = PageView(
+        scope.root, scope.session, context, shown, rows, details, produced_by(scope), weights, meaning
     )
-    view = PageView(scope.root, scope.session, context, shown, rows, details, produced_by(scope), weights)
     forks = forks_after(index)
     for placement in placements:
         show_message(view, placement)

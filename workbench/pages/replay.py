@@ -37,6 +37,7 @@ from streamlit.runtime.scriptrunner import add_script_run_ctx, get_script_run_ct
 from analysis import (
     CHECK_HELP,
     NOISE_RUNS,
+    UNITS,
     Check,
     IsolateError,
     Isolation,
@@ -778,9 +779,10 @@ def show_replay(scope: Scope) -> None:
 # ── why this answer: attribution ─────────────────────────────────────────────────────
 
 ATTRIBUTION_ABOUT = (
-    "Random halves of the request's messages are removed; the answer's log-probability under each "
-    "such request (teacher-forced on the local model, which scores a given answer) fits a sparse "
-    "linear model whose weights say how much the answer leans on each message (ContextCite). "
+    "Random halves of the request's messages (or, by Unit, of their parts or sentences) are removed; the "
+    "answer's log-probability under each such request (teacher-forced on the local model, which scores a "
+    "given answer) fits a sparse linear model whose weights say how much the answer leans on each "
+    "(ContextCite). "
     "The top-k drop and the LDS say how far to trust it: see the README's Reading attribution scores."
 )
 
@@ -795,8 +797,17 @@ def show_attribution(scope: Scope, index: int, found: Materialized, base_url: st
         return
     st.caption(ATTRIBUTION_ABOUT)
     prefix = f"{found.context_id}:{found.index}"
+    latest = latest_attribution(scope.session, found.context_id, found.index)
     with st.container(horizontal=True, vertical_alignment="bottom"):
         ablations = int(st.number_input("Ablations", 4, 256, 16, step=4, key=f"attribute_k:{prefix}"))
+        unit = st.selectbox(
+            "Unit",
+            UNITS,
+            index=UNITS.index(latest.unit) if latest is not None and latest.unit in UNITS else 0,
+            key=f"attribute_unit:{prefix}",
+            help="What is taken out: whole messages; each text part and tool result; or each sentence. "
+            "A tool call, the tool definitions and an image stay whole.",
+        )
         method = st.radio(
             "Scoring",
             list(SCORING_METHODS),
@@ -809,18 +820,17 @@ def show_attribution(scope: Scope, index: int, found: Materialized, base_url: st
         )
         clicked = st.button("Attribute", key=f"attribute:{prefix}")
     noisy = method == "regenerate"
-    calls = estimate_calls(found, ablations, noisy)
+    calls = estimate_calls(found, ablations, noisy, unit)
     st.caption(
         f"{calls} {'model calls' if noisy else 'scored requests'}, each about half of this request "
-        f"(a random half of its messages), on {base_url or 'no endpoint yet'}"
+        f"(a random half of its {unit}s), on {base_url or 'no endpoint yet'}"
     )
     if clicked:
         if not base_url:
             st.error("No endpoint: enter the base URL of the local model server above.")
             st.stop()
-        run_attribution(scope, index, found.request_hash, ablations, base_url, noisy)
+        run_attribution(scope, index, found.request_hash, ablations, base_url, noisy, unit)
         st.rerun()  # the record is in the store now: the page reads it back
-    latest = latest_attribution(scope.session, found.context_id, found.index)
     if latest is None:
         st.info("No attribution of this answer yet.")
         return
@@ -831,7 +841,7 @@ def show_attribution(scope: Scope, index: int, found: Materialized, base_url: st
     k = sum(1 for a in latest.ablations if a["set"] == "train")
     st.caption(
         escape_markdown(
-            f"{k} ablations, {latest.calls} scored requests in {latest.seconds:.0f} s on {latest.endpoint} "
+            f"{k} ablations of {latest.unit}s, {latest.calls} scored requests in {latest.seconds:.0f} s on {latest.endpoint} "
             f"({latest.method}), {time_text(latest.created_at)}"
         )
     )
@@ -844,7 +854,13 @@ SCORING_METHODS = {
 
 
 def run_attribution(
-    scope: Scope, index: int, shown_hash: str, ablations: int, base_url: str, noisy: bool = False
+    scope: Scope,
+    index: int,
+    shown_hash: str,
+    ablations: int,
+    base_url: str,
+    noisy: bool = False,
+    unit: str = "message",
 ) -> None:
     """Attribute from a fresh load of the session and save the result beside it."""
     store, session = scope.writable()
@@ -860,7 +876,7 @@ def run_attribution(
     try:
         with RegenerateScorer(LLMEndpoint(base_url)) if noisy else ServerScorer(base_url) as scorer:
             scorer.check()
-            result = attribute(session, found, scorer, ablations=ablations, on_progress=progress)
+            result = attribute(session, found, scorer, ablations=ablations, unit=unit, on_progress=progress)
         save_attribution(store, session, result)
     except (ScoreError, SoapError) as exc:
         show_error_and_stop(exc)
