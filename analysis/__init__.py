@@ -88,6 +88,7 @@ from analysis._units import (
     ablated_request,
     request_units,
     sentence_spans,
+    unit_count,
 )
 
 __all__ = [
@@ -167,5 +168,6 @@ __all__ = [
     "simulate",
     "simulate_items",
     "threshold_start",
+    "unit_count",
     "verdict_in",
 ]

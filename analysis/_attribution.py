@@ -37,7 +37,7 @@ from typing import Any, Protocol
 
 from analysis._drift import sent_at
 from analysis._lab import Strategy, history_of, parse_strategy
-from analysis._units import Unit, ablated_request, request_units
+from analysis._units import Unit, ablated_request, request_units, unit_count
 from replay import Materialized, Score
 from soap_core import (
     Message,
@@ -177,9 +177,25 @@ class Attribution:
             return "the answer leans on no single unit more than the rest"
         return "the answer leans on " + ", ".join(f"{u.label} ({w:+.1f})" for u, w in leaning)
 
+    @property
+    def fitted_on(self) -> int:
+        """The ablations the weights were fitted to (the held-out and top-k ones apart)."""
+        return sum(1 for a in self.ablations if a.get("set") == "train")
+
     def trust(self) -> str:
         """The faithfulness figures in one line: what the top units' removal costs
-        against as many random ones, and the LDS."""
+        against as many random ones, and the LDS; first, where the weights outnumber the
+        ablations they were fitted to, that the fit is underdetermined."""
+        caution = (
+            f"Fitted on {self.fitted_on} ablations for {len(self.units)} {self.unit}s: with fewer ablations "
+            "than units the fit is underdetermined, so read the ranking as a hint unless the drops and the "
+            "LDS below bear it out. "
+            if 0 < self.fitted_on < len(self.units)
+            else ""
+        )
+        return caution + self._figures()
+
+    def _figures(self) -> str:
         drops = "; ".join(
             f"top {t['k']} removed {t['drop']:+.1f} vs {t['random_drop']:+.1f} at random" for t in self.top_k
         )
@@ -276,10 +292,8 @@ def default_held_out(ablations: int) -> int:
 
 
 def estimate_calls(found: Materialized, ablations: int, noisy: bool = False, unit: str = "message") -> int:
-    """The scored requests an attribution of ``found`` makes (by messages without
-    counting tokens: cheap on a request of 20,000 messages)."""
-    n = len(found.messages) if unit == "message" else len(request_units(found, unit))
-    return planned_calls(n, ablations, default_held_out(ablations), noisy)
+    """The scored requests an attribution of ``found`` makes."""
+    return planned_calls(unit_count(found, unit), ablations, default_held_out(ablations), noisy)
 
 
 def estimate_tokens(

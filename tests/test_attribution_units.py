@@ -7,6 +7,7 @@ the command and the Replay page."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from itertools import pairwise
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from analysis import (
     request_units,
     saved_attributions,
     sentence_spans,
+    unit_count,
 )
 from local_model import LocalModelServer
 from replay import Materialized, ServerScorer, materialize
@@ -116,6 +118,7 @@ def test_nothing_taken_out_is_the_request_as_sent_and_a_message_emptied_of_piece
 ) -> None:
     found = _searcher()
     units = request_units(found, unit)
+    assert unit_count(found, unit) == len(units)  # what the estimates count, without the tokens
     assert ablated_request(found, set(), units)[0] == found.request
     for index in range(len(found.messages)):
         every = {p for p, u in enumerate(units) if u.index == index}
@@ -174,6 +177,10 @@ def test_a_planted_sentence_is_ranked_first_and_its_record_reads_back(
     assert strongest.index == 1 and strongest.piece == planted
     again = Attribution.from_dict(json.loads(json.dumps(result.as_dict())))
     assert again.units == result.units and again.unit == "sentence"
+    # 16 ablations for 7 units: no caution; fitted on fewer than the units, the trust line says so
+    assert "underdetermined" not in result.trust()
+    fewer = replace(result, ablations=[{**a, "set": "train"} for a in result.ablations[:4]])
+    assert fewer.trust().startswith("Fitted on 4 ablations for 7 sentences: with fewer ablations than units")
 
 
 def test_the_command_and_the_replay_page_attribute_by_sentence(
@@ -203,8 +210,15 @@ def test_the_command_and_the_replay_page_attribute_by_sentence(
     [unit] = [s for s in at.selectbox if s.label == "Unit"]
     assert unit.value == "sentence"  # the unit of the answer's latest attribution, the command's
     unit.set_value("part").run()  # each note is one part of one message: no finer than messages
-    assert any("a random half of its parts" in c.value for c in at.caption)
+    assert any("a random half of its 3 parts" in c.value for c in at.caption)
     unit.set_value("sentence").run()
+    [k] = [n for n in at.number_input if n.label == "Ablations"]
+    k.set_value(4).run()
+    assert any(
+        "Fewer ablations than sentences leave the fit underdetermined: 10 or more" in c.value
+        for c in at.caption
+    )
+    k.set_value(16).run()
     assert any(c.value.startswith("29 scored requests") for c in at.caption), [c.value for c in at.caption]
     [button] = [b for b in at.button if b.label == "Attribute"]
     button.click().run()

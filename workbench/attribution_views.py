@@ -1,6 +1,7 @@
 """What the attribution panel shows, computed without Streamlit: the heat strip (one
-cell per unit of the request: a message, or a part or sentence of one, coloured by how much the answer leans on it) and the
-ranked list. Text from the files reaches plotly's hover labels escaped."""
+cell per unit of the request, a message or a part or sentence of one, coloured by how
+much the answer leans on it) and the ranked list. Text from the files reaches plotly's
+hover labels escaped."""
 
 from __future__ import annotations
 

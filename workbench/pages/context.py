@@ -390,7 +390,7 @@ def show_message(view: PageView, placement: Placement) -> None:
         weighed = view.weights.get(message.id)
         if weighed is not None:
             weight, unit = weighed
-            piece = "" if unit.piece is None else f" (its {unit.label.rsplit(', ', 1)[-1]})"
+            piece = "" if unit.piece_name is None else f" (its {unit.piece_name})"
             st.badge(
                 f"{weight:+.2f} to the answer at message {view.shown.linked}{piece}",
                 icon=":material/thermostat:",

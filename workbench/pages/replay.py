@@ -48,6 +48,7 @@ from analysis import (
     save_attribution,
     save_isolation,
     saved_isolations,
+    unit_count,
 )
 from replay import (
     EMPTY_OUTPUTS,
@@ -820,10 +821,16 @@ def show_attribution(scope: Scope, index: int, found: Materialized, base_url: st
         )
         clicked = st.button("Attribute", key=f"attribute:{prefix}")
     noisy = method == "regenerate"
+    count = unit_count(found, unit)
     calls = estimate_calls(found, ablations, noisy, unit)
     st.caption(
         f"{calls} {'model calls' if noisy else 'scored requests'}, each about half of this request "
-        f"(a random half of its {unit}s), on {base_url or 'no endpoint yet'}"
+        f"(a random half of its {count:,} {unit}s), on {base_url or 'no endpoint yet'}"
+        + (
+            f". Fewer ablations than {unit}s leave the fit underdetermined: {2 * count:,} or more is safer"
+            if ablations < count
+            else ""
+        )
     )
     if clicked:
         if not base_url:
@@ -838,7 +845,7 @@ def show_attribution(scope: Scope, index: int, found: Materialized, base_url: st
     st.plotly_chart(heat_strip(latest), key=f"heat:{prefix}")
     st.dataframe(ranked_frame(latest), hide_index=True)
     st.caption(escape_markdown(latest.trust()))
-    k = sum(1 for a in latest.ablations if a["set"] == "train")
+    k = latest.fitted_on
     st.caption(
         escape_markdown(
             f"{k} ablations of {latest.unit}s, {latest.calls} scored requests in {latest.seconds:.0f} s on {latest.endpoint} "
