@@ -8,10 +8,11 @@ deadline of 2 s per attempt and one retry:
 
 * ``soapwb replay`` in a process of its own (all of them at once) gives up well within the
   bound a user can work out from its options, exits 1 with one ``FAILED`` line naming the
-  limit that stopped it, peaks at a bounded resident size (``wait4``'s ``ru_maxrss`` of
-  that very process, under an address-space limit so a regression cannot eat the
-  machine), and leaves no file over 1 MiB in the store, only a failed call record holding
-  the error;
+  limit that stopped it, peaks at a bounded resident size (its own ``VmHWM`` at exit,
+  which starts at its exec: ``wait4``'s ``ru_maxrss`` also counts the pages the fork
+  shared with this test process, so it measured the suite's size, not the command's; under
+  an address-space limit so a regression cannot eat the machine), and leaves no file over
+  1 MiB in the store, only a failed call record holding the error;
 * the library path (``replay.replay`` on an ``LLMEndpoint``, what the Replay page and the
   CLI call) and the runtime (an ``invoke``) do the same in this process, their Python
   allocations traced.
@@ -123,7 +124,9 @@ class Measured:
     seconds: float
     """From the server's first request to the process's exit (start-up is not the server's doing)."""
     peak_rss: int
-    """The process's peak resident size in bytes (``wait4``'s ``ru_maxrss`` of that very child)."""
+    """The process's peak resident size in bytes: its own ``VmHWM`` at exit (:data:`OWN_PEAK`);
+    for a process killed before it could say, ``wait4``'s ``ru_maxrss``, which counts the
+    pages its fork shared with this process too."""
     requests: int
     store: Path
 
@@ -139,6 +142,22 @@ class Measured:
         assert "Traceback" not in self.out + self.err, str(self)
         assert len(failed) == 1 and self.code == 1, f"expected one FAILED line and exit 1: {self}"
         return failed[0]
+
+
+OWN_PEAK = """
+import atexit, os, sys
+
+def own_peak():
+    status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
+    with open(os.environ["SOAPWB_TEST_PEAK_FILE"], "w") as out:
+        out.write(status["VmHWM"].split()[0])
+
+atexit.register(own_peak)
+from soapwb.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+"""``python -m soapwb.cli`` that writes, at exit, the peak resident size of its own memory
+(``VmHWM``, in KiB), which starts at the exec: not the test process's pages the fork shared."""
 
 
 def _limit_memory() -> None:
@@ -170,7 +189,7 @@ LIMIT_FLAG = "limit-flag"
 def replays(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Measured]:
     """``soapwb replay`` against each hostile server, all at once (as ``tests/cli_process.py``
     runs the command line: this checkout, no $SOAPWB_STORE), each child under an address-space
-    limit, killed after KILL_AFTER_S, and reaped with ``wait4`` for its own peak RSS."""
+    limit, killed after KILL_AFTER_S, each saying its own peak RSS at exit."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     for name in ("SOAPWB_STORE", "OPENAI_BASE_URL", "OPENAI_API_KEY"):
         env.pop(name, None)
@@ -186,8 +205,9 @@ def replays(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Measured]:
             with (folder / "stdout").open("wb") as out, (folder / "stderr").open("wb") as err:
                 argv = replay_argv(server.base_url, store, *extra)
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", "soapwb.cli", *argv],
-                    stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env, preexec_fn=_limit_memory,
+                    [sys.executable, "-c", OWN_PEAK, *argv],
+                    stdout=out, stderr=err, stdin=subprocess.DEVNULL, preexec_fn=_limit_memory,
+                    env={**env, "SOAPWB_TEST_PEAK_FILE": str(folder / "peak")},
                 )  # fmt: skip
             started[name] = (proc, server, folder, store)
         launched = time.monotonic()
@@ -206,7 +226,9 @@ def replays(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Measured]:
                     (folder / "stdout").read_text("utf-8", "replace"),
                     (folder / "stderr").read_text("utf-8", "replace"),
                     ended - (server.first_request_at or launched),
-                    usage.ru_maxrss * 1024,
+                    int((folder / "peak").read_text()) * 1024
+                    if (folder / "peak").exists()
+                    else usage.ru_maxrss * 1024,
                     server.requests,
                     store,
                 )

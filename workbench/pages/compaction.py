@@ -372,8 +372,7 @@ def _usage(scope: Scope) -> tuple[str, pd.DataFrame, bool]:
     )
 
 
-MOST_ATTRIBUTED = 50
-"""Answers one click attributes at most (each costs its K ablations' scored requests)."""
+MOST_ATTRIBUTED = 50  # answers one click attributes at most (each costs its K ablations' scored requests)
 
 
 def show_usage(scope: Scope, history: History) -> None:
