@@ -178,9 +178,8 @@ def cmd_attribute(args: argparse.Namespace) -> int:
 
 def on_engine(args: argparse.Namespace, found: Materialized, base_url: str) -> Scores:
     """The scored requests of ``attribute --engine``: one partition per worker a batch,
-    each worker scoring on ``base_url`` (the server the command started, or the one named)."""
-    if args.workers is not None and args.workers < 1:
-        raise UsageError("--workers must be at least 1")
+    each worker scoring on ``base_url`` (the server the command started, or the one named;
+    :func:`run_on_engine` checks ``--workers``)."""
     template = AttributionPartition(
         session=args.session,
         context=args.context,

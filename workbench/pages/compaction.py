@@ -134,23 +134,16 @@ def _calls_recorded(scope: Scope) -> bool:
 
 def pick_numbers(kind: str, start: list[float | int]) -> str:
     """The number inputs of one strategy kind; returns its spec."""
-    if kind == "rolling-tokens":
+    if kind in ("rolling-tokens", "least-used"):  # a threshold and the share kept
         left, right = st.columns(2)
         threshold = left.number_input(
-            "rolling tokens: threshold", 1, value=int(start[0]), step=100, key=kind + "_t"
+            f"{kind.replace('-', ' ')}: threshold", 1, value=int(start[0]), step=100, key=kind + "_t"
         )
         keep = right.number_input("keep share", 0.05, 1.0, float(start[1]), 0.05, key=kind + "_keep")
         return strategy_spec(kind, [int(threshold), float(keep)])
     if kind == "rolling-messages":
         n = st.number_input("rolling messages: keep the last N", 1, value=int(start[0]), key=kind + "_n")
         return strategy_spec(kind, [int(n)])
-    if kind == "least-used":
-        left, right = st.columns(2)
-        threshold = left.number_input(
-            "least used: threshold", 1, value=int(start[0]), step=100, key=kind + "_t"
-        )
-        keep = right.number_input("keep share", 0.05, 1.0, float(start[1]), 0.05, key=kind + "_keep")
-        return strategy_spec(kind, [int(threshold), float(keep)])
     if kind == "summarize":
         left, right = st.columns(2)
         threshold = left.number_input(
